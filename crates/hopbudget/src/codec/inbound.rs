@@ -1,0 +1,235 @@
+//! Reading the inbound budget from every carrier a profile enables.
+//!
+//! Several carriers on one request (a gRPC call behind Envoy, say) are all honoured: the
+//! tightest wins, and the result is clamped to the profile maximum (rule C9: an inbound budget
+//! is untrusted input). A present but malformed carrier is an error, never "no deadline".
+
+use std::fmt;
+use std::time::Duration;
+
+use http::{HeaderMap, HeaderName};
+
+use super::{Carrier, InvalidValue};
+use crate::clock::WallClock;
+
+/// The carriers a server reads, each with its header name, resolved once from a profile.
+#[derive(Clone, Debug)]
+pub struct InboundCarriers {
+    carriers: Vec<(Carrier, HeaderName)>,
+}
+
+impl InboundCarriers {
+    /// Read these carriers under their default header names.
+    pub fn new(carriers: impl IntoIterator<Item = Carrier>) -> Self {
+        Self {
+            carriers: carriers
+                .into_iter()
+                .map(|c| (c, HeaderName::from_static(c.default_header())))
+                .collect(),
+        }
+    }
+
+    /// Read these carriers under the given header names.
+    pub fn with_names(carriers: impl IntoIterator<Item = (Carrier, HeaderName)>) -> Self {
+        Self {
+            carriers: carriers.into_iter().collect(),
+        }
+    }
+
+    /// The carriers and their header names, in reading order.
+    pub fn iter(&self) -> impl Iterator<Item = (Carrier, &HeaderName)> {
+        self.carriers.iter().map(|(c, n)| (*c, n))
+    }
+}
+
+/// A budget read off the wire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Inbound {
+    /// The carrier whose value won (the tightest).
+    pub carrier: Carrier,
+    /// The budget, after clamping to the profile maximum.
+    pub budget: Duration,
+    /// Whether the header asked for more than the maximum and was clamped.
+    pub clamped: bool,
+}
+
+/// A deadline header that is present but cannot be read. Answered with 400 /
+/// INVALID_ARGUMENT (rule C9); its `Display` names the header and the reason.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MalformedHeader {
+    header: HeaderName,
+    reason: InvalidValue,
+}
+
+impl MalformedHeader {
+    /// A malformed-header error for `header`.
+    pub fn new(header: HeaderName, reason: InvalidValue) -> Self {
+        Self { header, reason }
+    }
+
+    /// The header's name.
+    pub fn header(&self) -> &HeaderName {
+        &self.header
+    }
+
+    /// Why its value was rejected.
+    pub fn reason(&self) -> InvalidValue {
+        self.reason
+    }
+}
+
+impl fmt::Display for MalformedHeader {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "malformed deadline header `{}`: {}",
+            self.header, self.reason
+        )
+    }
+}
+
+impl std::error::Error for MalformedHeader {}
+
+/// Read the tightest budget among the enabled carriers present in `headers`, clamped to `max`.
+///
+/// Returns `Ok(None)` when no enabled carrier is present (the caller then falls back to the
+/// profile's edge total, rule C8). The wall clock is read at most once, and only if an absolute
+/// carrier is present.
+///
+/// ```
+/// use std::time::Duration;
+/// use http::HeaderMap;
+/// use hopbudget::clock::SystemClock;
+/// use hopbudget::codec::{Carrier, InboundCarriers, read_inbound};
+///
+/// let carriers = InboundCarriers::new([Carrier::GrpcTimeout, Carrier::RelativeMs]);
+/// let mut headers = HeaderMap::new();
+/// headers.insert("grpc-timeout", "300m".parse().unwrap());
+/// headers.insert("x-request-timeout-ms", "250".parse().unwrap());
+/// let inbound = read_inbound(&headers, &carriers, Duration::from_secs(30), &SystemClock)
+///     .unwrap()
+///     .unwrap();
+/// assert_eq!(inbound.carrier, Carrier::RelativeMs);
+/// assert_eq!(inbound.budget, Duration::from_millis(250));
+/// ```
+pub fn read_inbound(
+    headers: &HeaderMap,
+    carriers: &InboundCarriers,
+    max: Duration,
+    clock: &dyn WallClock,
+) -> Result<Option<Inbound>, MalformedHeader> {
+    let mut best: Option<(Carrier, Duration)> = None;
+    let mut wall_now: Option<u64> = None;
+    for (carrier, name) in carriers.iter() {
+        for value in headers.get_all(name) {
+            let budget = carrier
+                .decode(value.as_bytes(), || {
+                    *wall_now.get_or_insert_with(|| clock.now_unix_ms())
+                })
+                .map_err(|reason| MalformedHeader::new(name.clone(), reason))?;
+            if best.is_none_or(|(_, b)| budget < b) {
+                best = Some((carrier, budget));
+            }
+        }
+    }
+    Ok(best.map(|(carrier, budget)| Inbound {
+        carrier,
+        budget: budget.min(max),
+        clamped: budget > max,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::{SkewedClock, SystemClock};
+
+    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(*k, v.parse().unwrap());
+        }
+        h
+    }
+
+    const MAX: Duration = Duration::from_secs(30);
+
+    #[test]
+    fn tightest_carrier_wins_and_max_clamps() {
+        let all = InboundCarriers::new([
+            Carrier::GrpcTimeout,
+            Carrier::RelativeMs,
+            Carrier::Connect,
+            Carrier::Envoy,
+        ]);
+        let h = headers(&[
+            ("grpc-timeout", "2S"),
+            ("x-envoy-expected-rq-timeout-ms", "150"),
+            ("connect-timeout-ms", "900"),
+        ]);
+        let got = read_inbound(&h, &all, MAX, &SystemClock).unwrap().unwrap();
+        assert_eq!(
+            (got.carrier, got.budget),
+            (Carrier::Envoy, Duration::from_millis(150))
+        );
+
+        let h = headers(&[("x-request-timeout-ms", "99999999999")]);
+        let got = read_inbound(&h, &all, MAX, &SystemClock).unwrap().unwrap();
+        assert_eq!(got.budget, MAX);
+        assert!(got.clamped);
+    }
+
+    #[test]
+    fn absent_is_none_and_disabled_carriers_are_ignored() {
+        let only_grpc = InboundCarriers::new([Carrier::GrpcTimeout]);
+        let h = headers(&[("x-request-timeout-ms", "100")]);
+        assert_eq!(read_inbound(&h, &only_grpc, MAX, &SystemClock), Ok(None));
+    }
+
+    #[test]
+    fn malformed_names_header_and_reason() {
+        let c = InboundCarriers::new([Carrier::GrpcTimeout]);
+        let h = headers(&[("grpc-timeout", "10s")]);
+        let err = read_inbound(&h, &c, MAX, &SystemClock).unwrap_err();
+        assert_eq!(err.header(), "grpc-timeout");
+        let text = err.to_string();
+        assert!(
+            text.contains("grpc-timeout") && text.contains("unknown unit 's'"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn s3_skew_shrinks_epoch_budgets_but_not_relative_ones() {
+        // S3: the callee's wall clock is 300 ms ahead of the caller's.
+        let caller = SystemClock;
+        let callee = SkewedClock::new(300);
+        let budget = Duration::from_millis(400);
+
+        let epoch = crate::codec::epoch::encode(budget, caller.now_unix_ms());
+        let relative = crate::codec::millis::encode(budget);
+        let mut h = HeaderMap::new();
+        h.insert("x-request-deadline", epoch.to_header_value());
+        h.insert("x-request-timeout-ms", relative.to_header_value());
+
+        let epoch_seen = read_inbound(&h, &InboundCarriers::new([Carrier::EpochMs]), MAX, &callee)
+            .unwrap()
+            .unwrap()
+            .budget;
+        let relative_seen = read_inbound(
+            &h,
+            &InboundCarriers::new([Carrier::RelativeMs]),
+            MAX,
+            &callee,
+        )
+        .unwrap()
+        .unwrap()
+        .budget;
+        assert_eq!(relative_seen, budget, "relative encoding is immune to skew");
+        // 400 ms minus 300 ms of skew, minus at most a few ms of real time between the two reads.
+        assert!(
+            epoch_seen <= Duration::from_millis(100) && epoch_seen >= Duration::from_millis(90),
+            "epoch encoding loses the skew: saw {epoch_seen:?}"
+        );
+    }
+}

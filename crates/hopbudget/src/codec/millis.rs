@@ -1,0 +1,125 @@
+//! Relative-millisecond carriers: hopbudget's `x-request-timeout-ms`, Envoy's
+//! `x-envoy-expected-rq-timeout-ms` and Connect's `connect-timeout-ms`.
+//!
+//! The value is the remaining budget in whole milliseconds. A leading `-` (a caller that
+//! computed a negative remainder) means the budget is already spent: it decodes to zero, which
+//! is expired (rule C9). Values are read saturating, so a huge header becomes a huge budget that
+//! the server then clamps to its profile maximum; it never overflows. Connect allows 1 to 10
+//! digits and no sign, and that limit is enforced both ways.
+
+use std::time::Duration;
+
+use super::{InvalidValue, parse_digits, trim, write_decimal};
+
+/// Digit limit for hopbudget's own relative header: anything longer is not a budget.
+pub const MAX_DIGITS: u8 = 19;
+/// Connect's digit limit.
+pub const CONNECT_MAX_DIGITS: u8 = 10;
+/// The largest value Connect can carry: ten nines.
+pub const CONNECT_MAX_MS: u64 = 9_999_999_999;
+
+/// Decode relative milliseconds (`x-request-timeout-ms`, Envoy's header).
+///
+/// ```
+/// use std::time::Duration;
+/// use hopbudget::codec::millis;
+///
+/// assert_eq!(millis::decode(b"480"), Ok(Duration::from_millis(480)));
+/// assert_eq!(millis::decode(b"-20"), Ok(Duration::ZERO)); // already expired
+/// assert!(millis::decode(b"1.5").is_err());
+/// ```
+pub fn decode(value: &[u8]) -> Result<Duration, InvalidValue> {
+    let value = trim(value);
+    match value.split_first() {
+        Some((b'-', digits)) => parse_digits(digits, MAX_DIGITS).map(|_| Duration::ZERO),
+        _ => parse_digits(value, MAX_DIGITS).map(Duration::from_millis),
+    }
+}
+
+/// Decode Connect's `connect-timeout-ms`: 1 to 10 digits, no sign.
+pub fn decode_connect(value: &[u8]) -> Result<Duration, InvalidValue> {
+    parse_digits(trim(value), CONNECT_MAX_DIGITS).map(Duration::from_millis)
+}
+
+/// Relative milliseconds on the stack, rounded down.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Encoded {
+    buf: [u8; 20],
+    start: u8,
+}
+
+impl Encoded {
+    /// The digits as text.
+    pub fn as_str(&self) -> &str {
+        std::str::from_utf8(self.as_bytes()).unwrap_or("0")
+    }
+
+    /// The digits as bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.buf[self.start as usize..]
+    }
+
+    /// As an HTTP header value.
+    pub fn to_header_value(&self) -> http::HeaderValue {
+        http::HeaderValue::from_bytes(self.as_bytes())
+            .unwrap_or_else(|_| http::HeaderValue::from_static("0"))
+    }
+}
+
+/// Encode a budget as whole milliseconds, rounded down (rule C2).
+pub fn encode(budget: Duration) -> Encoded {
+    let ms = u64::try_from(budget.as_millis()).unwrap_or(u64::MAX);
+    let mut buf = [0u8; 20];
+    let start = write_decimal(ms, &mut buf) as u8;
+    Encoded { buf, start }
+}
+
+/// Encode for Connect: rounded down and capped at ten digits.
+pub fn encode_connect(budget: Duration) -> Encoded {
+    encode(budget.min(Duration::from_millis(CONNECT_MAX_MS)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn relative_ms_edge_cases() {
+        assert_eq!(decode(b"0"), Ok(Duration::ZERO));
+        assert_eq!(decode(b" 25 "), Ok(Duration::from_millis(25)));
+        assert_eq!(decode(b"-0"), Ok(Duration::ZERO));
+        assert_eq!(decode(b"-"), Err(InvalidValue::Empty));
+        assert_eq!(decode(b"+5"), Err(InvalidValue::NotADigit));
+        assert_eq!(decode(b"5ms"), Err(InvalidValue::NotADigit));
+        assert_eq!(decode(b""), Err(InvalidValue::Empty));
+        assert_eq!(
+            decode(b"99999999999"),
+            Ok(Duration::from_millis(99_999_999_999))
+        );
+        assert_eq!(
+            decode(b"12345678901234567890"),
+            Err(InvalidValue::TooManyDigits { max: 19 })
+        );
+    }
+
+    #[test]
+    fn connect_limits_both_ways() {
+        assert_eq!(
+            decode_connect(b"9999999999"),
+            Ok(Duration::from_millis(CONNECT_MAX_MS))
+        );
+        assert_eq!(
+            decode_connect(b"10000000000"),
+            Err(InvalidValue::TooManyDigits { max: 10 })
+        );
+        assert_eq!(decode_connect(b"-1"), Err(InvalidValue::NotADigit));
+        assert_eq!(encode_connect(Duration::MAX).as_str(), "9999999999");
+    }
+
+    #[test]
+    fn encode_rounds_down() {
+        assert_eq!(encode(Duration::from_micros(480_999)).as_str(), "480");
+        assert_eq!(encode(Duration::from_micros(999)).as_str(), "0");
+        assert_eq!(encode(Duration::MAX).as_str(), u64::MAX.to_string());
+    }
+}

@@ -1,0 +1,229 @@
+//! Wire codecs: one file per carrier in the contract's table, each turning header bytes into a
+//! relative budget and back.
+//!
+//! Codecs are pure functions over bytes. They never panic, enforce the carrier's length limits
+//! in both directions, round *down* when encoding (rule C2: the downstream must never be told it
+//! has more time than the caller had), and report a typed [`InvalidValue`] that says what was
+//! wrong. [`inbound`] combines them: it reads every carrier a profile enables and lets the
+//! tightest win (rule C9).
+
+pub mod epoch;
+pub mod grpc_timeout;
+pub mod inbound;
+pub mod millis;
+
+use std::fmt;
+
+pub use inbound::{Inbound, InboundCarriers, MalformedHeader, read_inbound};
+
+/// Header carrying the gRPC relative timeout (`100m`, `2S`, ...).
+pub const GRPC_TIMEOUT: &str = "grpc-timeout";
+/// hopbudget's default HTTP header: the remaining budget in relative milliseconds.
+pub const REQUEST_TIMEOUT_MS: &str = "x-request-timeout-ms";
+/// HTTP header for trusted clocks: the deadline as absolute Unix epoch milliseconds.
+pub const REQUEST_DEADLINE: &str = "x-request-deadline";
+/// Connect protocol timeout header: relative milliseconds, at most 10 digits.
+pub const CONNECT_TIMEOUT_MS: &str = "connect-timeout-ms";
+/// Set by Envoy on requests it forwards: the route timeout in relative milliseconds.
+pub const ENVOY_EXPECTED_RQ_TIMEOUT_MS: &str = "x-envoy-expected-rq-timeout-ms";
+/// Queue message header: the deadline as absolute Unix epoch milliseconds.
+pub const QUEUE_DEADLINE_EPOCH_MS: &str = "deadline-epoch-ms";
+/// Queue message header: the budget the producer's request started with, in milliseconds.
+pub const QUEUE_ORIGIN_BUDGET_MS: &str = "deadline-origin-ms";
+
+/// Where a budget came from: one of the wire carriers in the contract's table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum Carrier {
+    /// `grpc-timeout`, relative, value plus unit.
+    GrpcTimeout,
+    /// Relative milliseconds (`x-request-timeout-ms` by default).
+    RelativeMs,
+    /// Absolute epoch milliseconds (`x-request-deadline` by default). Trusts clocks.
+    EpochMs,
+    /// Connect's `connect-timeout-ms`, relative, 1-10 digits.
+    Connect,
+    /// Envoy's `x-envoy-expected-rq-timeout-ms`, relative, inbound only.
+    Envoy,
+    /// A queue message's `deadline-epoch-ms`, absolute.
+    Queue,
+}
+
+impl Carrier {
+    /// Every carrier, in the contract's order.
+    pub const ALL: [Carrier; 6] = [
+        Carrier::GrpcTimeout,
+        Carrier::RelativeMs,
+        Carrier::EpochMs,
+        Carrier::Connect,
+        Carrier::Envoy,
+        Carrier::Queue,
+    ];
+
+    /// The carrier's name as it appears in profiles, traces and metric labels.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Carrier::GrpcTimeout => "grpc-timeout",
+            Carrier::RelativeMs => "relative-ms",
+            Carrier::EpochMs => "epoch-ms",
+            Carrier::Connect => "connect",
+            Carrier::Envoy => "envoy",
+            Carrier::Queue => "queue",
+        }
+    }
+
+    /// The header this carrier uses unless a profile renames it.
+    pub const fn default_header(self) -> &'static str {
+        match self {
+            Carrier::GrpcTimeout => GRPC_TIMEOUT,
+            Carrier::RelativeMs => REQUEST_TIMEOUT_MS,
+            Carrier::EpochMs => REQUEST_DEADLINE,
+            Carrier::Connect => CONNECT_TIMEOUT_MS,
+            Carrier::Envoy => ENVOY_EXPECTED_RQ_TIMEOUT_MS,
+            Carrier::Queue => QUEUE_DEADLINE_EPOCH_MS,
+        }
+    }
+
+    /// Whether the value is an absolute instant (and so reads the wall clock once, rule C1).
+    pub const fn is_absolute(self) -> bool {
+        matches!(self, Carrier::EpochMs | Carrier::Queue)
+    }
+
+    /// Decode one header value of this carrier into a relative budget. Absolute carriers
+    /// subtract `now_unix_ms`, which the caller reads from its wall clock at most once.
+    pub fn decode(
+        self,
+        value: &[u8],
+        now_unix_ms: impl FnOnce() -> u64,
+    ) -> Result<std::time::Duration, InvalidValue> {
+        match self {
+            Carrier::GrpcTimeout => grpc_timeout::decode(value),
+            Carrier::RelativeMs | Carrier::Envoy => millis::decode(value),
+            Carrier::Connect => millis::decode_connect(value),
+            Carrier::EpochMs | Carrier::Queue => epoch::decode(value, now_unix_ms()),
+        }
+    }
+}
+
+impl fmt::Display for Carrier {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Why a header value could not be read as a budget.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum InvalidValue {
+    /// The value was empty.
+    Empty,
+    /// A character that is not an ASCII digit where a digit was expected.
+    NotADigit,
+    /// More digits than the carrier allows.
+    TooManyDigits {
+        /// The carrier's limit.
+        max: u8,
+    },
+    /// A `grpc-timeout` value without its unit letter.
+    MissingUnit,
+    /// A `grpc-timeout` unit letter without digits.
+    MissingDigits,
+    /// A `grpc-timeout` unit that is not one of `H M S m u n` (units are case-sensitive).
+    UnknownUnit(u8),
+}
+
+impl fmt::Display for InvalidValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            InvalidValue::Empty => f.write_str("empty value"),
+            InvalidValue::NotADigit => f.write_str("not a decimal number"),
+            InvalidValue::TooManyDigits { max } => write!(f, "more than {max} digits"),
+            InvalidValue::MissingUnit => {
+                f.write_str("missing unit (one of H, M, S, m, u, n; case-sensitive)")
+            }
+            InvalidValue::MissingDigits => f.write_str("missing digits before the unit"),
+            InvalidValue::UnknownUnit(u) if u.is_ascii_graphic() => write!(
+                f,
+                "unknown unit '{}' (expected one of H, M, S, m, u, n; case-sensitive)",
+                *u as char
+            ),
+            InvalidValue::UnknownUnit(u) => write!(
+                f,
+                "unknown unit byte 0x{u:02x} (expected one of H, M, S, m, u, n)"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for InvalidValue {}
+
+/// Parse at most `max` ASCII digits into a `u64`, saturating instead of overflowing.
+#[inline]
+pub(crate) fn parse_digits(digits: &[u8], max: u8) -> Result<u64, InvalidValue> {
+    if digits.is_empty() {
+        return Err(InvalidValue::Empty);
+    }
+    if digits.len() > max as usize {
+        // Report a stray letter before a length problem: it is the more useful message.
+        if digits.iter().any(|b| !b.is_ascii_digit()) {
+            return Err(InvalidValue::NotADigit);
+        }
+        return Err(InvalidValue::TooManyDigits { max });
+    }
+    let mut n: u64 = 0;
+    for &b in digits {
+        if !b.is_ascii_digit() {
+            return Err(InvalidValue::NotADigit);
+        }
+        n = n.saturating_mul(10).saturating_add(u64::from(b - b'0'));
+    }
+    Ok(n)
+}
+
+/// Trim the optional whitespace HTTP allows around a field value.
+#[inline]
+pub(crate) fn trim(value: &[u8]) -> &[u8] {
+    value.trim_ascii()
+}
+
+/// Write `n` in decimal into the end of `buf`, returning where the digits start.
+#[inline]
+pub(crate) fn write_decimal(mut n: u64, buf: &mut [u8; 20]) -> usize {
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return i;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_digits_limits_and_saturates() {
+        assert_eq!(parse_digits(b"0", 8), Ok(0));
+        assert_eq!(parse_digits(b"12345678", 8), Ok(12_345_678));
+        assert_eq!(
+            parse_digits(b"123456789", 8),
+            Err(InvalidValue::TooManyDigits { max: 8 })
+        );
+        assert_eq!(parse_digits(b"12a", 8), Err(InvalidValue::NotADigit));
+        assert_eq!(parse_digits(b"", 8), Err(InvalidValue::Empty));
+        assert_eq!(parse_digits(b"99999999999999999999", 20), Ok(u64::MAX));
+    }
+
+    #[test]
+    fn write_decimal_round_trips() {
+        for n in [0u64, 7, 10, 12_345, u64::MAX] {
+            let mut buf = [0u8; 20];
+            let start = write_decimal(n, &mut buf);
+            assert_eq!(std::str::from_utf8(&buf[start..]).unwrap(), n.to_string());
+        }
+    }
+}

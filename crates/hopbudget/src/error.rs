@@ -1,0 +1,137 @@
+//! The ways a budget stops work, as one error type.
+//!
+//! Layers box these into `tower::BoxError`; callers recognise them with
+//! [`BudgetError::find`], which looks through the error's source chain.
+
+use std::error::Error as StdError;
+use std::fmt;
+use std::time::Duration;
+
+use crate::status::Outcome;
+
+/// A refusal before start (rule C3): the budget needed and the budget there was.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Refused {
+    required: Duration,
+    remaining: Duration,
+}
+
+impl Refused {
+    /// A refusal: `required` was needed, `remaining` was available.
+    pub const fn new(required: Duration, remaining: Duration) -> Self {
+        Self {
+            required,
+            remaining,
+        }
+    }
+
+    /// The budget the work needs.
+    pub const fn required(&self) -> Duration {
+        self.required
+    }
+
+    /// The budget that was available.
+    pub const fn remaining(&self) -> Duration {
+        self.remaining
+    }
+}
+
+impl fmt::Display for Refused {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "refused before start: needs {} ms, {} ms remain",
+            self.required.as_millis(),
+            self.remaining.as_millis()
+        )
+    }
+}
+
+impl StdError for Refused {}
+
+/// Why work under a budget did not complete.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BudgetError {
+    /// Not started: too little budget (rule C3).
+    Refused(Refused),
+    /// The budget ran out while the work was in flight (rule C4).
+    Expired,
+    /// The caller went away while budget remained (rule C5).
+    Cancelled,
+}
+
+impl BudgetError {
+    /// The terminal status this error stands for.
+    pub const fn outcome(&self) -> Outcome {
+        match self {
+            BudgetError::Refused(_) => Outcome::Refused,
+            BudgetError::Expired => Outcome::Expired,
+            BudgetError::Cancelled => Outcome::Cancelled,
+        }
+    }
+
+    /// Find a `BudgetError` in an error or anywhere in its source chain.
+    ///
+    /// ```
+    /// use hopbudget::BudgetError;
+    ///
+    /// let boxed: Box<dyn std::error::Error + Send + Sync> = Box::new(BudgetError::Expired);
+    /// assert_eq!(BudgetError::find(boxed.as_ref()), Some(&BudgetError::Expired));
+    /// ```
+    pub fn find<'a>(error: &'a (dyn StdError + 'static)) -> Option<&'a BudgetError> {
+        let mut cur: Option<&(dyn StdError + 'static)> = Some(error);
+        while let Some(e) = cur {
+            if let Some(found) = e.downcast_ref::<BudgetError>() {
+                return Some(found);
+            }
+            cur = e.source();
+        }
+        None
+    }
+}
+
+impl From<Refused> for BudgetError {
+    fn from(r: Refused) -> Self {
+        BudgetError::Refused(r)
+    }
+}
+
+impl fmt::Display for BudgetError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BudgetError::Refused(r) => r.fmt(f),
+            BudgetError::Expired => f.write_str("deadline expired"),
+            BudgetError::Cancelled => f.write_str("cancelled: the caller went away"),
+        }
+    }
+}
+
+impl StdError for BudgetError {}
+
+/// Why a budget ended early: recorded once, by whoever ends it first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum EndCause {
+    /// The deadline passed.
+    Expired,
+    /// The caller went away (or the work was cancelled) while budget remained.
+    Cancelled,
+}
+
+impl From<EndCause> for BudgetError {
+    fn from(c: EndCause) -> Self {
+        match c {
+            EndCause::Expired => BudgetError::Expired,
+            EndCause::Cancelled => BudgetError::Cancelled,
+        }
+    }
+}
+
+impl From<EndCause> for Outcome {
+    fn from(c: EndCause) -> Self {
+        match c {
+            EndCause::Expired => Outcome::Expired,
+            EndCause::Cancelled => Outcome::Cancelled,
+        }
+    }
+}

@@ -1,0 +1,74 @@
+//! # hopbudget
+//!
+//! End-to-end deadline propagation across service hops. A user request has one pool of time;
+//! every hop it passes through learns how much is left, forwards slightly less, refuses work it
+//! cannot finish, and stops its children when the time is up or the caller is gone.
+//!
+//! The rules this crate implements are numbered C1-C15 in the project's contract
+//! (`shared/design/contract.md`); the docs cite them.
+//!
+//! ## The pieces
+//!
+//! - [`Deadline`]: an instant on the monotonic clock (C1).
+//! - [`RequestBudget`]: one request's deadline, its origin, and a cancellation tree that
+//!   records *why* it ended, expired or cancelled (C4, C5, C7). Ambient through a task-local
+//!   scope; carried across `spawn`, `spawn_blocking` and any future by [`spawn`],
+//!   [`spawn_blocking`], [`spawn_detached`] and [`FutureExt`] (C11, C12).
+//! - [`fan_out`]: siblings sharing one deadline (S8).
+//! - [`codec`]: the wire carriers (`grpc-timeout`, relative and epoch milliseconds, Connect,
+//!   Envoy) and reading the tightest inbound budget (C9).
+//! - [`status`]: terminal statuses and their HTTP/gRPC spelling (C10).
+//! - [`retry`]: a `tower::retry` policy that obeys C6.
+//! - [`Profile`]: the adoption profile, validated at start-up (C15).
+//!
+//! ## Features
+//!
+//! `default = []`: the core above needs only tokio, tokio-util, tower, http and serde.
+//! Integrations are opt-in:
+//!
+//! | feature | what it adds |
+//! |---|---|
+//! | `http` | tower server and client layers for HTTP |
+//! | `axum` | an axum extractor for the request budget |
+//! | `reqwest` | a reqwest-middleware integration |
+//! | `grpc` | tonic server and client layers |
+//! | `metrics` | counters and histograms through the `metrics` facade |
+//! | `full` | all of the above |
+//!
+//! ## Example
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() {
+//! use std::time::Duration;
+//! use hopbudget::{BudgetError, Profile, RequestBudget};
+//!
+//! let profile = Profile::default();
+//! let budget = RequestBudget::local(Duration::from_millis(120), profile.policy());
+//! // The tax service needs 200 ms: refuse before touching the database (S2).
+//! match budget.admit(Duration::from_millis(200)) {
+//!     Err(BudgetError::Refused(r)) => assert_eq!(r.remaining(), Duration::from_millis(120)),
+//!     other => panic!("{other:?}"),
+//! }
+//! # }
+//! ```
+
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+pub mod budget;
+pub mod clock;
+pub mod codec;
+pub mod context;
+pub mod error;
+pub mod fan_out;
+pub mod profile;
+pub mod retry;
+pub mod status;
+pub mod task;
+
+pub use budget::Deadline;
+pub use context::{BudgetId, HopPolicy, RequestBudget, Source};
+pub use error::{BudgetError, EndCause, Refused};
+pub use profile::Profile;
+pub use status::Outcome;
+pub use task::{FutureExt, spawn, spawn_blocking, spawn_detached, spawn_with};

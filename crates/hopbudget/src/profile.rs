@@ -1,0 +1,740 @@
+//! The adoption profile (rule C15): header names, encodings, margins, thresholds, the edge
+//! total, the maximum and the status codes, from one YAML file with documented defaults.
+//!
+//! A profile is checked whole at start-up. Every problem is reported with the file, the field
+//! and the reason, and a service with a bad profile does not start. `profiles/default.yaml`
+//! documents every field; `hopbudget profile check FILE` prints the resolved profile.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use http::HeaderName;
+use serde::{Deserialize, Serialize};
+
+use crate::codec::{Carrier, InboundCarriers};
+use crate::context::HopPolicy;
+use crate::status::{GrpcCode, GrpcStatusMap, HttpStatusMap};
+
+/// The profile as written in YAML: plain values, before validation. Every field has a default,
+/// so a profile file need only name what it changes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProfileSpec {
+    /// The service's name, used in traces and metric labels.
+    pub service: String,
+    /// Budget given to a request that arrives without any deadline (rule C8).
+    pub edge_total_ms: i64,
+    /// Largest inbound budget accepted; larger ones are clamped (rule C9).
+    pub max_ms: i64,
+    /// Time a hop keeps back for itself before forwarding (rule C2).
+    pub hop_margin_ms: i64,
+    /// Time allowed for the request to travel to the next hop (rule C2).
+    pub transit_allowance_ms: i64,
+    /// Below this forward budget no downstream call starts, and below this remaining budget no
+    /// handler starts unless its route says otherwise (rule C3).
+    pub refuse_below_ms: i64,
+    /// After the first chunk of a streaming response, how long the stream may run (rule C13).
+    pub stream_lifetime_ms: i64,
+    /// Arrivals with less than this much budget count as "low budget" in metrics.
+    pub low_budget_ms: i64,
+    /// Per-route settings; the first matching route wins.
+    pub routes: Vec<RouteSpec>,
+    /// Carriers read on arrival; the tightest wins.
+    pub inbound: Vec<Carrier>,
+    /// Carriers written on outbound calls.
+    pub outbound: OutboundSpec,
+    /// Header names of the HTTP carriers.
+    pub headers: HeaderSpec,
+    /// How terminal statuses are spelled on the wire.
+    pub status: StatusSpec,
+    /// The queue boundary's message headers.
+    pub queue: QueueSpec,
+}
+
+impl Default for ProfileSpec {
+    fn default() -> Self {
+        Self {
+            service: "unnamed".into(),
+            edge_total_ms: 1_000,
+            max_ms: 30_000,
+            hop_margin_ms: 5,
+            transit_allowance_ms: 1,
+            refuse_below_ms: 10,
+            stream_lifetime_ms: 300_000,
+            low_budget_ms: 50,
+            routes: Vec::new(),
+            inbound: vec![
+                Carrier::GrpcTimeout,
+                Carrier::RelativeMs,
+                Carrier::Connect,
+                Carrier::Envoy,
+            ],
+            outbound: OutboundSpec::default(),
+            headers: HeaderSpec::default(),
+            status: StatusSpec::default(),
+            queue: QueueSpec::default(),
+        }
+    }
+}
+
+/// One route's settings.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteSpec {
+    /// A request path (`/tax`, `/pkg.Service/Method`), or a prefix ending in `*`.
+    pub path: String,
+    /// The least remaining budget this route starts work with (its p50 or p99 cost).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_budget_ms: Option<i64>,
+    /// `request` (the default) or `stream`: the deadline covers time to first byte only.
+    #[serde(default)]
+    pub mode: RouteMode,
+}
+
+/// How a route's response is bounded (rule C13).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RouteMode {
+    /// The deadline bounds the whole response.
+    #[default]
+    Request,
+    /// The deadline bounds time to the first body chunk; then the stream lifetime applies.
+    Stream,
+}
+
+/// Outbound encodings.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OutboundSpec {
+    /// `relative-ms` (default, immune to clock skew) or `epoch-ms` (needs trusted clocks).
+    pub http: Carrier,
+}
+
+impl Default for OutboundSpec {
+    fn default() -> Self {
+        Self {
+            http: Carrier::RelativeMs,
+        }
+    }
+}
+
+/// Header names of the HTTP carriers; gRPC, Connect and Envoy names are fixed by their specs.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HeaderSpec {
+    /// Relative milliseconds.
+    pub relative_ms: String,
+    /// Absolute epoch milliseconds.
+    pub epoch_ms: String,
+}
+
+impl Default for HeaderSpec {
+    fn default() -> Self {
+        Self {
+            relative_ms: crate::codec::REQUEST_TIMEOUT_MS.into(),
+            epoch_ms: crate::codec::REQUEST_DEADLINE.into(),
+        }
+    }
+}
+
+/// Status mapping.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StatusSpec {
+    /// HTTP status codes.
+    pub http: HttpStatusMap,
+    /// gRPC status codes.
+    pub grpc: GrpcStatusMap,
+}
+
+/// Queue message headers.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct QueueSpec {
+    /// Absolute deadline, epoch ms.
+    pub header: String,
+    /// The budget the producing request started with, ms (for accounting).
+    pub origin_header: String,
+    /// Clock skew tolerated between producer and consumer before a message counts as expired.
+    pub skew_allowance_ms: i64,
+}
+
+impl Default for QueueSpec {
+    fn default() -> Self {
+        Self {
+            header: crate::codec::QUEUE_DEADLINE_EPOCH_MS.into(),
+            origin_header: crate::codec::QUEUE_ORIGIN_BUDGET_MS.into(),
+            skew_allowance_ms: 50,
+        }
+    }
+}
+
+/// One problem with a profile.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Issue {
+    /// The field, as a path (`status.http.expired`, `routes[2].path`).
+    pub field: String,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+/// A rejected profile: every problem found, with the file it came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProfileError {
+    /// The file, or `<inline>` for a profile given as text.
+    pub origin: PathBuf,
+    /// The problems, in field order.
+    pub issues: Vec<Issue>,
+}
+
+impl fmt::Display for ProfileError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = self.issues.len();
+        write!(
+            f,
+            "invalid profile {}: {n} problem{}",
+            self.origin.display(),
+            if n == 1 { "" } else { "s" }
+        )?;
+        for issue in &self.issues {
+            write!(
+                f,
+                "\n  {}: field `{}`: {}",
+                self.origin.display(),
+                issue.field,
+                issue.reason
+            )?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ProfileError {}
+
+/// One route's resolved settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RouteRule {
+    pattern: String,
+    /// The least budget this route starts with.
+    pub min_budget: Duration,
+    /// How the response is bounded.
+    pub mode: RouteMode,
+}
+
+impl RouteRule {
+    /// Whether this rule applies to `path`.
+    pub fn matches(&self, path: &str) -> bool {
+        match self.pattern.strip_suffix('*') {
+            Some(prefix) => path.starts_with(prefix),
+            None => path == self.pattern,
+        }
+    }
+
+    /// The path or prefix pattern.
+    pub fn pattern(&self) -> &str {
+        &self.pattern
+    }
+}
+
+/// A validated adoption profile, ready for layers to use.
+#[derive(Clone, Debug)]
+pub struct Profile {
+    spec: ProfileSpec,
+    policy: HopPolicy,
+    edge_total: Duration,
+    max: Duration,
+    stream_lifetime: Duration,
+    low_budget: Duration,
+    routes: Vec<RouteRule>,
+    inbound: InboundCarriers,
+    relative_header: HeaderName,
+    epoch_header: HeaderName,
+    queue_skew: Duration,
+}
+
+impl Default for Profile {
+    fn default() -> Self {
+        // The default spec is validated by a unit test; an error here cannot happen.
+        Self::from_spec(ProfileSpec::default()).unwrap_or_else(|_| unreachable_default())
+    }
+}
+
+#[cold]
+fn unreachable_default() -> Profile {
+    unreachable!("ProfileSpec::default() is valid (checked by profile::tests)")
+}
+
+impl Profile {
+    /// Load and validate a profile file.
+    pub fn load(path: impl AsRef<Path>) -> Result<Self, ProfileError> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|e| ProfileError {
+            origin: path.to_path_buf(),
+            issues: vec![Issue {
+                field: "(file)".into(),
+                reason: format!("cannot read: {e}"),
+            }],
+        })?;
+        Self::from_yaml(&text, path)
+    }
+
+    /// Parse and validate profile text; `origin` names it in errors.
+    pub fn from_yaml(text: &str, origin: impl AsRef<Path>) -> Result<Self, ProfileError> {
+        let origin = origin.as_ref().to_path_buf();
+        let fail = |field: String, reason: String| ProfileError {
+            origin: origin.clone(),
+            issues: vec![Issue { field, reason }],
+        };
+        // Parse to a tree first so a structural error can name the field path it is at.
+        let tree: serde_json::Value = if text.trim().is_empty() {
+            serde_json::Value::Object(Default::default())
+        } else {
+            serde_saphyr::from_str(text)
+                .map_err(|e| fail("(yaml)".into(), first_line(&e.to_string())))?
+        };
+        let tree = if tree.is_null() {
+            serde_json::Value::Object(Default::default())
+        } else {
+            tree
+        };
+        let spec: ProfileSpec = serde_path_to_error::deserialize(tree).map_err(|e| {
+            let path = e.path().to_string();
+            fail(
+                if path == "." {
+                    "(top level)".into()
+                } else {
+                    path
+                },
+                e.into_inner().to_string(),
+            )
+        })?;
+        Self::from_spec(spec).map_err(|issues| ProfileError { origin, issues })
+    }
+
+    /// Validate a spec, collecting every problem.
+    pub fn from_spec(spec: ProfileSpec) -> Result<Self, Vec<Issue>> {
+        let mut issues = Vec::new();
+        let mut issue = |field: &str, reason: String| {
+            issues.push(Issue {
+                field: field.into(),
+                reason,
+            })
+        };
+        let mut ms = |field: &str, v: i64, positive: bool| -> Duration {
+            if v < 0 {
+                issue(field, format!("must not be negative (got {v})"));
+                Duration::ZERO
+            } else if positive && v == 0 {
+                issue(field, "must be greater than zero".into());
+                Duration::ZERO
+            } else {
+                Duration::from_millis(v as u64)
+            }
+        };
+        let edge_total = ms("edge_total_ms", spec.edge_total_ms, true);
+        let max = ms("max_ms", spec.max_ms, true);
+        let hop_margin = ms("hop_margin_ms", spec.hop_margin_ms, false);
+        let transit = ms("transit_allowance_ms", spec.transit_allowance_ms, false);
+        let refuse_below = ms("refuse_below_ms", spec.refuse_below_ms, false);
+        let stream_lifetime = ms("stream_lifetime_ms", spec.stream_lifetime_ms, true);
+        let low_budget = ms("low_budget_ms", spec.low_budget_ms, false);
+        let queue_skew = ms(
+            "queue.skew_allowance_ms",
+            spec.queue.skew_allowance_ms,
+            false,
+        );
+        let mut route_budgets = Vec::new();
+        for (i, r) in spec.routes.iter().enumerate() {
+            route_budgets.push(
+                r.min_budget_ms
+                    .map(|v| ms(&format!("routes[{i}].min_budget_ms"), v, false))
+                    .unwrap_or(refuse_below),
+            );
+        }
+
+        if spec.service.trim().is_empty() {
+            issue("service", "must not be empty".into());
+        }
+        if max > Duration::ZERO {
+            if edge_total > max {
+                issue(
+                    "edge_total_ms",
+                    format!(
+                        "edge total {} ms is above the maximum {} ms",
+                        edge_total.as_millis(),
+                        max.as_millis()
+                    ),
+                );
+            }
+            if refuse_below > max {
+                issue(
+                    "refuse_below_ms",
+                    format!(
+                        "threshold {} ms is above the maximum {} ms",
+                        refuse_below.as_millis(),
+                        max.as_millis()
+                    ),
+                );
+            }
+            if hop_margin + transit >= max {
+                issue(
+                    "hop_margin_ms",
+                    "margin plus transit allowance leaves no budget below the maximum".into(),
+                );
+            }
+            for (i, b) in route_budgets.iter().enumerate() {
+                if *b > max {
+                    issue(
+                        &format!("routes[{i}].min_budget_ms"),
+                        format!(
+                            "minimum budget {} ms is above the maximum {} ms",
+                            b.as_millis(),
+                            max.as_millis()
+                        ),
+                    );
+                }
+            }
+        }
+
+        let mut routes = Vec::with_capacity(spec.routes.len());
+        for (i, (r, min_budget)) in spec.routes.iter().zip(route_budgets).enumerate() {
+            if !r.path.starts_with('/') {
+                issue(
+                    &format!("routes[{i}].path"),
+                    format!("`{}` must start with `/`", r.path),
+                );
+            }
+            if spec.routes[..i].iter().any(|o| o.path == r.path) {
+                issue(
+                    &format!("routes[{i}].path"),
+                    format!("`{}` is listed twice", r.path),
+                );
+            }
+            routes.push(RouteRule {
+                pattern: r.path.clone(),
+                min_budget,
+                mode: r.mode,
+            });
+        }
+
+        let header = |field: &str, name: &str, issue: &mut dyn FnMut(&str, String)| {
+            HeaderName::from_bytes(name.as_bytes()).unwrap_or_else(|_| {
+                issue(field, format!("`{name}` is not a valid HTTP header name"));
+                HeaderName::from_static(crate::codec::REQUEST_TIMEOUT_MS)
+            })
+        };
+        let relative_header = header("headers.relative_ms", &spec.headers.relative_ms, &mut issue);
+        let epoch_header = header("headers.epoch_ms", &spec.headers.epoch_ms, &mut issue);
+        header("queue.header", &spec.queue.header, &mut issue);
+        header("queue.origin_header", &spec.queue.origin_header, &mut issue);
+
+        for (i, c) in spec.inbound.iter().enumerate() {
+            if spec.inbound[..i].contains(c) {
+                issue(&format!("inbound[{i}]"), format!("`{c}` is listed twice"));
+            }
+            if *c == Carrier::Queue {
+                issue(
+                    &format!("inbound[{i}]"),
+                    "`queue` is read by the queue boundary (see `queue:`), not by servers".into(),
+                );
+            }
+        }
+        if !matches!(spec.outbound.http, Carrier::RelativeMs | Carrier::EpochMs) {
+            issue(
+                "outbound.http",
+                format!(
+                    "`{}` is not an HTTP encoding; use `relative-ms` or `epoch-ms`",
+                    spec.outbound.http
+                ),
+            );
+        }
+
+        let http = &spec.status.http;
+        for (field, code) in [
+            ("status.http.refused", http.refused),
+            ("status.http.expired", http.expired),
+            ("status.http.cancelled", http.cancelled),
+            ("status.http.malformed", http.malformed),
+        ] {
+            if !(400..=599).contains(&code) {
+                issue(
+                    field,
+                    format!("{code} is not an HTTP error status (400-599)"),
+                );
+            }
+        }
+        for (field, code) in [
+            ("status.http.refused", http.refused),
+            ("status.http.expired", http.expired),
+            ("status.http.cancelled", http.cancelled),
+        ] {
+            if code == 429 {
+                issue(field, "429 means quota, not time (rule C10)".into());
+            }
+        }
+        if http.expired == http.cancelled {
+            issue(
+                "status.http.cancelled",
+                "must differ from `expired`: expiry is not cancellation (rules C4, C5)".into(),
+            );
+        }
+        if http.refused == http.cancelled {
+            issue(
+                "status.http.refused",
+                "must differ from `cancelled` (rule C10)".into(),
+            );
+        }
+        let grpc = &spec.status.grpc;
+        for (field, code) in [
+            ("status.grpc.refused", grpc.refused),
+            ("status.grpc.expired", grpc.expired),
+            ("status.grpc.cancelled", grpc.cancelled),
+            ("status.grpc.malformed", grpc.malformed),
+        ] {
+            if code == GrpcCode::ResourceExhausted {
+                issue(
+                    field,
+                    "RESOURCE_EXHAUSTED means quota, not time (rule C10)".into(),
+                );
+            }
+            if code == GrpcCode::Ok {
+                issue(field, "OK is not an error status".into());
+            }
+        }
+        if grpc.expired == grpc.cancelled {
+            issue(
+                "status.grpc.cancelled",
+                "must differ from `expired`: expiry is not cancellation (rules C4, C5)".into(),
+            );
+        }
+
+        if !issues.is_empty() {
+            return Err(issues);
+        }
+        let inbound = InboundCarriers::with_names(spec.inbound.iter().map(|c| {
+            let name = match c {
+                Carrier::RelativeMs => relative_header.clone(),
+                Carrier::EpochMs => epoch_header.clone(),
+                other => HeaderName::from_static(other.default_header()),
+            };
+            (*c, name)
+        }));
+        Ok(Self {
+            policy: HopPolicy {
+                hop_margin,
+                transit_allowance: transit,
+                refuse_below,
+            },
+            edge_total,
+            max,
+            stream_lifetime,
+            low_budget,
+            routes,
+            inbound,
+            relative_header,
+            epoch_header,
+            queue_skew,
+            spec,
+        })
+    }
+
+    /// The spec this profile was built from (for printing the resolved profile).
+    pub fn spec(&self) -> &ProfileSpec {
+        &self.spec
+    }
+
+    /// The resolved profile as YAML.
+    pub fn to_yaml(&self) -> String {
+        serde_saphyr::to_string(&self.spec).unwrap_or_else(|e| format!("# cannot print: {e}\n"))
+    }
+
+    /// The service name.
+    pub fn service(&self) -> &str {
+        &self.spec.service
+    }
+
+    /// Margin, transit allowance and refuse threshold.
+    pub fn policy(&self) -> HopPolicy {
+        self.policy
+    }
+
+    /// Budget for requests without an inbound deadline (rule C8).
+    pub fn edge_total(&self) -> Duration {
+        self.edge_total
+    }
+
+    /// Inbound clamp (rule C9).
+    pub fn max(&self) -> Duration {
+        self.max
+    }
+
+    /// How long a stream may run after its first chunk (rule C13).
+    pub fn stream_lifetime(&self) -> Duration {
+        self.stream_lifetime
+    }
+
+    /// Arrivals below this budget count as "low budget".
+    pub fn low_budget(&self) -> Duration {
+        self.low_budget
+    }
+
+    /// The carriers read on arrival, with their header names.
+    pub fn inbound(&self) -> &InboundCarriers {
+        &self.inbound
+    }
+
+    /// The HTTP outbound carrier and its header name.
+    pub fn outbound_http(&self) -> (Carrier, &HeaderName) {
+        match self.spec.outbound.http {
+            Carrier::EpochMs => (Carrier::EpochMs, &self.epoch_header),
+            _ => (Carrier::RelativeMs, &self.relative_header),
+        }
+    }
+
+    /// HTTP status mapping.
+    pub fn http_status(&self) -> &HttpStatusMap {
+        &self.spec.status.http
+    }
+
+    /// gRPC status mapping.
+    pub fn grpc_status(&self) -> &GrpcStatusMap {
+        &self.spec.status.grpc
+    }
+
+    /// The queue boundary's settings: header, origin header, skew allowance.
+    pub fn queue(&self) -> (&str, &str, Duration) {
+        (
+            &self.spec.queue.header,
+            &self.spec.queue.origin_header,
+            self.queue_skew,
+        )
+    }
+
+    /// The first route rule matching `path`, if any.
+    pub fn route(&self, path: &str) -> Option<&RouteRule> {
+        self.routes.iter().find(|r| r.matches(path))
+    }
+
+    /// The least budget a request to `path` needs to start (rule C3).
+    pub fn min_budget(&self, path: &str) -> Duration {
+        self.route(path)
+            .map_or(self.policy.refuse_below, |r| r.min_budget)
+    }
+
+    /// Whether `path` is a streaming route (rule C13).
+    pub fn is_stream(&self, path: &str) -> bool {
+        self.route(path)
+            .is_some_and(|r| r.mode == RouteMode::Stream)
+    }
+
+    /// Change the service name (handy when one process hosts several demo services).
+    pub fn with_service(mut self, service: impl Into<String>) -> Self {
+        self.spec.service = service.into();
+        self
+    }
+}
+
+fn first_line(s: &str) -> String {
+    s.lines().next().unwrap_or(s).trim().to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn errors(yaml: &str) -> Vec<(String, String)> {
+        match Profile::from_yaml(yaml, "test.yaml") {
+            Ok(_) => Vec::new(),
+            Err(e) => e.issues.into_iter().map(|i| (i.field, i.reason)).collect(),
+        }
+    }
+
+    #[test]
+    fn the_default_spec_is_valid_and_matches_the_contract() {
+        let p = Profile::from_spec(ProfileSpec::default()).expect("default is valid");
+        assert_eq!(p.edge_total(), Duration::from_secs(1));
+        assert_eq!(p.policy(), HopPolicy::DEFAULT);
+        assert_eq!(p.outbound_http().0, Carrier::RelativeMs);
+        assert_eq!(p.http_status().expired, 504);
+    }
+
+    #[test]
+    fn the_shipped_default_file_equals_the_built_in_defaults() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../profiles/default.yaml");
+        let p = Profile::load(path).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            p.spec(),
+            &ProfileSpec {
+                service: p.service().into(),
+                ..ProfileSpec::default()
+            }
+        );
+    }
+
+    #[test]
+    fn empty_text_means_all_defaults() {
+        assert!(errors("").is_empty());
+        assert!(errors("# only a comment\n").is_empty());
+    }
+
+    #[test]
+    fn every_semantic_problem_is_reported_with_its_field() {
+        let errs = errors(
+            "service: ''\nhop_margin_ms: -5\nmax_ms: 1000\nrefuse_below_ms: 2000\n\
+             status:\n  http:\n    expired: 429\n  grpc:\n    expired: RESOURCE_EXHAUSTED\n",
+        );
+        let fields: Vec<&str> = errs.iter().map(|(f, _)| f.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "hop_margin_ms",
+                "service",
+                "refuse_below_ms",
+                "status.http.expired",
+                "status.grpc.expired"
+            ],
+            "{errs:?}"
+        );
+        assert!(errs[0].1.contains("negative"));
+        assert!(errs[2].1.contains("above the maximum"));
+        assert!(errs[3].1.contains("429"));
+    }
+
+    #[test]
+    fn unknown_fields_and_bad_types_name_the_path() {
+        let errs = errors("hop_margn_ms: 5\n");
+        assert_eq!(errs[0].0, "hop_margn_ms");
+        assert!(
+            errs[0].1.contains("unknown field `hop_margn_ms`"),
+            "{errs:?}"
+        );
+        let errs = errors("status:\n  http:\n    expired: soon\n");
+        assert_eq!(errs[0].0, "status.http.expired", "{errs:?}");
+        let errs = errors("inbound: [grpc-timeout, smoke-signal]\n");
+        assert_eq!(errs[0].0, "inbound[1]", "{errs:?}");
+    }
+
+    #[test]
+    fn routes_resolve_by_exact_path_or_prefix() {
+        let p = Profile::from_yaml(
+            "routes:\n  - path: /tax\n    min_budget_ms: 200\n  - path: /events/*\n    mode: stream\n",
+            "t.yaml",
+        )
+        .unwrap();
+        assert_eq!(p.min_budget("/tax"), Duration::from_millis(200));
+        assert_eq!(p.min_budget("/other"), Duration::from_millis(10));
+        assert!(p.is_stream("/events/orders"));
+        assert!(!p.is_stream("/tax"));
+    }
+
+    #[test]
+    fn display_names_file_field_and_reason() {
+        let err = Profile::from_yaml("max_ms: -1\n", "profiles/bad.yaml").unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("profiles/bad.yaml: field `max_ms`: must not be negative (got -1)"),
+            "{text}"
+        );
+    }
+}

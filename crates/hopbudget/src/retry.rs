@@ -1,0 +1,237 @@
+//! A `tower::retry` policy that obeys rule C6.
+//!
+//! - Never after `expired` or `cancelled`: a new attempt needs a new deadline from the original
+//!   client, and only the original client can give one.
+//! - After `refused` only if this caller's forward budget covers what the refuser said it
+//!   needs (another replica may have capacity; the same budget will not grow).
+//! - Any other failure is retried only while the forward budget is above the refuse
+//!   threshold, and each attempt spends the *remaining* budget: the client layer stamps every
+//!   attempt from the same shrinking deadline, never a fresh one.
+
+use std::future::{Ready, ready};
+use std::time::Duration;
+
+use tower::retry::Policy;
+
+use crate::context::RequestBudget;
+use crate::error::BudgetError;
+
+/// What one attempt amounted to, for the retry decision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Attempt {
+    /// It worked (or failed in a way no retry can fix).
+    Done,
+    /// The callee refused before start; it may say what it needed.
+    Refused {
+        /// The budget the callee said it needs, if it said.
+        required: Option<Duration>,
+    },
+    /// The budget ran out. Never retried.
+    Expired,
+    /// The caller went away. Never retried.
+    Cancelled,
+    /// A failure a retry might fix (connection reset, 502, UNAVAILABLE...).
+    Retryable,
+}
+
+/// Decides what a result amounted to.
+pub trait Classify<Res, E> {
+    /// Classify one attempt's result.
+    fn classify(&self, result: &Result<Res, E>) -> Attempt;
+}
+
+impl<Res, E, F> Classify<Res, E> for F
+where
+    F: Fn(&Result<Res, E>) -> Attempt,
+{
+    fn classify(&self, result: &Result<Res, E>) -> Attempt {
+        self(result)
+    }
+}
+
+/// Classifies errors that carry a [`BudgetError`] (as hopbudget's client layers return) and
+/// treats every other error as retryable and every response as done.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct BudgetErrors;
+
+impl<Res> Classify<Res, tower::BoxError> for BudgetErrors {
+    fn classify(&self, result: &Result<Res, tower::BoxError>) -> Attempt {
+        match result {
+            Ok(_) => Attempt::Done,
+            Err(e) => match BudgetError::find(e.as_ref()) {
+                Some(BudgetError::Refused(r)) => Attempt::Refused {
+                    required: Some(r.required()),
+                },
+                Some(BudgetError::Expired) => Attempt::Expired,
+                Some(BudgetError::Cancelled) => Attempt::Cancelled,
+                None => Attempt::Retryable,
+            },
+        }
+    }
+}
+
+/// A retry policy bounded by the request's budget (rule C6).
+///
+/// The budget is the one given to [`DeadlineRetry::with_budget`], or else the ambient one at
+/// the time of the decision. Without any budget it does not retry: it cannot tell whether an
+/// attempt would fit.
+///
+/// ```
+/// use hopbudget::retry::{BudgetErrors, DeadlineRetry};
+///
+/// let policy = DeadlineRetry::new(BudgetErrors, 2); // at most 2 retries
+/// let _layer = tower::retry::RetryLayer::new(policy);
+/// ```
+#[derive(Clone, Debug)]
+pub struct DeadlineRetry<C> {
+    classify: C,
+    retries_left: usize,
+    budget: Option<RequestBudget>,
+}
+
+impl<C> DeadlineRetry<C> {
+    /// At most `max_retries` retries, classified by `classify`.
+    pub const fn new(classify: C, max_retries: usize) -> Self {
+        Self {
+            classify,
+            retries_left: max_retries,
+            budget: None,
+        }
+    }
+
+    /// Decide against this budget instead of the ambient one.
+    pub fn with_budget(mut self, budget: RequestBudget) -> Self {
+        self.budget = Some(budget);
+        self
+    }
+
+    /// Whether another attempt is allowed after `attempt` (rule C6).
+    pub fn allows(&self, attempt: Attempt) -> bool {
+        if self.retries_left == 0 {
+            return false;
+        }
+        let Some(budget) = self.budget.clone().or_else(RequestBudget::current) else {
+            return false;
+        };
+        if budget.is_done() {
+            return false;
+        }
+        let forward = budget.forward();
+        let threshold = budget.policy().refuse_below;
+        match attempt {
+            Attempt::Done | Attempt::Expired | Attempt::Cancelled => false,
+            Attempt::Refused { required } => {
+                forward >= threshold && forward >= required.unwrap_or(threshold)
+            }
+            Attempt::Retryable => forward >= threshold,
+        }
+    }
+}
+
+impl<Req, Res, E, C> Policy<Req, Res, E> for DeadlineRetry<C>
+where
+    Req: Clone,
+    C: Classify<Res, E>,
+{
+    type Future = Ready<()>;
+
+    fn retry(&mut self, _req: &mut Req, result: &mut Result<Res, E>) -> Option<Self::Future> {
+        let attempt = self.classify.classify(result);
+        if self.allows(attempt) {
+            self.retries_left -= 1;
+            Some(ready(()))
+        } else {
+            None
+        }
+    }
+
+    fn clone_request(&mut self, req: &Req) -> Option<Req> {
+        Some(req.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use tower::{BoxError, Service, ServiceBuilder, ServiceExt};
+
+    use super::*;
+    use crate::{HopPolicy, Refused};
+
+    fn budget(ms: u64) -> RequestBudget {
+        RequestBudget::local(Duration::from_millis(ms), HopPolicy::DEFAULT)
+    }
+
+    /// A service that fails with a fixed error every time and counts its calls.
+    fn failing(
+        calls: Arc<AtomicUsize>,
+        error: fn() -> BoxError,
+    ) -> impl Service<u32, Response = u32, Error = BoxError, Future: Send> + Clone {
+        tower::service_fn(move |_req: u32| {
+            calls.fetch_add(1, Ordering::SeqCst);
+            let e = error();
+            async move { Err::<u32, _>(e) }
+        })
+    }
+
+    async fn attempts_with(b: RequestBudget, error: fn() -> BoxError) -> usize {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let mut svc = ServiceBuilder::new()
+            .retry(DeadlineRetry::new(BudgetErrors, 3).with_budget(b))
+            .service(failing(calls.clone(), error));
+        let _ = svc.ready().await.unwrap().call(1).await;
+        calls.load(Ordering::SeqCst)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn never_retries_after_expired_or_cancelled() {
+        assert_eq!(
+            attempts_with(budget(1_000), || Box::new(BudgetError::Expired)).await,
+            1
+        );
+        assert_eq!(
+            attempts_with(budget(1_000), || Box::new(BudgetError::Cancelled)).await,
+            1
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn refused_is_retried_only_when_the_requirement_fits() {
+        let refused_200: fn() -> BoxError = || {
+            Box::new(BudgetError::from(Refused::new(
+                Duration::from_millis(200),
+                Duration::ZERO,
+            )))
+        };
+        // 1000 ms leaves 994 ms to forward: covers 200 ms, so all 3 retries are spent.
+        assert_eq!(attempts_with(budget(1_000), refused_200).await, 4);
+        // 150 ms leaves 144 ms: does not cover 200 ms, so no retry.
+        assert_eq!(attempts_with(budget(150), refused_200).await, 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn other_failures_retry_only_while_budget_remains() {
+        let io: fn() -> BoxError = || "connection reset".into();
+        assert_eq!(attempts_with(budget(1_000), io).await, 4);
+        assert_eq!(
+            attempts_with(budget(12), io).await,
+            1,
+            "6 ms forward < 10 ms threshold"
+        );
+        let ended = budget(1_000);
+        ended.cancel();
+        assert_eq!(attempts_with(ended, io).await, 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn without_any_budget_it_does_not_retry() {
+        let p = DeadlineRetry::new(BudgetErrors, 3);
+        assert!(!p.allows(Attempt::Retryable));
+        let inside = budget(1_000)
+            .scope(async move { p.allows(Attempt::Retryable) })
+            .await;
+        assert!(inside, "the ambient budget is used when none is given");
+    }
+}

@@ -1,0 +1,300 @@
+//! Carrying the budget across the places a request stops being a request (rule C11):
+//! `tokio::spawn`, `spawn_blocking`, and any future handed to other code.
+//!
+//! Each helper takes the ambient budget, gives the new work a *child* of it (same deadline,
+//! cancelled with the request, rule C7) and installs that child as the ambient budget inside
+//! the work. Spawned tasks are stopped when the budget ends, so nothing runs as an orphan
+//! (rule C5). Background work that must outlive the request uses [`spawn_detached`] instead
+//! (rule C12).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use pin_project_lite::pin_project;
+use tokio::task::JoinHandle;
+use tokio::task::futures::TaskLocalFuture;
+use tracing::Instrument;
+
+use crate::context::{HopPolicy, RequestBudget};
+use crate::error::BudgetError;
+
+/// Spawn a task that carries the ambient budget: it sees a child budget as its own ambient
+/// budget and is stopped when that budget ends. Outside any budget it runs unbounded and
+/// never fails; use [`spawn_with`] to bound it explicitly.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// use std::time::Duration;
+/// use hopbudget::{BudgetError, HopPolicy, RequestBudget};
+///
+/// let budget = RequestBudget::local(Duration::from_millis(100), HopPolicy::DEFAULT);
+/// let handle = budget
+///     .scope(async { hopbudget::spawn(tokio::time::sleep(Duration::from_secs(60))) })
+///     .await;
+/// // The spawned task is stopped at the request's deadline, not 60 s later.
+/// assert_eq!(handle.await.unwrap(), Err(BudgetError::Expired));
+/// # }
+/// ```
+pub fn spawn<F>(fut: F) -> JoinHandle<Result<F::Output, BudgetError>>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    match RequestBudget::current() {
+        Some(budget) => spawn_with(&budget, fut),
+        None => tokio::spawn(async move { Ok(fut.await) }),
+    }
+}
+
+/// Spawn a task under a child of `budget`, stopped when it ends.
+pub fn spawn_with<F>(budget: &RequestBudget, fut: F) -> JoinHandle<Result<F::Output, BudgetError>>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let child = budget.child();
+    tokio::spawn(async move { child.run(fut).await })
+}
+
+/// Run blocking code on tokio's blocking pool with the ambient budget.
+///
+/// Blocking code cannot be interrupted, so the closure runs inside the budget's synchronous
+/// scope: it can read [`RequestBudget::current`] and check [`RequestBudget::admit`] or
+/// [`RequestBudget::is_done`] between steps. A job whose budget has ended before a blocking
+/// thread picks it up is not run at all, and a job that finishes after its budget ended
+/// reports the end cause rather than a result nobody is waiting for.
+pub fn spawn_blocking<F, R>(f: F) -> JoinHandle<Result<R, BudgetError>>
+where
+    F: FnOnce() -> R + Send + 'static,
+    R: Send + 'static,
+{
+    let budget = RequestBudget::current().map(|b| b.child());
+    tokio::task::spawn_blocking(move || match budget {
+        None => Ok(f()),
+        Some(budget) => {
+            if let Some(cause) = budget.end_cause() {
+                return Err(cause.into());
+            }
+            let out = budget.sync_scope(f);
+            match budget.end_cause() {
+                Some(cause) => Err(cause.into()),
+                None => Ok(out),
+            }
+        }
+    })
+}
+
+/// Spawn background work with a fresh budget rooted now (rule C12): it is not cancelled when
+/// the request that scheduled it ends, it stops at its own deadline, and its span follows
+/// from the scheduling span so traces keep the link.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// use std::time::Duration;
+/// use hopbudget::{HopPolicy, RequestBudget};
+///
+/// let request = RequestBudget::local(Duration::from_millis(100), HopPolicy::DEFAULT);
+/// let email = request
+///     .scope(async {
+///         hopbudget::spawn_detached(Duration::from_secs(30), async {
+///             tokio::time::sleep(Duration::from_secs(2)).await; // send the e-mail
+///             "sent"
+///         })
+///     })
+///     .await;
+/// request.cancel(); // the response went out; the request is over
+/// assert_eq!(email.await.unwrap(), Ok("sent"));
+/// # }
+/// ```
+pub fn spawn_detached<F>(budget: Duration, fut: F) -> JoinHandle<Result<F::Output, BudgetError>>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let detached = match RequestBudget::current() {
+        Some(parent) => parent.detach(budget),
+        None => RequestBudget::local(budget, HopPolicy::DEFAULT),
+    };
+    let span = tracing::info_span!(
+        "detached",
+        deadline.source = "detached",
+        deadline.remaining_ms = budget.as_millis() as u64,
+        deadline.linked_from = detached.linked_from().map(|id| id.get()),
+    );
+    span.follows_from(tracing::Span::current());
+    tokio::spawn(async move { detached.run(fut).await }.instrument(span))
+}
+
+pin_project! {
+    /// A future that carries a budget into whatever polls it: see [`FutureExt`].
+    #[project = BoundProj]
+    #[must_use = "futures do nothing unless polled"]
+    #[allow(missing_docs)]
+    pub enum Bound<F: Future> {
+        Scoped { #[pin] fut: TaskLocalFuture<RequestBudget, F> },
+        Plain { #[pin] fut: F },
+    }
+}
+
+impl<F: Future> std::fmt::Debug for Bound<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Bound::Scoped { .. } => "Bound::Scoped",
+            Bound::Plain { .. } => "Bound::Plain",
+        })
+    }
+}
+
+impl<F: Future> Future for Bound<F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project() {
+            BoundProj::Scoped { fut } => fut.poll(cx),
+            BoundProj::Plain { fut } => fut.poll(cx),
+        }
+    }
+}
+
+/// Carry a budget into a future that will be polled elsewhere: another executor, a channel
+/// of boxed futures, a library that spawns for you.
+pub trait FutureExt: Future + Sized {
+    /// Poll this future with `budget` as the ambient budget.
+    fn with_budget(self, budget: &RequestBudget) -> Bound<Self> {
+        Bound::Scoped {
+            fut: budget.scope(self),
+        }
+    }
+
+    /// Capture the ambient budget now and carry it into wherever this future is polled.
+    fn with_current_budget(self) -> Bound<Self> {
+        match RequestBudget::current() {
+            Some(budget) => self.with_budget(&budget),
+            None => Bound::Plain { fut: self },
+        }
+    }
+}
+
+impl<F: Future> FutureExt for F {}
+
+#[cfg(test)]
+// The tests spawn inside a scope and hand the JoinHandle out on purpose.
+#[allow(clippy::async_yields_async)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+
+    fn budget(ms: u64) -> RequestBudget {
+        RequestBudget::local(Duration::from_millis(ms), HopPolicy::DEFAULT)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn spawned_task_sees_a_child_budget_and_stops_on_cancel() {
+        let request = budget(1_000);
+        let steps = Arc::new(AtomicUsize::new(0));
+        let handle = request
+            .scope({
+                let steps = steps.clone();
+                async move {
+                    spawn(async move {
+                        let mine = RequestBudget::current().expect("ambient budget in task");
+                        assert_eq!(mine.remaining(), Duration::from_millis(1_000));
+                        loop {
+                            tokio::time::sleep(Duration::from_millis(10)).await;
+                            steps.fetch_add(1, Ordering::SeqCst);
+                        }
+                    })
+                }
+            })
+            .await;
+        tokio::time::sleep(Duration::from_millis(55)).await;
+        request.cancel();
+        assert_eq!(handle.await.unwrap(), Err(BudgetError::Cancelled));
+        let at_cancel = steps.load(Ordering::SeqCst);
+        assert_eq!(at_cancel, 5);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(
+            steps.load(Ordering::SeqCst),
+            at_cancel,
+            "no orphan kept working"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn spawn_outside_a_request_is_unbounded() {
+        assert_eq!(spawn(async { 7 }).await.unwrap(), Ok(7));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn spawn_blocking_carries_the_budget_and_skips_ended_work() {
+        let request = budget(100);
+        let seen = request
+            .scope(async { spawn_blocking(|| RequestBudget::current().map(|b| b.remaining())) })
+            .await
+            .await
+            .unwrap();
+        assert_eq!(seen, Ok(Some(Duration::from_millis(100))));
+
+        request.cancel();
+        let ran = Arc::new(AtomicUsize::new(0));
+        let r = request
+            .scope({
+                let ran = ran.clone();
+                async move { spawn_blocking(move || ran.fetch_add(1, Ordering::SeqCst)) }
+            })
+            .await
+            .await
+            .unwrap();
+        assert_eq!(r, Err(BudgetError::Cancelled));
+        assert_eq!(
+            ran.load(Ordering::SeqCst),
+            0,
+            "an ended budget runs no blocking job"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn s11_detached_work_finishes_after_the_request_under_its_own_deadline() {
+        let request = budget(100);
+        let (email, parent_id) = request
+            .scope(async {
+                let h = spawn_detached(Duration::from_secs(30), async {
+                    let own = RequestBudget::current().unwrap();
+                    tokio::time::sleep(Duration::from_secs(2)).await;
+                    (own.linked_from(), own.remaining())
+                });
+                (h, RequestBudget::current().unwrap().id())
+            })
+            .await;
+        request.cancel();
+        let (linked, left) = email.await.unwrap().unwrap();
+        assert_eq!(linked, Some(parent_id));
+        assert_eq!(left, Duration::from_secs(28));
+
+        // And its own deadline still bounds it.
+        let stuck = spawn_detached(Duration::from_secs(1), std::future::pending::<()>());
+        assert_eq!(stuck.await.unwrap(), Err(BudgetError::Expired));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn with_current_budget_carries_into_another_task() {
+        let request = budget(300);
+        let fut = request
+            .scope(async {
+                async { RequestBudget::current().map(|b| b.id()) }.with_current_budget()
+            })
+            .await;
+        // Polled on a plain tokio task, outside the request's scope.
+        let seen = tokio::spawn(fut).await.unwrap();
+        assert_eq!(seen, Some(request.id()));
+        let plain =
+            tokio::spawn(async { RequestBudget::current().is_some() }.with_current_budget());
+        assert!(!plain.await.unwrap());
+    }
+}
