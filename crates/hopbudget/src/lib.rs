@@ -61,6 +61,7 @@ pub mod codec;
 pub mod context;
 pub mod error;
 pub mod fan_out;
+pub mod observe;
 pub mod profile;
 pub mod retry;
 pub mod status;
