@@ -77,7 +77,7 @@ impl Middleware for BudgetMiddleware {
         // C3: no connection, no bytes for a refused call.
         let forward = budget.admit_forward().map_err(Error::middleware)?;
         self.shared.stamp(req.headers_mut(), forward);
-        let wait_until = budget.deadline().saturating_sub(budget.policy().reserve());
+        let wait_until = budget.deadline().saturating_sub(budget.policy().hop_margin);
         let token = budget.token();
         let res = tokio::select! {
             biased;

@@ -12,8 +12,9 @@
 //! 3. stamps the profile's outbound carrier: relative milliseconds by default
 //!    (`x-request-timeout-ms`), absolute epoch milliseconds (`x-request-deadline`) when the
 //!    profile says clocks are trusted;
-//! 4. bounds the wait by the forward budget and aborts (drops) the call when the parent budget
-//!    is cancelled or expires (C5, C7);
+//! 4. bounds the wait by the forward budget plus the transit allowance for the reply, that is
+//!    until `deadline - hop_margin`, so that the margin stays with this hop (S4); and aborts
+//!    (drops) the call when the parent budget is cancelled or expires (C5, C7);
 //! 5. classifies the reply with [`classify`]: a downstream `expired` answer (504) fails the
 //!    call with [`BudgetError::Expired`](crate::BudgetError::Expired), a deadline refusal
 //!    with `Refused` (required and remaining ms taken from its headers), a `cancelled` answer

@@ -73,8 +73,9 @@ where
             Err(error) => return ResponseFuture::failed(error),
         };
         self.shared.stamp(req.headers_mut(), forward);
-        // The wait is bounded by what the callee was told, not by what this hop has left.
-        let wait_until = budget.deadline().saturating_sub(budget.policy().reserve());
+        // The callee was told `forward`; its reply gets the transit allowance to come back;
+        // the hop margin stays with this hop (S4). So the wait ends at deadline - margin.
+        let wait_until = budget.deadline().saturating_sub(budget.policy().hop_margin);
         let status = *self.shared.status();
         ResponseFuture::running(self.inner.call(req), budget, wait_until, status)
     }
