@@ -107,7 +107,7 @@ async fn s2_tax_refuses_and_its_handler_never_runs() {
         .unwrap()
         .parse()
         .unwrap();
-    assert!(remaining <= 120 && remaining >= 100, "{remaining}");
+    assert!((100..=120).contains(&remaining), "{remaining}");
     assert_eq!(db_queries.load(Ordering::SeqCst), 0);
 
     // Enough budget: the handler runs.
