@@ -89,11 +89,13 @@ pin_project! {
     #[project = StateProj]
     enum State<F> {
         Running {
+            // First, so that it drops first: a reset cancels the budget before the handler
+            // is dropped, and the handler's own drop code sees why it stopped.
+            guard: Option<Guard>,
             #[pin]
             inner: TaskLocalFuture<RequestBudget, F>,
             #[pin]
             sleep: Sleep,
-            guard: Option<Guard>,
         },
         Answer {
             parts: Option<http::response::Parts>,
@@ -121,9 +123,9 @@ impl<F> ResponseFuture<F> {
     ) -> Self {
         Self {
             state: State::Running {
+                guard: Some(guard),
                 inner,
                 sleep: tokio::time::sleep_until(answer_at.instant()),
-                guard: Some(guard),
             },
         }
     }
