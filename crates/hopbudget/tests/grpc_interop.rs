@@ -92,10 +92,7 @@ async fn every_unit_is_read() {
     ] {
         let (raw, _) = send(value).await;
         let seen = Duration::from_micros(raw.reply.expect(value).remaining_us[0]);
-        assert!(
-            seen <= at_most && seen + Duration::from_millis(50) > at_most,
-            "{value}: {seen:?}"
-        );
+        assert!(seen <= at_most && seen > at_most / 2, "{value}: {seen:?}");
     }
 }
 
