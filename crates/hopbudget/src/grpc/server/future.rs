@@ -37,15 +37,18 @@ impl Guard {
 
     pub(super) fn finish(&mut self, outcome: Outcome) {
         if let Some(hop) = self.hop.take() {
-            // A response that went out after the deadline was work done for nobody.
+            // One clock read serves both questions: late, and so expired?
             let now = tokio::time::Instant::now();
             let deadline = self.budget.deadline().instant();
-            if now > deadline {
+            let outcome = if now > deadline {
+                // A response that went out after the deadline was work done for nobody.
                 hop.late_work(now - deadline);
-            }
-            let outcome = match (outcome, self.budget.end_cause()) {
-                (Outcome::Completed, Some(crate::EndCause::Expired)) => Outcome::Expired,
-                (o, _) => o,
+                match outcome {
+                    Outcome::Completed => Outcome::Expired,
+                    o => o,
+                }
+            } else {
+                outcome
             };
             hop.finish(outcome);
         }

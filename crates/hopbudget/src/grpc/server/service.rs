@@ -12,7 +12,8 @@ use crate::budget::Deadline;
 use crate::clock::SystemClock;
 use crate::codec::read_inbound;
 use crate::context::{RequestBudget, Source};
-use crate::error::BudgetError;
+use crate::error::{BudgetError, Refused};
+use crate::status::Outcome;
 use crate::grpc::{budget_status, status_parts};
 use crate::observe::{Hop, HopLabels, Protocol, malformed_header};
 
@@ -93,11 +94,18 @@ where
         };
         let hop = Hop::start(&labels, &budget);
         // C3: refuse before the handler runs when the route cannot finish in what is left.
-        if let Err(err) = budget.admit(profile.min_budget(path)) {
-            match err {
-                BudgetError::Refused(r) => hop.refuse(r.required()),
-                other => hop.finish(other.outcome()),
-            }
+        // The budget was created a moment ago, so its arrival value is what remains.
+        let arrived = budget.at_arrival();
+        let min = profile.min_budget(path);
+        if arrived.is_zero() || arrived < min {
+            let err = if arrived.is_zero() {
+                // C9: a zero budget is already expired, not merely too small.
+                hop.finish(Outcome::Expired);
+                BudgetError::Expired
+            } else {
+                hop.refuse(min);
+                BudgetError::Refused(Refused::new(min, arrived))
+            };
             return ResponseFuture::answer(status_parts(budget_status(
                 &err,
                 profile.grpc_status(),
