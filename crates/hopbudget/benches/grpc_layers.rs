@@ -79,7 +79,13 @@ where
     B: http_body::Body,
     B::Error: std::fmt::Debug,
 {
-    let res = svc.ready().await.unwrap().call(request(body)).await.unwrap();
+    let res = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(request(body))
+        .await
+        .unwrap();
     let collected = res.into_body().collect().await.unwrap();
     std::hint::black_box(collected);
 }
@@ -148,5 +154,34 @@ mod client {
             .service(wire());
         let budget = RequestBudget::local(Duration::from_secs(3600), Profile::default().policy());
         b.bench_local(|| rt.block_on(budget.scope(one(&mut svc, &body))));
+    }
+}
+
+/// Pieces of the server layer's per-call cost, to see where it goes.
+mod parts {
+    use super::*;
+    use hopbudget::observe::{Hop, HopLabels, Protocol};
+
+    #[divan::bench]
+    fn hop_start_finish(b: divan::Bencher) {
+        let budget = RequestBudget::local(Duration::from_secs(3600), Profile::default().policy());
+        let labels = HopLabels::new("svc", HOP_CALL_PATH, Protocol::Grpc);
+        b.bench_local(|| Hop::start(&labels, &budget).finish(hopbudget::Outcome::Completed));
+    }
+
+    #[divan::bench]
+    fn labels(b: divan::Bencher) {
+        let svc: std::sync::Arc<str> = "svc".into();
+        b.bench_local(|| HopLabels::new(svc.clone(), HOP_CALL_PATH, Protocol::Grpc));
+    }
+
+    #[divan::bench]
+    fn extensions_insert(b: divan::Bencher) {
+        let budget = RequestBudget::local(Duration::from_secs(3600), Profile::default().policy());
+        b.bench_local(|| {
+            let mut e = http::Extensions::new();
+            e.insert(budget.clone());
+            e
+        });
     }
 }

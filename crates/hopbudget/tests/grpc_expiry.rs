@@ -38,7 +38,10 @@ async fn the_hop_itself_answers_deadline_exceeded_not_cancelled() {
 
 #[tokio::test]
 async fn expiry_below_is_deadline_exceeded_at_the_hop_and_at_its_caller() {
-    let slow = serve_profile("slow", Profile::default()).await;
+    // The leaf accepts at most 150 ms, so its own deadline (not mid's) is the one that runs
+    // out, well before the 300 ms the client started with.
+    let short = Profile::from_yaml("max_ms: 150\nedge_total_ms: 150\n", "slow.yaml").unwrap();
+    let slow = serve_profile("slow", short).await;
     let mid = serve_profile("mid", Profile::default()).await;
     let mut client = grpc_client(&Profile::default(), &mid.url());
 

@@ -60,16 +60,22 @@ async fn a_late_cancelled_in_the_trailers_is_relabelled_too() {
         tokio::time::sleep(Duration::from_millis(95)).await;
         let mut trailers = http::HeaderMap::new();
         trailers.insert("grpc-status", "1".parse().unwrap());
-        let body = Full::new(Bytes::from_static(b"\0\0\0\0\0")).with_trailers(async move {
-            Some(Ok::<_, Infallible>(trailers))
-        });
+        let body = Full::new(Bytes::from_static(b"\0\0\0\0\0"))
+            .with_trailers(async move { Some(Ok::<_, Infallible>(trailers)) });
         Ok::<_, Infallible>(http::Response::new(body))
     });
     let client = ServiceBuilder::new()
         .layer(GrpcClientLayer::new(Profile::default()))
         .service(peer);
     let res = budget(100).scope(client.oneshot(request())).await.unwrap();
-    let trailers = res.into_body().collect().await.unwrap().trailers().cloned().unwrap();
+    let trailers = res
+        .into_body()
+        .collect()
+        .await
+        .unwrap()
+        .trailers()
+        .cloned()
+        .unwrap();
     assert_eq!(trailers["grpc-status"], "4");
 }
 
@@ -95,7 +101,10 @@ async fn other_errors_pass_through() {
     let client = ServiceBuilder::new()
         .layer(GrpcClientLayer::new(Profile::default()))
         .service(peer);
-    let err = budget(100).scope(client.oneshot(request())).await.unwrap_err();
+    let err = budget(100)
+        .scope(client.oneshot(request()))
+        .await
+        .unwrap_err();
     assert_eq!(err.to_string(), "connection refused");
 }
 

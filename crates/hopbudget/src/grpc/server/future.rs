@@ -63,11 +63,13 @@ impl Guard {
 impl Drop for Guard {
     fn drop(&mut self) {
         let Some(hop) = self.hop.take() else { return };
-        // The stream was reset (or the connection lost) before the call finished. A reset
-        // that comes within the transit allowance of our deadline is the caller's own timer
-        // firing (tonic clients time out at exactly the `grpc-timeout` they send): that is
-        // expiry, not cancellation (rule C4).
-        if self.budget.remaining() <= self.budget.policy().transit_allowance {
+        // The stream was reset (or the connection lost) before the call finished. A caller's
+        // deadline machinery resets the stream about one network delay before our own
+        // deadline (tonic clients time out at exactly the `grpc-timeout` they send, which we
+        // start counting only on arrival). So a reset that comes with less than a hop's
+        // reserve (margin + transit allowance) left is the caller's timer: expiry, not
+        // cancellation (rule C4).
+        if self.budget.remaining() <= self.budget.policy().reserve() {
             self.budget.expire();
         } else {
             self.budget.cancel();
@@ -97,8 +99,11 @@ pin_project! {
             guard: Option<Guard>,
             #[pin]
             inner: TaskLocalFuture<RequestBudget, F>,
+            // Armed only once the handler returns `Pending`, as tower's `Timeout` does: a
+            // handler that answers at once pays for no timer.
             #[pin]
-            sleep: Sleep,
+            sleep: Option<Sleep>,
+            answer_at: Deadline,
         },
         Answer {
             parts: Option<http::response::Parts>,
@@ -128,7 +133,8 @@ impl<F> ResponseFuture<F> {
             state: State::Running {
                 guard: Some(guard),
                 inner,
-                sleep: tokio::time::sleep_until(answer_at.instant()),
+                sleep: None,
+                answer_at,
             },
         }
     }
@@ -145,7 +151,8 @@ where
             StateProj::Answer { parts } => parts.take(),
             StateProj::Running {
                 inner,
-                sleep,
+                mut sleep,
+                answer_at,
                 guard,
             } => {
                 if let Poll::Ready(result) = inner.poll(cx) {
@@ -159,7 +166,12 @@ where
                     }
                     return Poll::Ready(Ok(response.map(|body| ResponseBody::new(body, guard))));
                 }
-                ready!(sleep.poll(cx));
+                if sleep.is_none() {
+                    sleep.set(Some(tokio::time::sleep_until(answer_at.instant())));
+                }
+                if let Some(sleep) = sleep.as_pin_mut() {
+                    ready!(sleep.poll(cx));
+                }
                 // C4 and C7: the deadline passed with the handler still running. Mark the
                 // budget expired so spawned children stop, then drop the handler.
                 let mut guard = guard.take();

@@ -23,8 +23,9 @@
 //!   early.
 //! - **Client reset** (RST_STREAM, a dropped connection): hyper drops the call, and the layer
 //!   records `cancelled` and cancels the request's tree so nothing the handler started keeps
-//!   running (C5). A reset arriving within the transit allowance of the deadline is the
-//!   caller's own timer and is recorded as `expired`.
+//!   running (C5). A reset arriving with less than the hop reserve (margin + transit
+//!   allowance) left is the caller's own timer, which fires about one network delay before
+//!   ours, and is recorded as `expired`.
 //!
 //! Each call is one [`Hop`](crate::observe::Hop) (route = the gRPC method path) with its
 //! terminal status (C14). A status the handler returns itself is read back: a

@@ -13,9 +13,9 @@ use crate::clock::SystemClock;
 use crate::codec::read_inbound;
 use crate::context::{RequestBudget, Source};
 use crate::error::{BudgetError, Refused};
-use crate::status::Outcome;
 use crate::grpc::{budget_status, status_parts};
 use crate::observe::{Hop, HopLabels, Protocol, malformed_header};
+use crate::status::Outcome;
 
 /// How long before the deadline the layer answers. tonic wraps every server in its own
 /// `grpc-timeout` timer *outside* all user layers, armed a few microseconds before ours, and
