@@ -43,9 +43,7 @@ async fn http_leaf(profile: Profile) -> String {
     serve_http(
         Router::new()
             .route("/leaf", get(leaf))
-            .layer(ServerBudgetLayer::new(
-                Profile::default().with_service("http-leaf"),
-            )),
+            .layer(ServerBudgetLayer::new(profile.with_service("http-leaf"))),
     )
     .await
 }
