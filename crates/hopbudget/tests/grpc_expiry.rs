@@ -124,3 +124,19 @@ impl hopbudget_testkit::pb::hop_server::Hop for Sleeper {
         Ok(tonic::Response::new(Default::default()))
     }
 }
+
+#[tokio::test]
+async fn without_the_layer_tonic_itself_answers_cancelled() {
+    // The behaviour this crate fixes (tonic issues 2316 and 2220): a bare tonic server times
+    // out at the client's `grpc-timeout` and calls it CANCELLED. Compare the first test above.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let _server = tokio::spawn(async move {
+        tonic::transport::Server::builder()
+            .add_service(hopbudget_testkit::pb::hop_server::HopServer::new(Sleeper))
+            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener))
+            .await
+    });
+    let raw = raw_call(addr, &[("grpc-timeout", "100m")], &call(&[], 0)).await;
+    assert_eq!(raw.grpc_status.as_deref(), Some("1"), "{raw:?}");
+}

@@ -31,6 +31,9 @@
 //! terminal status (C14). A status the handler returns itself is read back: a
 //! DEADLINE_EXCEEDED from below makes this hop `expired` too (C4).
 //!
+//! Leave tonic's own `Server::timeout` unset: it fires outside this layer and answers
+//! CANCELLED. The profile's `max_ms` caps inbound budgets instead.
+//!
 //! The deadline bounds the time to the response headers, which for a unary tonic call is the
 //! whole handler. A server-streaming body is not cut off once it has started (C13).
 //!
