@@ -47,11 +47,10 @@ async fn every_grpc_outcome_is_counted() {
     // cancelled (C5)
     let leaf = serve_profile("m-cancelled", Profile::default()).await;
     let mut client = grpc_client(&Profile::default(), &leaf.url());
-    let _ = tokio::time::timeout(
-        Duration::from_millis(200),
-        budget(5_000).scope(client.call(call(&[], 10_000))),
-    )
-    .await;
+    tokio::select! {
+        _ = budget(5_000).scope(client.call(call(&[], 10_000))) => panic!("finished"),
+        ran = leaf.stats.wait_for(Duration::from_secs(5), |s| s.live() == 1) => assert!(ran),
+    }
     // malformed (C9)
     let bad = serve_profile("m-malformed", Profile::default()).await;
     let _ = raw_call(bad.addr, &[("grpc-timeout", "10s")], &call(&[], 0)).await;
