@@ -30,6 +30,15 @@ struct Echo;
 
 #[tonic::async_trait]
 impl Hop for Echo {
+    type WatchStream = futures_util::stream::Empty<Result<CallReply, tonic::Status>>;
+
+    async fn watch(
+        &self,
+        _request: tonic::Request<CallRequest>,
+    ) -> Result<tonic::Response<Self::WatchStream>, tonic::Status> {
+        Ok(tonic::Response::new(futures_util::stream::empty()))
+    }
+
     async fn call(
         &self,
         request: tonic::Request<CallRequest>,

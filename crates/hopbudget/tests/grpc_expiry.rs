@@ -116,6 +116,15 @@ struct Sleeper;
 
 #[tonic::async_trait]
 impl hopbudget_testkit::pb::hop_server::Hop for Sleeper {
+    type WatchStream = WatchStream;
+
+    async fn watch(
+        &self,
+        _request: tonic::Request<hopbudget_testkit::pb::CallRequest>,
+    ) -> Result<tonic::Response<WatchStream>, tonic::Status> {
+        Err(tonic::Status::unimplemented("not here"))
+    }
+
     async fn call(
         &self,
         _request: tonic::Request<hopbudget_testkit::pb::CallRequest>,

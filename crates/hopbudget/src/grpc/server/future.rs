@@ -9,6 +9,7 @@ use tokio::task::futures::TaskLocalFuture;
 use tokio::time::Sleep;
 
 use super::ResponseBody;
+use super::body::BodyLimit;
 use super::layer::Shared;
 use crate::budget::Deadline;
 use crate::context::RequestBudget;
@@ -24,6 +25,8 @@ pub(super) struct Guard {
     budget: RequestBudget,
     hop: Option<Hop>,
     shared: Arc<Shared>,
+    /// A stream route's first message went out: the request deadline no longer ends it.
+    streaming: bool,
 }
 
 impl Guard {
@@ -32,6 +35,40 @@ impl Guard {
             budget,
             hop: Some(hop),
             shared,
+            streaming: false,
+        }
+    }
+
+    pub(super) fn stream_started(&mut self) {
+        self.streaming = true;
+    }
+
+    /// The body hit its limit: expire the budget, close the hop, and write the status.
+    pub(super) fn expire_body(&mut self, trailers: &mut http::HeaderMap) {
+        self.budget.expire();
+        self.finish_at_limit();
+        let parts = status_parts(budget_status(
+            &BudgetError::Expired,
+            self.shared.profile.grpc_status(),
+        ));
+        super::body::expired_trailers(parts, trailers);
+    }
+
+    fn finish_at_limit(&mut self) {
+        if let Some(hop) = self.hop.take() {
+            hop.finish(Outcome::Expired);
+        }
+    }
+
+    pub(super) fn limit(&self, stream: bool) -> BodyLimit {
+        let profile = &self.shared.profile;
+        BodyLimit {
+            until: self
+                .budget
+                .deadline()
+                .saturating_sub(super::service::ANSWER_AHEAD)
+                .instant(),
+            stream_lifetime: stream.then(|| profile.stream_lifetime()),
         }
     }
 
@@ -40,7 +77,7 @@ impl Guard {
             // One clock read serves both questions: late, and so expired?
             let now = tokio::time::Instant::now();
             let deadline = self.budget.deadline().instant();
-            let outcome = if now > deadline {
+            let outcome = if now > deadline && !self.streaming {
                 // A response that went out after the deadline was work done for nobody.
                 hop.late_work(now - deadline);
                 match outcome {
@@ -104,6 +141,7 @@ pin_project! {
             #[pin]
             sleep: Option<Sleep>,
             answer_at: Deadline,
+            stream: bool,
         },
         Answer {
             parts: Option<http::response::Parts>,
@@ -127,6 +165,7 @@ impl<F> ResponseFuture<F> {
     pub(super) fn running(
         inner: TaskLocalFuture<RequestBudget, F>,
         answer_at: Deadline,
+        stream: bool,
         guard: Guard,
     ) -> Self {
         Self {
@@ -135,6 +174,7 @@ impl<F> ResponseFuture<F> {
                 inner,
                 sleep: None,
                 answer_at,
+                stream,
             },
         }
     }
@@ -153,6 +193,7 @@ where
                 inner,
                 mut sleep,
                 answer_at,
+                stream,
                 guard,
             } => {
                 if let Poll::Ready(result) = inner.poll(cx) {
@@ -164,7 +205,10 @@ where
                             g.finish_from(response.headers());
                         }
                     }
-                    return Poll::Ready(Ok(response.map(|body| ResponseBody::new(body, guard))));
+                    let limit = guard.as_ref().map(|g| g.limit(*stream));
+                    return Poll::Ready(Ok(
+                        response.map(|body| ResponseBody::new(body, guard, limit))
+                    ));
                 }
                 if sleep.is_none() {
                     sleep.set(Some(tokio::time::sleep_until(answer_at.instant())));

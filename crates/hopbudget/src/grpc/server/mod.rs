@@ -34,8 +34,11 @@
 //! Leave tonic's own `Server::timeout` unset: it fires outside this layer and answers
 //! CANCELLED. The profile's `max_ms` caps inbound budgets instead.
 //!
-//! The deadline bounds the time to the response headers, which for a unary tonic call is the
-//! whole handler. A server-streaming body is not cut off once it has started (C13).
+//! **Streams (C13).** The deadline bounds the handler and then the response body: a
+//! server-streaming body still running at the deadline is ended with DEADLINE_EXCEEDED
+//! trailers and the handler's stream is dropped (tonic's own timer covers only the time to
+//! the headers). On a route the profile marks `mode: stream` the deadline covers the time to
+//! the first message only; after it the body runs for the profile's `stream_lifetime_ms`.
 //!
 //! # Example
 //!

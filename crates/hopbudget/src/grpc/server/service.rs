@@ -111,6 +111,7 @@ where
                 profile.grpc_status(),
             )));
         }
+        let stream = profile.is_stream(path);
         req.extensions_mut().insert(budget.clone());
         // Some services do work in `call` itself; give it the ambient budget too.
         let inner = budget.sync_scope(|| self.inner.call(req));
@@ -118,6 +119,7 @@ where
         ResponseFuture::running(
             budget.scope(inner),
             answer_at,
+            stream,
             Guard::new(budget, hop, shared.clone()),
         )
     }
