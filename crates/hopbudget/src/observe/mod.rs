@@ -28,6 +28,10 @@ use crate::status::Outcome;
 mod metrics_names;
 #[cfg(feature = "metrics")]
 pub use metrics_names::*;
+#[cfg(feature = "otlp")]
+pub mod otlp;
+#[cfg(feature = "prometheus")]
+pub mod prometheus;
 
 /// The protocol a hop speaks, for the span's `rpc.system` / `network.protocol.name`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,9 +53,22 @@ impl Protocol {
             Protocol::Queue => "queue",
         }
     }
+
+    /// The OpenTelemetry span kind of a hop over this protocol (`otel.kind`): a hop serves a
+    /// request (`server`) or consumes a message (`consumer`).
+    pub const fn span_kind(self) -> &'static str {
+        match self {
+            Protocol::Http | Protocol::Grpc => "server",
+            Protocol::Queue => "consumer",
+        }
+    }
 }
 
 /// Labels shared by every hop of one service and route.
+///
+/// Build one per route and clone it for each request: clones are cheap (three reference
+/// counts) and share the prepared metric keys, so a hop records its metrics without
+/// allocating label strings.
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct HopLabels {
@@ -62,6 +79,9 @@ pub struct HopLabels {
     pub route: Arc<str>,
     /// The protocol.
     pub protocol: Protocol,
+    low_budget: Duration,
+    #[cfg(feature = "metrics")]
+    keys: Arc<metrics_names::KeyCache>,
 }
 
 impl HopLabels {
@@ -71,13 +91,34 @@ impl HopLabels {
         route: impl Into<Arc<str>>,
         protocol: Protocol,
     ) -> Self {
+        let service = service.into();
+        let route = route.into();
         Self {
-            service: service.into(),
-            route: route.into(),
+            #[cfg(feature = "metrics")]
+            keys: Arc::new(metrics_names::KeyCache::new(&service, &route)),
+            service,
+            route,
             protocol,
+            low_budget: DEFAULT_LOW_BUDGET,
         }
     }
+
+    /// Count arrivals with less than `low_budget` left as low-budget arrivals
+    /// (`hopbudget_low_budget_arrivals_total`). Layers pass the profile's `low_budget_ms`;
+    /// the default is 50 ms.
+    pub fn with_low_budget(mut self, low_budget: Duration) -> Self {
+        self.low_budget = low_budget;
+        self
+    }
+
+    /// The low-budget threshold: arrivals with less than this left are counted as low.
+    pub fn low_budget(&self) -> Duration {
+        self.low_budget
+    }
 }
+
+/// The default low-budget threshold (the profile's `low_budget_ms` default).
+pub const DEFAULT_LOW_BUDGET: Duration = Duration::from_millis(50);
 
 /// One hop, from arrival to terminal status.
 ///
@@ -107,16 +148,18 @@ impl Hop {
     /// Open a hop for a request that arrived with `budget`: create its span and count the
     /// arrival (remaining budget, missing deadline, low budget).
     pub fn start(labels: &HopLabels, budget: &RequestBudget) -> Self {
-        let remaining_ms = budget.remaining().as_millis() as u64;
+        let remaining = budget.remaining();
+        let remaining_ms = span_ms(remaining);
         let source = budget.source();
         let span = tracing::info_span!(
             "hop",
             otel.name = %labels.route,
+            otel.kind = labels.protocol.span_kind(),
             service.name = %labels.service,
             hop.protocol = labels.protocol.as_str(),
             deadline.remaining_ms = remaining_ms,
             deadline.source = source.as_str(),
-            deadline.margin_ms = budget.policy().reserve().as_millis() as u64,
+            deadline.margin_ms = span_ms(budget.policy().reserve()),
             deadline.outcome = Empty,
             deadline.required_ms = Empty,
             deadline.overrun_ms = Empty,
@@ -125,7 +168,7 @@ impl Hop {
             tracing::debug!(parent: &span, "deadline received: none; using the edge total");
         }
         #[cfg(feature = "metrics")]
-        metrics_names::record_arrival(labels, remaining_ms, source);
+        metrics_names::record_arrival(labels, remaining, source);
         Self {
             span,
             labels: labels.clone(),
@@ -151,8 +194,7 @@ impl Hop {
     /// Record that the hop's work finished `overrun` after its deadline: work done for nobody.
     /// The hop's outcome stays what the caller saw (usually `expired`).
     pub fn late_work(&self, overrun: Duration) {
-        self.span
-            .record("deadline.overrun_ms", overrun.as_millis() as u64);
+        self.span.record("deadline.overrun_ms", span_ms(overrun));
         #[cfg(feature = "metrics")]
         metrics_names::record_late(&self.labels, overrun);
     }
@@ -164,8 +206,7 @@ impl Hop {
         self.finished = true;
         self.span.record("deadline.outcome", outcome.as_str());
         if let Some(required) = required {
-            self.span
-                .record("deadline.required_ms", required.as_millis() as u64);
+            self.span.record("deadline.required_ms", span_ms(required));
         }
         #[cfg(feature = "metrics")]
         metrics_names::record_end(&self.labels, outcome);
@@ -179,6 +220,12 @@ impl Drop for Hop {
             self.close(Outcome::Cancelled, None, None);
         }
     }
+}
+
+// Span fields are i64, not u64: tracing-opentelemetry turns u64 fields into strings, and
+// OTLP's `intValue` is signed anyway.
+fn span_ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
 /// Count a malformed deadline header (rule C9).
