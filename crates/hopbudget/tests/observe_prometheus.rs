@@ -107,6 +107,11 @@ fn drive_hops() {
         .with_low_budget(Duration::from_millis(250));
     Hop::start(&quote, &budget(120)).finish(Outcome::Completed);
 
+    // Public fields changed after construction: the hop reports under the new route.
+    let mut moved = tax.clone();
+    moved.route = "/moved".into();
+    Hop::start(&moved, &budget(300)).finish(Outcome::Completed);
+
     observe::queue_expired("billing", "invoices");
 }
 
@@ -250,6 +255,19 @@ async fn metrics_endpoint_exposes_every_hopbudget_metric() {
             &samples,
             "hopbudget_queue_expired_total",
             &[("service", "billing"), ("queue", "invoices")]
+        ),
+        Some(1.0)
+    );
+    let moved = [("service", "tax"), ("route", "/moved")];
+    assert_eq!(
+        value(&samples, "hopbudget_arrivals_total", &moved),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(
+            &samples,
+            "hopbudget_hops_total",
+            &[moved[0], moved[1], ("outcome", "completed")]
         ),
         Some(1.0)
     );

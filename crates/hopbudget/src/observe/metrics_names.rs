@@ -5,8 +5,8 @@
 //! whatever recorder is current, so a hop allocates nothing for its metrics, and with no
 //! recorder installed each update is a thread-local check and a no-op call.
 
-use std::borrow::Cow;
-use std::sync::{Arc, OnceLock};
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Duration;
 
 use metrics::{Key, Label, Level, Metadata, Unit};
@@ -108,8 +108,6 @@ static METADATA: Metadata<'static> = Metadata::new(
 /// Metric keys for one service and route, built on first use.
 #[derive(Debug)]
 pub(super) struct KeyCache {
-    // The label values the keys are built from; a `HopLabels` whose public fields were
-    // changed after construction no longer matches them and gets fresh keys.
     service: Arc<str>,
     route: Arc<str>,
     arrivals: OnceLock<Key>,
@@ -137,34 +135,84 @@ impl KeyCache {
             hops: [const { OnceLock::new() }; 4],
         }
     }
-}
 
-fn route_labels(labels: &HopLabels) -> Vec<Label> {
-    vec![
-        Label::new("service", labels.service.clone()),
-        Label::new("route", labels.route.clone()),
-    ]
-}
+    fn matches(&self, labels: &HopLabels) -> bool {
+        (Arc::ptr_eq(&self.service, &labels.service) || *self.service == *labels.service)
+            && (Arc::ptr_eq(&self.route, &labels.route) || *self.route == *labels.route)
+    }
 
-fn key<'a>(
-    labels: &'a HopLabels,
-    slot: impl FnOnce(&'a KeyCache) -> &'a OnceLock<Key>,
-    build: impl FnOnce() -> Key,
-) -> Cow<'a, Key> {
-    let cache = &*labels.keys;
-    if Arc::ptr_eq(&cache.service, &labels.service) && Arc::ptr_eq(&cache.route, &labels.route) {
-        Cow::Borrowed(slot(cache).get_or_init(build))
-    } else {
-        Cow::Owned(build())
+    /// The keys of `labels`' service and route: remembered in `labels` (and the clones made
+    /// after), else shared process-wide.
+    pub(super) fn of(labels: &HopLabels) -> Arc<KeyCache> {
+        match labels.keys.get() {
+            Some(keys) if keys.matches(labels) => keys.clone(),
+            // The public `service` or `route` changed after the keys were remembered.
+            Some(_) => shared(&labels.service, &labels.route),
+            None => {
+                let keys = shared(&labels.service, &labels.route);
+                // Another thread may have set it meanwhile, to the same shared keys.
+                let _ = labels.keys.set(keys.clone());
+                keys
+            }
+        }
+    }
+
+    fn labels(&self) -> Vec<Label> {
+        vec![
+            Label::new("service", self.service.clone()),
+            Label::new("route", self.route.clone()),
+        ]
+    }
+
+    fn route_key<'a>(&'a self, name: &'static str, slot: &'a OnceLock<Key>) -> &'a Key {
+        slot.get_or_init(|| Key::from_parts(name, self.labels()))
+    }
+
+    fn hops_key(&self, outcome: Outcome) -> &Key {
+        let slot = &self.hops[match outcome {
+            Outcome::Completed => 0,
+            Outcome::Refused => 1,
+            Outcome::Expired => 2,
+            Outcome::Cancelled => 3,
+        }];
+        slot.get_or_init(|| {
+            let mut labels = self.labels();
+            labels.push(Label::from_static_parts("outcome", outcome.as_str()));
+            Key::from_parts(HOPS_TOTAL, labels)
+        })
     }
 }
 
-fn route_key<'a>(
-    labels: &'a HopLabels,
-    name: &'static str,
-    slot: impl FnOnce(&'a KeyCache) -> &'a OnceLock<Key>,
-) -> Cow<'a, Key> {
-    key(labels, slot, || Key::from_parts(name, route_labels(labels)))
+/// Beyond this many service/route pairs, keys are built per `HopLabels` instead of shared, so
+/// a caller that puts raw paths in `route` cannot grow the table without bound.
+const MAX_SHARED: usize = 10_000;
+
+type Shared = HashMap<Arc<str>, HashMap<Arc<str>, Arc<KeyCache>>>;
+
+fn shared(service: &Arc<str>, route: &Arc<str>) -> Arc<KeyCache> {
+    static SHARED: OnceLock<RwLock<(Shared, usize)>> = OnceLock::new();
+    let table = SHARED.get_or_init(Default::default);
+    if let Ok(guard) = table.read() {
+        if let Some(keys) = guard.0.get(&**service).and_then(|r| r.get(&**route)) {
+            return keys.clone();
+        }
+    }
+    let fresh = || Arc::new(KeyCache::new(service, route));
+    let Ok(mut guard) = table.write() else {
+        return fresh();
+    };
+    let (map, len) = &mut *guard;
+    if let Some(keys) = map.get(&**service).and_then(|r| r.get(&**route)) {
+        return keys.clone();
+    }
+    let keys = fresh();
+    if *len < MAX_SHARED {
+        map.entry(service.clone())
+            .or_default()
+            .insert(route.clone(), keys.clone());
+        *len += 1;
+    }
+    keys
 }
 
 fn increment(key: &Key) {
@@ -175,62 +223,46 @@ fn observe(key: &Key, value: f64) {
     metrics::with_recorder(|r| r.register_histogram(key, &METADATA).record(value));
 }
 
-fn outcome_index(outcome: Outcome) -> usize {
-    match outcome {
-        Outcome::Completed => 0,
-        Outcome::Refused => 1,
-        Outcome::Expired => 2,
-        Outcome::Cancelled => 3,
-    }
-}
-
 fn millis(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
-pub(super) fn record_arrival(labels: &HopLabels, remaining: Duration, source: Source) {
-    increment(&route_key(labels, ARRIVALS_TOTAL, |c| &c.arrivals));
+pub(super) fn record_arrival(
+    keys: &KeyCache,
+    low_budget: Duration,
+    remaining: Duration,
+    source: Source,
+) {
+    increment(keys.route_key(ARRIVALS_TOTAL, &keys.arrivals));
     observe(
-        &route_key(labels, REMAINING_AT_ARRIVAL_MS, |c| &c.remaining),
+        keys.route_key(REMAINING_AT_ARRIVAL_MS, &keys.remaining),
         millis(remaining),
     );
     if source == Source::Fallback {
-        increment(&route_key(labels, DEADLINE_MISSING_TOTAL, |c| &c.missing));
+        increment(keys.route_key(DEADLINE_MISSING_TOTAL, &keys.missing));
     }
-    if remaining < labels.low_budget {
-        increment(&route_key(labels, LOW_BUDGET_ARRIVALS_TOTAL, |c| &c.low));
+    if remaining < low_budget {
+        increment(keys.route_key(LOW_BUDGET_ARRIVALS_TOTAL, &keys.low));
     }
 }
 
-pub(super) fn record_end(labels: &HopLabels, outcome: Outcome) {
+pub(super) fn record_end(keys: &KeyCache, outcome: Outcome) {
     if outcome == Outcome::Refused {
-        increment(&route_key(labels, REFUSED_BEFORE_WORK_TOTAL, |c| {
-            &c.refused
-        }));
+        increment(keys.route_key(REFUSED_BEFORE_WORK_TOTAL, &keys.refused));
     }
-    let i = outcome_index(outcome);
-    let hops = key(
-        labels,
-        |c| &c.hops[i],
-        || {
-            let mut l = route_labels(labels);
-            l.push(Label::from_static_parts("outcome", outcome.as_str()));
-            Key::from_parts(HOPS_TOTAL, l)
-        },
-    );
-    increment(&hops);
+    increment(keys.hops_key(outcome));
 }
 
-pub(super) fn record_late(labels: &HopLabels, overrun: Duration) {
-    increment(&route_key(labels, LATE_WORK_TOTAL, |c| &c.late));
+pub(super) fn record_late(keys: &KeyCache, overrun: Duration) {
+    increment(keys.route_key(LATE_WORK_TOTAL, &keys.late));
     observe(
-        &route_key(labels, LATE_WORK_OVERRUN_MS, |c| &c.overrun),
+        keys.route_key(LATE_WORK_OVERRUN_MS, &keys.overrun),
         millis(overrun),
     );
 }
 
 pub(super) fn record_malformed(labels: &HopLabels, header: &str) {
-    let mut l = route_labels(labels);
+    let mut l = KeyCache::of(labels).labels();
     l.push(Label::new("header", header.to_owned()));
     increment(&Key::from_parts(MALFORMED_HEADERS_TOTAL, l));
 }

@@ -66,9 +66,10 @@ impl Protocol {
 
 /// Labels shared by every hop of one service and route.
 ///
-/// Build one per route and clone it for each request: clones are cheap (three reference
-/// counts) and share the prepared metric keys, so a hop records its metrics without
-/// allocating label strings.
+/// Metric keys for a service and route are prepared once per process and shared, so a hop
+/// records its metrics without building label strings. Cheapest is to build one `HopLabels`
+/// per route and clone it for each request (two reference counts); building one per request
+/// costs two small allocations and a lookup of the shared keys.
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct HopLabels {
@@ -81,7 +82,7 @@ pub struct HopLabels {
     pub protocol: Protocol,
     low_budget: Duration,
     #[cfg(feature = "metrics")]
-    keys: Arc<metrics_names::KeyCache>,
+    keys: std::sync::OnceLock<Arc<metrics_names::KeyCache>>,
 }
 
 impl HopLabels {
@@ -95,7 +96,7 @@ impl HopLabels {
         let route = route.into();
         Self {
             #[cfg(feature = "metrics")]
-            keys: Arc::new(metrics_names::KeyCache::new(&service, &route)),
+            keys: std::sync::OnceLock::new(),
             service,
             route,
             protocol,
@@ -139,8 +140,10 @@ pub const DEFAULT_LOW_BUDGET: Duration = Duration::from_millis(50);
 #[derive(Debug)]
 pub struct Hop {
     span: Span,
-    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
-    labels: HopLabels,
+    // The metric keys of the hop's service and route; with the `metrics` feature off a hop
+    // keeps nothing of its labels.
+    #[cfg(feature = "metrics")]
+    keys: Arc<metrics_names::KeyCache>,
     finished: bool,
 }
 
@@ -148,7 +151,7 @@ impl Hop {
     /// Open a hop for a request that arrived with `budget`: create its span and count the
     /// arrival (remaining budget, missing deadline, low budget).
     pub fn start(labels: &HopLabels, budget: &RequestBudget) -> Self {
-        let remaining = budget.remaining();
+        let remaining = budget.at_arrival();
         let remaining_ms = span_ms(remaining);
         let source = budget.source();
         let span = tracing::info_span!(
@@ -168,10 +171,13 @@ impl Hop {
             tracing::debug!(parent: &span, "deadline received: none; using the edge total");
         }
         #[cfg(feature = "metrics")]
-        metrics_names::record_arrival(labels, remaining, source);
+        let keys = metrics_names::KeyCache::of(labels);
+        #[cfg(feature = "metrics")]
+        metrics_names::record_arrival(&keys, labels.low_budget, remaining, source);
         Self {
             span,
-            labels: labels.clone(),
+            #[cfg(feature = "metrics")]
+            keys,
             finished: false,
         }
     }
@@ -194,9 +200,12 @@ impl Hop {
     /// Record that the hop's work finished `overrun` after its deadline: work done for nobody.
     /// The hop's outcome stays what the caller saw (usually `expired`).
     pub fn late_work(&self, overrun: Duration) {
-        self.span.record("deadline.overrun_ms", span_ms(overrun));
+        // `Span::record` looks the field up by name even on a disabled span: skip it.
+        if !self.span.is_disabled() {
+            self.span.record("deadline.overrun_ms", span_ms(overrun));
+        }
         #[cfg(feature = "metrics")]
-        metrics_names::record_late(&self.labels, overrun);
+        metrics_names::record_late(&self.keys, overrun);
     }
 
     fn close(&mut self, outcome: Outcome, required: Option<Duration>, _overrun: Option<Duration>) {
@@ -204,12 +213,14 @@ impl Hop {
             return;
         }
         self.finished = true;
-        self.span.record("deadline.outcome", outcome.as_str());
-        if let Some(required) = required {
-            self.span.record("deadline.required_ms", span_ms(required));
+        if !self.span.is_disabled() {
+            self.span.record("deadline.outcome", outcome.as_str());
+            if let Some(required) = required {
+                self.span.record("deadline.required_ms", span_ms(required));
+            }
         }
         #[cfg(feature = "metrics")]
-        metrics_names::record_end(&self.labels, outcome);
+        metrics_names::record_end(&self.keys, outcome);
     }
 }
 
