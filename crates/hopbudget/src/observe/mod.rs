@@ -3,18 +3,26 @@
 //! Every server-side hop (HTTP, gRPC, queue consumer) opens a [`Hop`] when a request arrives
 //! and closes it with the terminal status. A `Hop` owns a `tracing` span carrying the
 //! `deadline.*` fields below and, with the `metrics` feature, updates the `hopbudget_*`
-//! metrics through the `metrics` facade. With no subscriber and no recorder installed both are
-//! close to free.
+//! metrics through the `metrics` facade ([`METRICS`] lists name, type and labels of each).
+//! With no subscriber and no recorder installed both are close to free: a hop records
+//! nothing on a disabled span and allocates nothing for its metrics.
 //!
 //! | when | span field | meaning |
 //! |---|---|---|
-//! | start | `deadline.remaining_ms` | budget left when the hop began |
+//! | start | `deadline.remaining_ms` | budget left when the request arrived |
 //! | start | `deadline.source` | the carrier it came from, or `fallback` (C8) |
 //! | start | `deadline.margin_ms` | hop margin + transit allowance this hop keeps back |
 //! | end | `deadline.outcome` | `completed`, `refused`, `expired` or `cancelled` |
 //! | end, refused | `deadline.required_ms` | what the hop needed |
 //! | end, late work | `deadline.overrun_ms` | how long after the deadline the work finished |
-
+//!
+//! The span also carries `otel.name` (the route), `otel.kind` (`server` or `consumer`),
+//! `service.name` and `hop.protocol`. Millisecond fields are `i64` so tracing-opentelemetry
+//! turns them into integer attributes under the same names.
+//!
+//! Exporters: [`prometheus`] (feature `prometheus`) builds a Prometheus recorder with
+//! hopbudget's histogram buckets and carries the recording rules; [`otlp`] (feature `otlp`)
+//! writes spans to a file as OTLP JSON.
 use std::sync::Arc;
 use std::time::Duration;
 
