@@ -61,6 +61,9 @@ pub mod codec;
 pub mod context;
 pub mod error;
 pub mod fan_out;
+#[cfg(feature = "http")]
+#[cfg_attr(docsrs, doc(cfg(feature = "http")))]
+pub mod http;
 pub mod observe;
 pub mod profile;
 pub mod retry;
