@@ -90,7 +90,7 @@ pub struct HopLabels {
     pub protocol: Protocol,
     low_budget: Duration,
     #[cfg(feature = "metrics")]
-    keys: std::sync::OnceLock<Arc<metrics_names::KeyCache>>,
+    keys: std::sync::OnceLock<metrics_names::Keys>,
 }
 
 impl HopLabels {
@@ -110,6 +110,25 @@ impl HopLabels {
             protocol,
             low_budget: DEFAULT_LOW_BUDGET,
         }
+    }
+
+    /// Labels for `service` and a `route` known only as a borrowed string per request (a
+    /// matched path): with the `metrics` feature, a route seen before reuses the labels and
+    /// metric keys already built for it instead of allocating. Same result as [`new`](Self::new).
+    pub fn for_route(service: &Arc<str>, route: &str, protocol: Protocol) -> Self {
+        #[cfg(feature = "metrics")]
+        {
+            let keys = metrics_names::KeyCache::lookup(service, route);
+            Self {
+                service: keys.service().clone(),
+                route: keys.route().clone(),
+                protocol,
+                low_budget: DEFAULT_LOW_BUDGET,
+                keys: std::sync::OnceLock::from(keys),
+            }
+        }
+        #[cfg(not(feature = "metrics"))]
+        Self::new(service.clone(), route, protocol)
     }
 
     /// Count arrivals with less than `low_budget` left as low-budget arrivals
@@ -151,7 +170,7 @@ pub struct Hop {
     // The metric keys of the hop's service and route; with the `metrics` feature off a hop
     // keeps nothing of its labels.
     #[cfg(feature = "metrics")]
-    keys: Arc<metrics_names::KeyCache>,
+    keys: metrics_names::Keys,
     finished: bool,
 }
 
