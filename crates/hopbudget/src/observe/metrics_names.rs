@@ -367,3 +367,43 @@ pub(super) fn record_queue_expired(service: &str, queue: &str) {
         ],
     ));
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::observe::Protocol;
+
+    #[test]
+    fn keys_are_shared_until_the_table_is_full_then_owned() {
+        let service: Arc<str> = "cap-test".into();
+        let first = KeyCache::lookup(&service, "/r/0");
+        let again = KeyCache::lookup(&service, &String::from("/r/0"));
+        match (&first, &again) {
+            (Keys::Shared(a), Keys::Shared(b)) => assert!(std::ptr::eq(*a, *b)),
+            other => panic!("expected shared keys, got {other:?}"),
+        }
+        // Fill the table: a caller putting raw paths in `route` stops being shared.
+        let mut owned = 0;
+        for i in 1..=MAX_SHARED + 5 {
+            if let Keys::Owned(_) = KeyCache::lookup(&service, &format!("/r/{i}")) {
+                owned += 1;
+            }
+        }
+        assert!(owned >= 5, "{owned}");
+        // A pair already shared stays shared.
+        assert!(matches!(
+            KeyCache::lookup(&service, "/r/0"),
+            Keys::Shared(_)
+        ));
+    }
+
+    #[test]
+    fn changed_public_fields_get_their_own_keys() {
+        let labels = HopLabels::for_route(&"svc".into(), "/a", Protocol::Http);
+        assert_eq!(&*KeyCache::of(&labels).route, "/a");
+        let mut moved = labels.clone();
+        moved.route = "/b".into();
+        assert_eq!(&*KeyCache::of(&moved).route, "/b");
+        assert_eq!(&*KeyCache::of(&labels).route, "/a");
+    }
+}
