@@ -75,9 +75,10 @@ impl Protocol {
 /// Labels shared by every hop of one service and route.
 ///
 /// Metric keys for a service and route are prepared once per process and shared, so a hop
-/// records its metrics without building label strings. Cheapest is to build one `HopLabels`
-/// per route and clone it for each request (two reference counts); building one per request
-/// costs two small allocations and a lookup of the shared keys.
+/// records its metrics without building label strings (a thread-local lookup finds them).
+/// Build one `HopLabels` per route and clone it for each request, or, when the route is a
+/// borrowed per-request string such as a matched path, use [`for_route`](Self::for_route),
+/// which reuses the strings of a route seen before.
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct HopLabels {
