@@ -1,6 +1,15 @@
 //! Metric names and their recording, through the `metrics` facade.
+//!
+//! Every name, type and label is listed in the README's "Observability" section. Keys for a
+//! service and route are built once per [`HopLabels`] (shared by its clones) and handed to
+//! whatever recorder is current, so a hop allocates nothing for its metrics, and with no
+//! recorder installed each update is a thread-local check and a no-op call.
 
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Duration;
+
+use metrics::{Key, Label, Level, Metadata, Recorder, Unit};
 
 use super::HopLabels;
 use crate::context::Source;
@@ -27,58 +36,391 @@ pub const LATE_WORK_OVERRUN_MS: &str = "hopbudget_late_work_overrun_ms";
 /// Counter: queue messages dropped as expired. Labels: `service`, `queue`.
 pub const QUEUE_EXPIRED_TOTAL: &str = "hopbudget_queue_expired_total";
 
-/// Below this many ms an arrival counts as low-budget. The profile's `low_budget_ms` sets it
-/// per layer; this is the default.
-pub(crate) const LOW_BUDGET_MS: u64 = 50;
+/// Every metric hopbudget records: name, Prometheus type, labels.
+pub const METRICS: [(&str, &str, &[&str]); 10] = [
+    (HOPS_TOTAL, "counter", &["service", "route", "outcome"]),
+    (REFUSED_BEFORE_WORK_TOTAL, "counter", &["service", "route"]),
+    (DEADLINE_MISSING_TOTAL, "counter", &["service", "route"]),
+    (
+        MALFORMED_HEADERS_TOTAL,
+        "counter",
+        &["service", "route", "header"],
+    ),
+    (REMAINING_AT_ARRIVAL_MS, "histogram", &["service", "route"]),
+    (ARRIVALS_TOTAL, "counter", &["service", "route"]),
+    (LOW_BUDGET_ARRIVALS_TOTAL, "counter", &["service", "route"]),
+    (LATE_WORK_TOTAL, "counter", &["service", "route"]),
+    (LATE_WORK_OVERRUN_MS, "histogram", &["service", "route"]),
+    (QUEUE_EXPIRED_TOTAL, "counter", &["service", "queue"]),
+];
 
-pub(super) fn record_arrival(labels: &HopLabels, remaining_ms: u64, source: Source) {
-    let service = labels.service.to_string();
-    let route = labels.route.to_string();
-    metrics::counter!(ARRIVALS_TOTAL, "service" => service.clone(), "route" => route.clone())
-        .increment(1);
-    metrics::histogram!(REMAINING_AT_ARRIVAL_MS, "service" => service.clone(), "route" => route.clone())
-        .record(remaining_ms as f64);
-    if source == Source::Fallback {
-        metrics::counter!(DEADLINE_MISSING_TOTAL, "service" => service.clone(), "route" => route.clone())
-            .increment(1);
-    }
-    if remaining_ms < LOW_BUDGET_MS {
-        metrics::counter!(LOW_BUDGET_ARRIVALS_TOTAL, "service" => service, "route" => route)
-            .increment(1);
+/// Give the current recorder a description and unit for every hopbudget metric, so an
+/// exporter can print `# HELP` lines. Call it once after installing the recorder.
+pub fn describe_metrics() {
+    use metrics::{describe_counter, describe_histogram};
+    describe_counter!(
+        HOPS_TOTAL,
+        "Hops by terminal status (completed, refused, expired, cancelled)."
+    );
+    describe_counter!(
+        REFUSED_BEFORE_WORK_TOTAL,
+        "Requests refused before any work because the budget was below what the route needs."
+    );
+    describe_counter!(
+        DEADLINE_MISSING_TOTAL,
+        "Requests that arrived with no deadline and were given the edge total."
+    );
+    describe_counter!(
+        MALFORMED_HEADERS_TOTAL,
+        "Malformed deadline headers, by header."
+    );
+    describe_histogram!(
+        REMAINING_AT_ARRIVAL_MS,
+        Unit::Milliseconds,
+        "Budget left when a request arrived, in milliseconds."
+    );
+    describe_counter!(ARRIVALS_TOTAL, "Requests that arrived at a hop.");
+    describe_counter!(
+        LOW_BUDGET_ARRIVALS_TOTAL,
+        "Requests that arrived with less than the profile's low_budget_ms left."
+    );
+    describe_counter!(
+        LATE_WORK_TOTAL,
+        "Work that finished after its deadline: done for nobody."
+    );
+    describe_histogram!(
+        LATE_WORK_OVERRUN_MS,
+        Unit::Milliseconds,
+        "How long after its deadline late work finished, in milliseconds."
+    );
+    describe_counter!(
+        QUEUE_EXPIRED_TOTAL,
+        "Queue messages dropped because their deadline had passed."
+    );
+}
+
+static METADATA: Metadata<'static> = Metadata::new(
+    "hopbudget::observe",
+    Level::INFO,
+    Some("hopbudget::observe"),
+);
+
+/// The keys of one service and route: shared for the life of the process (the common case:
+/// no reference counting per hop), or owned once the shared table is full.
+#[derive(Clone, Debug)]
+pub(super) enum Keys {
+    Shared(&'static KeyCache),
+    Owned(Arc<KeyCache>),
+}
+
+impl std::ops::Deref for Keys {
+    type Target = KeyCache;
+
+    fn deref(&self) -> &KeyCache {
+        match self {
+            Keys::Shared(k) => k,
+            Keys::Owned(k) => k,
+        }
     }
 }
 
-pub(super) fn record_end(labels: &HopLabels, outcome: Outcome) {
-    let service = labels.service.to_string();
-    let route = labels.route.to_string();
-    if outcome == Outcome::Refused {
-        metrics::counter!(REFUSED_BEFORE_WORK_TOTAL, "service" => service.clone(), "route" => route.clone())
-            .increment(1);
-    }
-    metrics::counter!(HOPS_TOTAL, "service" => service, "route" => route, "outcome" => outcome.as_str())
-        .increment(1);
+/// Metric keys for one service and route, built on first use.
+#[derive(Debug)]
+pub(super) struct KeyCache {
+    service: Arc<str>,
+    route: Arc<str>,
+    arrivals: OnceLock<Key>,
+    remaining: OnceLock<Key>,
+    missing: OnceLock<Key>,
+    low: OnceLock<Key>,
+    refused: OnceLock<Key>,
+    late: OnceLock<Key>,
+    overrun: OnceLock<Key>,
+    hops: [OnceLock<Key>; 4],
 }
 
-pub(super) fn record_late(labels: &HopLabels, overrun: Duration) {
-    let service = labels.service.to_string();
-    let route = labels.route.to_string();
-    metrics::counter!(LATE_WORK_TOTAL, "service" => service.clone(), "route" => route.clone())
-        .increment(1);
-    metrics::histogram!(LATE_WORK_OVERRUN_MS, "service" => service, "route" => route)
-        .record(overrun.as_secs_f64() * 1000.0);
+impl KeyCache {
+    pub(super) fn new(service: &Arc<str>, route: &Arc<str>) -> Self {
+        Self {
+            service: service.clone(),
+            route: route.clone(),
+            arrivals: OnceLock::new(),
+            remaining: OnceLock::new(),
+            missing: OnceLock::new(),
+            low: OnceLock::new(),
+            refused: OnceLock::new(),
+            late: OnceLock::new(),
+            overrun: OnceLock::new(),
+            hops: [const { OnceLock::new() }; 4],
+        }
+    }
+
+    pub(super) fn service(&self) -> &Arc<str> {
+        &self.service
+    }
+
+    pub(super) fn route(&self) -> &Arc<str> {
+        &self.route
+    }
+
+    /// The shared keys of `service` and `route`, allocating only for a pair not seen before.
+    pub(super) fn lookup(service: &Arc<str>, route: &str) -> Keys {
+        shared(service, Route::Borrowed(route))
+    }
+
+    fn matches(&self, labels: &HopLabels) -> bool {
+        (Arc::ptr_eq(&self.service, &labels.service) || *self.service == *labels.service)
+            && (Arc::ptr_eq(&self.route, &labels.route) || *self.route == *labels.route)
+    }
+
+    /// The keys of `labels`' service and route: the ones `labels` was built with
+    /// ([`HopLabels::for_route`]), else the process-wide shared ones.
+    pub(super) fn of(labels: &HopLabels) -> Keys {
+        match labels.keys.get() {
+            Some(keys) if keys.matches(labels) => keys.clone(),
+            // The public `service` or `route` changed after the keys were remembered.
+            Some(_) => shared(&labels.service, Route::Owned(&labels.route)),
+            // Not remembered in `labels`: layers build labels per request, where setting the
+            // `OnceLock` (an atomic compare-and-swap) would cost more than it saves.
+            None => shared(&labels.service, Route::Owned(&labels.route)),
+        }
+    }
+
+    fn labels(&self) -> Vec<Label> {
+        vec![
+            Label::new("service", self.service.clone()),
+            Label::new("route", self.route.clone()),
+        ]
+    }
+
+    fn route_key<'a>(&'a self, name: &'static str, slot: &'a OnceLock<Key>) -> &'a Key {
+        slot.get_or_init(|| Key::from_parts(name, self.labels()))
+    }
+
+    fn hops_key(&self, outcome: Outcome) -> &Key {
+        let slot = &self.hops[match outcome {
+            Outcome::Completed => 0,
+            Outcome::Refused => 1,
+            Outcome::Expired => 2,
+            Outcome::Cancelled => 3,
+        }];
+        slot.get_or_init(|| {
+            let mut labels = self.labels();
+            labels.push(Label::from_static_parts("outcome", outcome.as_str()));
+            Key::from_parts(HOPS_TOTAL, labels)
+        })
+    }
+}
+
+/// Beyond this many service/route pairs, keys are built per `HopLabels` instead of shared, so
+/// a caller that puts raw paths in `route` cannot grow the table without bound.
+const MAX_SHARED: usize = 10_000;
+
+/// How many service/route pairs each thread remembers in front of the shared table, which
+/// costs a lock and two hashes per lookup.
+const THREAD_CACHE: usize = 16;
+
+/// A route to look up: owned when the caller already has an `Arc`, borrowed otherwise (an
+/// `Arc` is made only when a new entry needs one).
+#[derive(Clone, Copy)]
+enum Route<'a> {
+    Owned(&'a Arc<str>),
+    Borrowed(&'a str),
+}
+
+impl Route<'_> {
+    fn as_str(&self) -> &str {
+        match self {
+            Route::Owned(r) => r,
+            Route::Borrowed(r) => r,
+        }
+    }
+
+    fn to_arc(self) -> Arc<str> {
+        match self {
+            Route::Owned(r) => r.clone(),
+            Route::Borrowed(r) => Arc::from(r),
+        }
+    }
+}
+
+fn shared(service: &Arc<str>, route: Route<'_>) -> Keys {
+    thread_local! {
+        static RECENT: std::cell::RefCell<Vec<&'static KeyCache>> =
+            const { std::cell::RefCell::new(Vec::new()) };
+    }
+    let hit = RECENT.try_with(|recent| {
+        let recent = recent.try_borrow().ok()?;
+        recent
+            .iter()
+            .find(|k| *k.route == *route.as_str() && *k.service == **service)
+            .copied()
+    });
+    if let Ok(Some(keys)) = hit {
+        return Keys::Shared(keys);
+    }
+    let keys = shared_table(service, route);
+    if let Keys::Shared(keys) = keys {
+        let _ = RECENT.try_with(|recent| {
+            if let Ok(mut recent) = recent.try_borrow_mut() {
+                if recent.len() == THREAD_CACHE {
+                    recent.remove(0);
+                }
+                recent.push(keys);
+            }
+        });
+    }
+    keys
+}
+
+type Shared = HashMap<Arc<str>, HashMap<Arc<str>, &'static KeyCache>>;
+
+fn shared_table(service: &Arc<str>, route: Route<'_>) -> Keys {
+    static SHARED: OnceLock<RwLock<(Shared, usize)>> = OnceLock::new();
+    let table = SHARED.get_or_init(Default::default);
+    let find = |map: &Shared| {
+        map.get(&**service)
+            .and_then(|r| r.get(route.as_str()))
+            .copied()
+    };
+    if let Some(keys) = table.read().ok().and_then(|g| find(&g.0)) {
+        return Keys::Shared(keys);
+    }
+    let route = route.to_arc();
+    let owned = || Keys::Owned(Arc::new(KeyCache::new(service, &route)));
+    let Ok(mut guard) = table.write() else {
+        return owned();
+    };
+    let (map, len) = &mut *guard;
+    if let Some(keys) = find(map) {
+        return Keys::Shared(keys);
+    }
+    if *len >= MAX_SHARED {
+        return owned();
+    }
+    // Leaked on purpose: an entry lives as long as the table, which lives as long as the
+    // process, and a `&'static` costs a hop no reference counting.
+    let keys: &'static KeyCache = Box::leak(Box::new(KeyCache::new(service, &route)));
+    map.entry(service.clone()).or_default().insert(route, keys);
+    *len += 1;
+    Keys::Shared(keys)
+}
+
+fn increment(r: &dyn Recorder, key: &Key) {
+    r.register_counter(key, &METADATA).increment(1);
+}
+
+fn observe(r: &dyn Recorder, key: &Key, value: f64) {
+    r.register_histogram(key, &METADATA).record(value);
+}
+
+fn millis(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+// One `with_recorder` per event, not per metric: each call is a thread-local and a global
+// lookup, which is most of the cost when no recorder is installed.
+pub(super) fn record_arrival(
+    keys: &KeyCache,
+    low_budget: Duration,
+    remaining: Duration,
+    source: Source,
+) {
+    metrics::with_recorder(|r| {
+        increment(r, keys.route_key(ARRIVALS_TOTAL, &keys.arrivals));
+        observe(
+            r,
+            keys.route_key(REMAINING_AT_ARRIVAL_MS, &keys.remaining),
+            millis(remaining),
+        );
+        if source == Source::Fallback {
+            increment(r, keys.route_key(DEADLINE_MISSING_TOTAL, &keys.missing));
+        }
+        if remaining < low_budget {
+            increment(r, keys.route_key(LOW_BUDGET_ARRIVALS_TOTAL, &keys.low));
+        }
+    });
+}
+
+pub(super) fn record_end(keys: &KeyCache, outcome: Outcome) {
+    metrics::with_recorder(|r| {
+        if outcome == Outcome::Refused {
+            increment(r, keys.route_key(REFUSED_BEFORE_WORK_TOTAL, &keys.refused));
+        }
+        increment(r, keys.hops_key(outcome));
+    });
+}
+
+pub(super) fn record_late(keys: &KeyCache, overrun: Duration) {
+    metrics::with_recorder(|r| {
+        increment(r, keys.route_key(LATE_WORK_TOTAL, &keys.late));
+        observe(
+            r,
+            keys.route_key(LATE_WORK_OVERRUN_MS, &keys.overrun),
+            millis(overrun),
+        );
+    });
 }
 
 pub(super) fn record_malformed(labels: &HopLabels, header: &str) {
-    metrics::counter!(
+    let key = Key::from_parts(
         MALFORMED_HEADERS_TOTAL,
-        "service" => labels.service.to_string(),
-        "route" => labels.route.to_string(),
-        "header" => header.to_owned()
-    )
-    .increment(1);
+        vec![
+            Label::new("service", labels.service.clone()),
+            Label::new("route", labels.route.clone()),
+            Label::new("header", header.to_owned()),
+        ],
+    );
+    metrics::with_recorder(|r| increment(r, &key));
 }
 
 pub(super) fn record_queue_expired(service: &str, queue: &str) {
-    metrics::counter!(QUEUE_EXPIRED_TOTAL, "service" => service.to_owned(), "queue" => queue.to_owned())
-        .increment(1);
+    let key = Key::from_parts(
+        QUEUE_EXPIRED_TOTAL,
+        vec![
+            Label::new("service", service.to_owned()),
+            Label::new("queue", queue.to_owned()),
+        ],
+    );
+    metrics::with_recorder(|r| increment(r, &key));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::observe::Protocol;
+
+    #[test]
+    fn keys_are_shared_until_the_table_is_full_then_owned() {
+        let service: Arc<str> = "cap-test".into();
+        let first = KeyCache::lookup(&service, "/r/0");
+        let again = KeyCache::lookup(&service, &String::from("/r/0"));
+        match (&first, &again) {
+            (Keys::Shared(a), Keys::Shared(b)) => assert!(std::ptr::eq(*a, *b)),
+            other => panic!("expected shared keys, got {other:?}"),
+        }
+        // Fill the table: a caller putting raw paths in `route` stops being shared.
+        let mut owned = 0;
+        for i in 1..=MAX_SHARED + 5 {
+            if let Keys::Owned(_) = KeyCache::lookup(&service, &format!("/r/{i}")) {
+                owned += 1;
+            }
+        }
+        assert!(owned >= 5, "{owned}");
+        // A pair already shared stays shared.
+        assert!(matches!(
+            KeyCache::lookup(&service, "/r/0"),
+            Keys::Shared(_)
+        ));
+    }
+
+    #[test]
+    fn changed_public_fields_get_their_own_keys() {
+        let labels = HopLabels::for_route(&"svc".into(), "/a", Protocol::Http);
+        assert_eq!(&*KeyCache::of(&labels).route, "/a");
+        let mut moved = labels.clone();
+        moved.route = "/b".into();
+        assert_eq!(&*KeyCache::of(&moved).route, "/b");
+        assert_eq!(&*KeyCache::of(&labels).route, "/a");
+    }
 }

@@ -67,7 +67,8 @@ where
         let shared = &self.shared;
         let profile = &shared.profile;
         let path = req.uri().path();
-        let labels = HopLabels::new(shared.service.clone(), path, Protocol::Grpc);
+        let labels = HopLabels::for_route(&shared.service, path, Protocol::Grpc)
+            .with_low_budget(profile.low_budget());
         let budget = match read_inbound(
             req.headers(),
             profile.inbound(),

@@ -83,7 +83,8 @@ where
         };
         let min_budget = rule.map_or(profile.policy().refuse_below, |r| r.min_budget);
         let stream = rule.is_some_and(|r| r.mode == crate::profile::RouteMode::Stream);
-        let labels = HopLabels::new(shared.service.clone(), route, Protocol::Http);
+        let labels = HopLabels::for_route(&shared.service, route, Protocol::Http)
+            .with_low_budget(profile.low_budget());
 
         let inbound = match read_inbound(
             req.headers(),
