@@ -9,7 +9,8 @@
 
 use std::time::Duration;
 
-use super::{InvalidValue, parse_digits, trim, write_decimal};
+pub use super::Decimal as Encoded;
+use super::{InvalidValue, parse_digits, trim};
 
 /// More digits than any plausible epoch-millisecond timestamp (13 today) but bounded.
 pub const MAX_DIGITS: u8 = 16;
@@ -30,40 +31,13 @@ pub fn decode(value: &[u8], now_unix_ms: u64) -> Result<Duration, InvalidValue> 
     Ok(Duration::from_millis(at.saturating_sub(now_unix_ms)))
 }
 
-/// Absolute epoch milliseconds on the stack.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Encoded {
-    buf: [u8; 20],
-    start: u8,
-}
-
-impl Encoded {
-    /// The digits as text.
-    pub fn as_str(&self) -> &str {
-        std::str::from_utf8(self.as_bytes()).unwrap_or("0")
-    }
-
-    /// The digits as bytes.
-    pub fn as_bytes(&self) -> &[u8] {
-        &self.buf[self.start as usize..]
-    }
-
-    /// As an HTTP header value.
-    pub fn to_header_value(&self) -> http::HeaderValue {
-        http::HeaderValue::from_bytes(self.as_bytes())
-            .unwrap_or_else(|_| http::HeaderValue::from_static("0"))
-    }
-}
-
 /// Encode "`budget` from now" as an absolute epoch-millisecond instant, rounded down.
 pub fn encode(budget: Duration, now_unix_ms: u64) -> Encoded {
     let ms = u64::try_from(budget.as_millis()).unwrap_or(u64::MAX);
     let at = now_unix_ms
         .saturating_add(ms)
         .min(10u64.pow(MAX_DIGITS as u32) - 1);
-    let mut buf = [0u8; 20];
-    let start = write_decimal(at, &mut buf) as u8;
-    Encoded { buf, start }
+    Encoded::new(at)
 }
 
 #[cfg(test)]

@@ -9,7 +9,8 @@
 
 use std::time::Duration;
 
-use super::{InvalidValue, parse_digits, trim, write_decimal};
+pub use super::Decimal as Encoded;
+use super::{InvalidValue, parse_digits, trim};
 
 /// Digit limit for hopbudget's own relative header: anything longer is not a budget.
 pub const MAX_DIGITS: u8 = 19;
@@ -41,37 +42,10 @@ pub fn decode_connect(value: &[u8]) -> Result<Duration, InvalidValue> {
     parse_digits(trim(value), CONNECT_MAX_DIGITS).map(Duration::from_millis)
 }
 
-/// Relative milliseconds on the stack, rounded down.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Encoded {
-    buf: [u8; 20],
-    start: u8,
-}
-
-impl Encoded {
-    /// The digits as text.
-    pub fn as_str(&self) -> &str {
-        std::str::from_utf8(self.as_bytes()).unwrap_or("0")
-    }
-
-    /// The digits as bytes.
-    pub fn as_bytes(&self) -> &[u8] {
-        &self.buf[self.start as usize..]
-    }
-
-    /// As an HTTP header value.
-    pub fn to_header_value(&self) -> http::HeaderValue {
-        http::HeaderValue::from_bytes(self.as_bytes())
-            .unwrap_or_else(|_| http::HeaderValue::from_static("0"))
-    }
-}
-
 /// Encode a budget as whole milliseconds, rounded down (rule C2).
 pub fn encode(budget: Duration) -> Encoded {
     let ms = u64::try_from(budget.as_millis()).unwrap_or(u64::MAX);
-    let mut buf = [0u8; 20];
-    let start = write_decimal(ms, &mut buf) as u8;
-    Encoded { buf, start }
+    Encoded::new(ms)
 }
 
 /// Encode for Connect: rounded down and capped at ten digits.

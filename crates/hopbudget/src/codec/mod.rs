@@ -187,17 +187,47 @@ pub(crate) fn trim(value: &[u8]) -> &[u8] {
     value.trim_ascii()
 }
 
-/// Write `n` in decimal into the end of `buf`, returning where the digits start.
-#[inline]
-pub(crate) fn write_decimal(mut n: u64, buf: &mut [u8; 20]) -> usize {
-    let mut i = buf.len();
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            return i;
+/// A decimal number encoded on the stack, ready to go into a header: what the millisecond and
+/// epoch encoders return.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Decimal {
+    buf: [u8; 20],
+    start: u8,
+}
+
+impl Decimal {
+    /// `n` in decimal; a `u64` never needs more than 20 digits.
+    pub fn new(mut n: u64) -> Self {
+        let mut buf = [0u8; 20];
+        let mut i = buf.len();
+        loop {
+            i -= 1;
+            buf[i] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                return Self {
+                    buf,
+                    start: i as u8,
+                };
+            }
         }
+    }
+
+    /// The digits as text.
+    pub fn as_str(&self) -> &str {
+        std::str::from_utf8(self.as_bytes()).unwrap_or("0")
+    }
+
+    /// The digits as bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.buf[self.start as usize..]
+    }
+
+    /// As an HTTP header value.
+    pub fn to_header_value(&self) -> http::HeaderValue {
+        // Only ASCII digits are ever written, which is always a valid header value.
+        http::HeaderValue::from_bytes(self.as_bytes())
+            .unwrap_or_else(|_| http::HeaderValue::from_static("0"))
     }
 }
 
@@ -219,11 +249,9 @@ mod tests {
     }
 
     #[test]
-    fn write_decimal_round_trips() {
+    fn decimal_round_trips() {
         for n in [0u64, 7, 10, 12_345, u64::MAX] {
-            let mut buf = [0u8; 20];
-            let start = write_decimal(n, &mut buf);
-            assert_eq!(std::str::from_utf8(&buf[start..]).unwrap(), n.to_string());
+            assert_eq!(Decimal::new(n).as_str(), n.to_string());
         }
     }
 }
