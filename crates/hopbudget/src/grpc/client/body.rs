@@ -16,11 +16,8 @@ pub(super) fn relabel_late_cancel(headers: &mut http::HeaderMap, watch: &Watch) 
         return;
     }
     let code = watch.profile.grpc_status().expired.as_i32();
-    let mut buf = [0u8; 20];
-    let start = crate::codec::write_decimal(u64::try_from(code).unwrap_or(4), &mut buf);
-    if let Ok(v) = HeaderValue::from_bytes(&buf[start..]) {
-        headers.insert("grpc-status", v);
-    }
+    let code = crate::codec::Decimal::new(u64::try_from(code).unwrap_or(4));
+    headers.insert("grpc-status", code.to_header_value());
     headers.insert(
         "grpc-message",
         HeaderValue::from_static(
