@@ -64,11 +64,9 @@ fn tonic_code(code: GrpcCode) -> tonic::Code {
 }
 
 fn ms_metadata(d: Duration) -> tonic::metadata::AsciiMetadataValue {
-    let mut buf = [0u8; 20];
-    let start =
-        crate::codec::write_decimal(u64::try_from(d.as_millis()).unwrap_or(u64::MAX), &mut buf);
+    let ms = crate::codec::millis::encode(d);
     // Decimal digits are always valid ASCII metadata.
-    tonic::metadata::AsciiMetadataValue::try_from(&buf[start..])
+    tonic::metadata::AsciiMetadataValue::try_from(ms.as_bytes())
         .unwrap_or_else(|_| tonic::metadata::AsciiMetadataValue::from_static("0"))
 }
 
