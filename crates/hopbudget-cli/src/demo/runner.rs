@@ -20,7 +20,7 @@ use super::collector::Collector;
 use super::services::{self, Node, REQUEST_ID};
 use super::topology::Topology;
 use super::wiring::Mode;
-use hopbudget::codec;
+use hopbudget::{HopPolicy, RequestBudget, codec};
 
 /// What one run needs.
 #[derive(Clone, Debug)]
@@ -136,14 +136,17 @@ async fn run_async(topo: &Topology, spec: &RunSpec) -> Result<RunData, String> {
             (client.clone(), url.clone(), collector.clone(), bar.clone());
         let mode = spec.mode;
         tasks.push(tokio::spawn(async move {
+            collector.client_start(id, Instant::now());
             let mut req = client.post(&url).header(REQUEST_ID, id);
             if mode == Mode::Propagated {
+                // The client is the first hop: it forwards its budget less its own margin
+                // and the transit allowance (C2), like every other hop.
+                let own = RequestBudget::local(budget, HopPolicy::DEFAULT);
                 req = req.header(
                     codec::REQUEST_TIMEOUT_MS,
-                    codec::millis::encode(budget).to_header_value(),
+                    codec::millis::encode(own.forward()).to_header_value(),
                 );
             }
-            collector.client_start(id, Instant::now());
             match tokio::time::timeout(give_up, req.send()).await {
                 Err(_) => collector.client_end(id, false, true, false),
                 Ok(Err(_)) => collector.client_end(id, false, false, false),

@@ -543,7 +543,7 @@ mod tests {
     fn every_problem_is_named_with_its_field() {
         let text = CHECKOUT_YAML
             .replace("p50_ms: 180, p99_ms: 240", "p50_ms: 180, p99_ms: 100")
-            .replace("concurrency: 6", "concurrency: 0")
+            .replace("concurrency: 6\n", "concurrency: 0\n")
             .replace("- service: tax-calc", "- service: tax-calculator");
         let err = Topology::from_yaml(&text, "t.yaml").unwrap_err();
         let shown = err.to_string();
@@ -574,7 +574,7 @@ mod tests {
 
     #[test]
     fn structural_errors_name_the_path() {
-        let text = CHECKOUT_YAML.replace("concurrency: 6", "concurrency: six");
+        let text = CHECKOUT_YAML.replace("concurrency: 6\n", "concurrency: six\n");
         let err = Topology::from_yaml(&text, "t.yaml").unwrap_err();
         assert_eq!(err.issues[0].field, "services[7].concurrency", "{err}");
         let text = CHECKOUT_YAML.replace("seed: 827", "seed: 827\n  sed: 1");
