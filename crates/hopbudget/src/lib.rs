@@ -61,6 +61,12 @@ pub mod codec;
 pub mod context;
 pub mod error;
 pub mod fan_out;
+#[cfg(feature = "grpc")]
+#[cfg_attr(docsrs, doc(cfg(feature = "grpc")))]
+pub mod grpc;
+#[cfg(feature = "http")]
+#[cfg_attr(docsrs, doc(cfg(feature = "http")))]
+pub mod http;
 pub mod observe;
 pub mod profile;
 pub mod retry;

@@ -1,0 +1,171 @@
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use http::Response;
+use pin_project_lite::pin_project;
+use tokio::time::Sleep;
+use tokio_util::sync::WaitForCancellationFutureOwned;
+use tower::BoxError;
+
+use super::ResponseBody;
+use crate::budget::Deadline;
+use crate::context::RequestBudget;
+use crate::error::{BudgetError, EndCause};
+use crate::grpc::{budget_status, status_parts};
+use crate::profile::Profile;
+
+pin_project! {
+    /// Response future of [`GrpcClient`](super::GrpcClient).
+    pub struct ResponseFuture<F> {
+        #[pin]
+        state: State<F>,
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State<F> {
+        Waiting {
+            #[pin]
+            inner: F,
+            #[pin]
+            sleep: Sleep,
+            #[pin]
+            cancelled: WaitForCancellationFutureOwned,
+            watch: Watch,
+        },
+        Answer {
+            parts: Option<http::response::Parts>,
+        },
+    }
+}
+
+/// What the response needs to tell a late CANCELLED from a real one.
+#[derive(Clone, Debug)]
+pub(super) struct Watch {
+    pub(super) budget: RequestBudget,
+    /// The instant the downstream was told (its `grpc-timeout`, on our clock).
+    pub(super) call_deadline: Deadline,
+    pub(super) profile: Arc<Profile>,
+}
+
+impl Watch {
+    /// Whether a CANCELLED seen now is really the deadline: the downstream's time (or ours)
+    /// had run out when it arrived, as grpc-java and grpc-dotnet decide it.
+    pub(super) fn is_past_deadline(&self) -> bool {
+        self.call_deadline.is_expired() || self.budget.end_cause() == Some(EndCause::Expired)
+    }
+
+    fn answer(&self, err: BudgetError) -> http::response::Parts {
+        status_parts(budget_status(&err, self.profile.grpc_status()))
+    }
+}
+
+impl<F> std::fmt::Debug for ResponseFuture<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResponseFuture").finish_non_exhaustive()
+    }
+}
+
+impl<F> ResponseFuture<F> {
+    pub(super) fn answer(parts: http::response::Parts) -> Self {
+        Self {
+            state: State::Answer { parts: Some(parts) },
+        }
+    }
+
+    pub(super) fn waiting(
+        inner: F,
+        wait_until: Deadline,
+        cancelled: WaitForCancellationFutureOwned,
+        budget: RequestBudget,
+        call_deadline: Deadline,
+        profile: Arc<Profile>,
+    ) -> Self {
+        Self {
+            state: State::Waiting {
+                inner,
+                sleep: tokio::time::sleep_until(wait_until.instant()),
+                cancelled,
+                watch: Watch {
+                    budget,
+                    call_deadline,
+                    profile,
+                },
+            },
+        }
+    }
+}
+
+/// Whether an error is tonic's own client timer (it fires at the `grpc-timeout` we stamped,
+/// and tonic would call it CANCELLED).
+fn is_tonic_timeout(err: &BoxError) -> bool {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(err.as_ref());
+    while let Some(e) = cur {
+        if e.is::<tonic::TimeoutExpired>() {
+            return true;
+        }
+        cur = e.source();
+    }
+    false
+}
+
+impl<F, B, E> Future for ResponseFuture<F>
+where
+    F: Future<Output = Result<Response<B>, E>>,
+    E: Into<BoxError>,
+{
+    type Output = Result<Response<ResponseBody<B>>, BoxError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let parts = match self.as_mut().project().state.project() {
+            StateProj::Answer { parts } => parts.take(),
+            StateProj::Waiting {
+                inner,
+                sleep,
+                cancelled,
+                watch,
+            } => {
+                let parts = if let Poll::Ready(result) = inner.poll(cx) {
+                    match result {
+                        Ok(mut response) => {
+                            super::body::relabel_late_cancel(response.headers_mut(), watch);
+                            let watch = watch.clone();
+                            return Poll::Ready(Ok(
+                                response.map(|body| ResponseBody::new(body, watch))
+                            ));
+                        }
+                        Err(err) => {
+                            let err = err.into();
+                            if !(is_tonic_timeout(&err) || watch.is_past_deadline()) {
+                                return Poll::Ready(Err(err));
+                            }
+                            watch.answer(BudgetError::Expired)
+                        }
+                    }
+                } else if cancelled.poll(cx).is_ready() {
+                    // The parent budget ended: stop waiting, which resets the stream so the
+                    // downstream cancels its own tree (C5, C7).
+                    let cause = watch.budget.end_cause().unwrap_or(EndCause::Cancelled);
+                    watch.answer(cause.into())
+                } else if sleep.poll(cx).is_ready() {
+                    watch.answer(BudgetError::Expired)
+                } else {
+                    return Poll::Pending;
+                };
+                // Drop the call now: dropping it is what resets the HTTP/2 stream.
+                self.as_mut()
+                    .project()
+                    .state
+                    .set(State::Answer { parts: None });
+                Some(parts)
+            }
+        };
+        match parts {
+            Some(parts) => Poll::Ready(Ok(Response::from_parts(parts, ResponseBody::empty()))),
+            None => Poll::Pending,
+        }
+    }
+}

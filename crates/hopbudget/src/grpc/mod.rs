@@ -1,0 +1,180 @@
+//! gRPC hops with tonic: a server layer that reads the inbound budget and a client layer that
+//! forwards it, so every tonic call carries one shrinking budget (rules C2-C5, C9, C11).
+//!
+//! tonic on its own reads `grpc-timeout` only to time out its own wait, reports that timeout
+//! as CANCELLED, and never forwards the budget to outgoing calls. The two layers here close
+//! those gaps:
+//!
+//! - [`server::GrpcServerLayer`] for `tonic::transport::Server::builder().layer(..)`: reads
+//!   `grpc-timeout` and the other carriers the profile enables, refuses below the route's
+//!   minimum before the handler runs, installs the [`RequestBudget`](crate::RequestBudget) in
+//!   the request extensions and the task-local scope, answers DEADLINE_EXCEEDED on expiry, and
+//!   cancels the request's tree when the client resets the stream.
+//! - [`client::GrpcClientLayer`] around a `tonic::transport::Channel` (or any tower gRPC
+//!   service): stamps `grpc-timeout` from the current budget on every call, refuses locally
+//!   without sending a byte, bounds the wait, and reports a CANCELLED that arrives after the
+//!   deadline as DEADLINE_EXCEEDED.
+//!
+//! ## Status spelling
+//!
+//! Every status these layers produce is a trailers-only gRPC response (HTTP 200 with
+//! `grpc-status` and `grpc-message` in the headers), built with `tonic::Status::into_http`,
+//! with the codes of the profile's [`GrpcStatusMap`]. Each also carries the
+//! [`REFUSED_METADATA`](crate::status::REFUSED_METADATA) entry `x-deadline-outcome`
+//! (`refused`, `expired` or `cancelled`); a refusal adds `x-deadline-required-ms` and
+//! `x-deadline-remaining-ms`. [`outcome`] and [`refusal`] read them back from a
+//! `tonic::Status`.
+//!
+//! ## Interop: the `grpc-timeout` edge cases
+//!
+//! Parsing and encoding follow the gRPC over HTTP/2 protocol spec, so grpc-go, grpc-java and
+//! grpcio peers interoperate. The exact behaviour is decided once in
+//! [`codec::grpc_timeout`](crate::codec::grpc_timeout) and holds end to end
+//! (`tests/grpc_interop.rs` sends each case to a real tonic server):
+//!
+//! | inbound `grpc-timeout` | server layer answers |
+//! |---|---|
+//! | `0n`, `0m`, `0S`, ... | a zero budget is already expired (C9): DEADLINE_EXCEEDED, handler not entered |
+//! | more than 8 digits (`123456789m`) | INVALID_ARGUMENT, "malformed deadline header \`grpc-timeout\`: more than 8 digits" |
+//! | unknown or wrong-case unit (`10s`, `10x`) | INVALID_ARGUMENT naming the header and the unit |
+//! | hours that overflow any clock (`99999999H`) | decoded exactly, then clamped to the profile maximum (`max_ms`) |
+//!
+//! Outbound, the client layer encodes the forward budget in the most precise unit that fits
+//! in 8 digits, rounding down (C2), and replaces any `grpc-timeout` already on the request.
+//!
+//! ## Shims (C11)
+//!
+//! Both sides use the task-local budget, so an HTTP handler calling a gRPC downstream, or a
+//! gRPC handler calling an HTTP downstream, needs no code beyond the call itself: the server
+//! layer of one protocol installs the budget, the client layer of the other reads it.
+
+pub mod client;
+pub mod server;
+
+use std::time::Duration;
+
+use crate::error::{BudgetError, Refused};
+use crate::status::{
+    GrpcCode, GrpcStatusMap, Outcome, REFUSED_METADATA, REMAINING_MS_HEADER, REQUIRED_MS_HEADER,
+};
+
+/// The tonic code for a profile's [`GrpcCode`].
+fn tonic_code(code: GrpcCode) -> tonic::Code {
+    tonic::Code::from_i32(code.as_i32())
+}
+
+fn ms_metadata(d: Duration) -> tonic::metadata::AsciiMetadataValue {
+    let mut buf = [0u8; 20];
+    let start =
+        crate::codec::write_decimal(u64::try_from(d.as_millis()).unwrap_or(u64::MAX), &mut buf);
+    // Decimal digits are always valid ASCII metadata.
+    tonic::metadata::AsciiMetadataValue::try_from(&buf[start..])
+        .unwrap_or_else(|_| tonic::metadata::AsciiMetadataValue::from_static("0"))
+}
+
+/// A `tonic::Status` for a budget outcome, spelled with `map` and marked with
+/// `x-deadline-outcome` (and, for a refusal, the required and remaining milliseconds).
+///
+/// ```
+/// use std::time::Duration;
+/// use hopbudget::{BudgetError, Outcome, Refused, status::GrpcStatusMap};
+///
+/// let refused = BudgetError::Refused(Refused::new(Duration::from_millis(200), Duration::from_millis(120)));
+/// let status = hopbudget::grpc::budget_status(&refused, &GrpcStatusMap::default());
+/// assert_eq!(status.code(), tonic::Code::DeadlineExceeded);
+/// assert_eq!(hopbudget::grpc::outcome(&status), Some(Outcome::Refused));
+/// assert_eq!(hopbudget::grpc::refusal(&status).unwrap().required(), Duration::from_millis(200));
+/// ```
+pub fn budget_status(err: &BudgetError, map: &GrpcStatusMap) -> tonic::Status {
+    let outcome = err.outcome();
+    let code = map
+        .for_outcome(outcome)
+        .unwrap_or(GrpcCode::DeadlineExceeded);
+    let mut status = tonic::Status::new(tonic_code(code), err.to_string());
+    mark(&mut status, outcome, err_refused(err));
+    status
+}
+
+fn err_refused(err: &BudgetError) -> Option<Refused> {
+    match err {
+        BudgetError::Refused(r) => Some(*r),
+        _ => None,
+    }
+}
+
+fn mark(status: &mut tonic::Status, outcome: Outcome, refused: Option<Refused>) {
+    let md = status.metadata_mut();
+    md.insert(
+        REFUSED_METADATA,
+        tonic::metadata::AsciiMetadataValue::from_static(outcome.as_str()),
+    );
+    if let Some(r) = refused {
+        md.insert(REQUIRED_MS_HEADER, ms_metadata(r.required()));
+        md.insert(REMAINING_MS_HEADER, ms_metadata(r.remaining()));
+    }
+}
+
+impl From<BudgetError> for tonic::Status {
+    /// The default spelling (DEADLINE_EXCEEDED for refused and expired, CANCELLED for
+    /// cancelled); use [`budget_status`] for a profile's own mapping.
+    fn from(err: BudgetError) -> Self {
+        budget_status(&err, &GrpcStatusMap::default())
+    }
+}
+
+/// The terminal status a `tonic::Status` stands for, if it is a deadline status:
+/// DEADLINE_EXCEEDED is `expired` unless marked `refused` in its metadata, CANCELLED is
+/// `cancelled`. Other codes are application results: `None`.
+pub fn outcome(status: &tonic::Status) -> Option<Outcome> {
+    let marked = status
+        .metadata()
+        .get(REFUSED_METADATA)
+        .and_then(|v| v.to_str().ok());
+    match status.code() {
+        tonic::Code::DeadlineExceeded if marked == Some("refused") => Some(Outcome::Refused),
+        tonic::Code::DeadlineExceeded => Some(Outcome::Expired),
+        tonic::Code::Cancelled => Some(Outcome::Cancelled),
+        _ => None,
+    }
+}
+
+/// The refusal a `tonic::Status` carries: the required and remaining budget a refuser
+/// stated in its metadata (rule C3), for a caller deciding whether a retry could fit (C6).
+pub fn refusal(status: &tonic::Status) -> Option<Refused> {
+    if outcome(status) != Some(Outcome::Refused) {
+        return None;
+    }
+    let ms = |name: &str| -> Option<Duration> {
+        let v = status.metadata().get(name)?.to_str().ok()?;
+        Some(Duration::from_millis(v.parse().ok()?))
+    };
+    Some(Refused::new(
+        ms(REQUIRED_MS_HEADER)?,
+        ms(REMAINING_MS_HEADER)?,
+    ))
+}
+
+/// The header part of a trailers-only gRPC response for `status`.
+fn status_parts(status: tonic::Status) -> http::response::Parts {
+    status.into_http::<()>().into_parts().0
+}
+
+/// Read `grpc-status` from a header or trailer map.
+fn grpc_status_of(headers: &http::HeaderMap) -> Option<i32> {
+    let v = headers.get("grpc-status")?;
+    std::str::from_utf8(v.as_bytes()).ok()?.trim().parse().ok()
+}
+
+/// Classify a finished call by its `grpc-status` and metadata (rule C4: a DEADLINE_EXCEEDED
+/// from below is `expired` here too).
+fn classify(headers: &http::HeaderMap, map: &GrpcStatusMap) -> Outcome {
+    let Some(code) = grpc_status_of(headers) else {
+        return Outcome::Completed;
+    };
+    let marked = headers.get(REFUSED_METADATA).map(|v| v.as_bytes());
+    if code == map.expired.as_i32() && marked != Some(b"refused".as_slice()) {
+        Outcome::Expired
+    } else {
+        Outcome::Completed
+    }
+}

@@ -1,0 +1,107 @@
+//! Server side of a gRPC hop: a tower layer for tonic servers that gives every call its
+//! [`RequestBudget`](crate::RequestBudget).
+//!
+//! On each call [`GrpcServerLayer`] reads `grpc-timeout` and the other carriers the profile
+//! enables (the tightest wins, clamped to the profile maximum), or falls back to the profile's
+//! edge total when none arrived (rule C8). Then:
+//!
+//! - **Malformed** deadline header: INVALID_ARGUMENT (the profile's `status.grpc.malformed`),
+//!   whose message names the header and the reason (C9). Counted; the handler never runs.
+//! - **Too little budget** for the route (`profile.min_budget("/pkg.Service/Method")`):
+//!   DEADLINE_EXCEEDED before the handler runs, with metadata `x-deadline-outcome: refused`,
+//!   `x-deadline-required-ms` and `x-deadline-remaining-ms` (C3, S2). A zero budget (`0m`) is
+//!   already expired: DEADLINE_EXCEEDED marked `expired`.
+//! - Otherwise the budget goes into the request extensions (a tonic handler reads it with
+//!   `request.extensions().get::<RequestBudget>()`) and the task-local scope
+//!   ([`RequestBudget::current`](crate::RequestBudget::current)), so the handler's own calls
+//!   through [`GrpcClientLayer`](crate::grpc::client::GrpcClientLayer) or the HTTP client
+//!   layers forward it without further code (C11).
+//! - **Expiry**: when the deadline passes with the handler still running, the budget is marked
+//!   expired (its spawned children stop, C7), the handler is dropped and the caller gets
+//!   DEADLINE_EXCEEDED, never CANCELLED (C4). tonic's own server timer, which sits outside
+//!   every user layer and would answer CANCELLED, is beaten by answering one millisecond
+//!   early.
+//! - **Client reset** (RST_STREAM, a dropped connection): hyper drops the call, and the layer
+//!   records `cancelled` and cancels the request's tree so nothing the handler started keeps
+//!   running (C5). A reset arriving within the transit allowance of the deadline is the
+//!   caller's own timer and is recorded as `expired`.
+//!
+//! Each call is one [`Hop`](crate::observe::Hop) (route = the gRPC method path) with its
+//! terminal status (C14). A status the handler returns itself is read back: a
+//! DEADLINE_EXCEEDED from below makes this hop `expired` too (C4).
+//!
+//! The deadline bounds the time to the response headers, which for a unary tonic call is the
+//! whole handler. A server-streaming body is not cut off once it has started (C13).
+//!
+//! # Example
+//!
+//! ```no_run
+//! use hopbudget::grpc::server::GrpcServerLayer;
+//! use hopbudget::Profile;
+//!
+//! # async fn run(routes: tonic::service::Routes) -> Result<(), Box<dyn std::error::Error>> {
+//! let profile = Profile::load("profiles/default.yaml")?;
+//! tonic::transport::Server::builder()
+//!     .layer(GrpcServerLayer::new(profile))
+//!     .add_routes(routes)
+//!     .serve("127.0.0.1:50051".parse()?)
+//!     .await?;
+//! # Ok(()) }
+//! ```
+//!
+//! The same layer in process, refusing a call the route cannot finish (S2):
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! use std::convert::Infallible;
+//! use hopbudget::grpc::server::GrpcServerLayer;
+//! use hopbudget::{Profile, RequestBudget};
+//! use tower::{ServiceBuilder, ServiceExt, service_fn};
+//!
+//! let profile = Profile::from_yaml(
+//!     "routes:\n  - path: /tax.Tax/Quote\n    min_budget_ms: 200\n",
+//!     "inline.yaml",
+//! )
+//! .unwrap();
+//! let tax = ServiceBuilder::new()
+//!     .layer(GrpcServerLayer::new(profile))
+//!     .service(service_fn(|req: http::Request<()>| async move {
+//!         let budget = req.extensions().get::<RequestBudget>().unwrap();
+//!         Ok::<_, Infallible>(http::Response::new(budget.remaining().as_millis().to_string()))
+//!     }));
+//! let call = http::Request::builder()
+//!     .uri("/tax.Tax/Quote")
+//!     .header("grpc-timeout", "120m")
+//!     .body(())
+//!     .unwrap();
+//! let response = tax.oneshot(call).await.unwrap();
+//! // Trailers-only DEADLINE_EXCEEDED, marked refused; the handler never ran.
+//! assert_eq!(response.headers()["grpc-status"], "4");
+//! assert_eq!(response.headers()["x-deadline-outcome"], "refused");
+//! assert_eq!(response.headers()["x-deadline-required-ms"], "200");
+//! # }
+//! ```
+//!
+//! A handler reads the budget like this (from the extensions, or ambiently):
+//!
+//! ```
+//! use hopbudget::RequestBudget;
+//!
+//! fn remaining_ms<T>(request: &tonic::Request<T>) -> Option<u128> {
+//!     let budget = request.extensions().get::<RequestBudget>()?;
+//!     debug_assert!(RequestBudget::current().is_none_or(|c| c.ptr_eq(budget)));
+//!     Some(budget.remaining().as_millis())
+//! }
+//! # assert_eq!(remaining_ms(&tonic::Request::new(())), None);
+//! ```
+
+mod body;
+mod future;
+mod layer;
+mod service;
+
+pub use body::ResponseBody;
+pub use future::ResponseFuture;
+pub use layer::GrpcServerLayer;
+pub use service::GrpcServer;

@@ -1,0 +1,73 @@
+//! The client side of an HTTP hop: the budget leaves the process on every outbound call.
+//!
+//! [`ClientBudgetLayer`] wraps any tower HTTP client (hyper-util's legacy `Client`, a
+//! `tower::ServiceBuilder` stack, another middleware). For each call it:
+//!
+//! 1. takes the budget from the request extensions, else the task-local scope
+//!    ([`RequestBudget::current`](crate::RequestBudget::current)), else a fresh budget of the
+//!    profile's edge total, counted and logged (C8): a call is never unbounded;
+//! 2. computes the forward budget, `remaining - hop_margin - transit_allowance` (C2), and
+//!    fails with [`BudgetError::Refused`](crate::BudgetError::Refused) below the refuse
+//!    threshold without calling the inner client, so no connection is opened (C3);
+//! 3. stamps the profile's outbound carrier: relative milliseconds by default
+//!    (`x-request-timeout-ms`), absolute epoch milliseconds (`x-request-deadline`) when the
+//!    profile says clocks are trusted;
+//! 4. bounds the wait by the forward budget plus the transit allowance for the reply, that is
+//!    until `deadline - hop_margin`, so that the margin stays with this hop (S4); and aborts
+//!    (drops) the call when the parent budget is cancelled or expires (C5, C7);
+//! 5. classifies the reply with [`classify`]: a downstream `expired` answer (504) fails the
+//!    call with [`BudgetError::Expired`](crate::BudgetError::Expired), a deadline refusal
+//!    with `Refused` (required and remaining ms taken from its headers), a `cancelled` answer
+//!    with `Cancelled` (C4). Any other response, errors like 500 included, is returned as is;
+//! 6. never retries (C6); pair it with [`retry`](crate::retry) for that.
+//!
+//! Errors are boxed (`tower::BoxError`); find the deadline outcome in them with
+//! [`BudgetError::find`](crate::BudgetError::find).
+//!
+//! # Example
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! use std::convert::Infallible;
+//! use std::time::Duration;
+//! use http::{Request, Response};
+//! use hopbudget::http::client::ClientBudgetLayer;
+//! use hopbudget::{BudgetError, Profile, RequestBudget};
+//! use tower::{ServiceBuilder, ServiceExt};
+//!
+//! let profile = Profile::default();
+//! // Stands in for hyper-util's `Client`: echoes the deadline header it was sent.
+//! let client = ServiceBuilder::new()
+//!     .layer(ClientBudgetLayer::new(profile.clone()))
+//!     .service_fn(|req: Request<()>| async move {
+//!         let sent = req.headers()["x-request-timeout-ms"].to_str().unwrap().to_owned();
+//!         Ok::<_, Infallible>(Response::new(sent))
+//!     });
+//!
+//! let budget = RequestBudget::local(Duration::from_millis(300), profile.policy());
+//! let res = budget
+//!     .scope(client.clone().oneshot(Request::new(())))
+//!     .await
+//!     .unwrap();
+//! // 300 ms minus 5 ms margin minus 1 ms transit, rounded down (C2).
+//! assert!(res.body().parse::<u64>().unwrap() <= 294);
+//!
+//! // 12 ms left: the forward budget is below the 10 ms threshold, refused locally (C3).
+//! let short = RequestBudget::local(Duration::from_millis(12), profile.policy());
+//! let err = short.scope(client.oneshot(Request::new(()))).await.unwrap_err();
+//! assert!(matches!(BudgetError::find(&*err), Some(BudgetError::Refused(_))));
+//! # }
+//! ```
+
+mod future;
+mod layer;
+mod outbound;
+mod service;
+
+pub use future::ResponseFuture;
+pub use layer::ClientBudgetLayer;
+pub use outbound::classify;
+pub use service::ClientBudget;
+
+pub(crate) use outbound::{Shared, ended, reply_error};

@@ -1,0 +1,213 @@
+//! What every outbound HTTP call does, whichever client carries it: pick the budget, stamp
+//! the carrier, classify the reply. Shared by the tower layer and the reqwest middleware.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{HeaderMap, HeaderValue};
+
+use crate::clock::{SystemClock, WallClock};
+use crate::codec::{Carrier, epoch, grpc_timeout, millis};
+use crate::status::{HttpStatusMap, Outcome};
+use crate::{BudgetError, Deadline, Profile, Refused, RequestBudget, Source};
+
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) profile: Profile,
+    pub(crate) service: Arc<str>,
+}
+
+impl Shared {
+    pub(crate) fn new(profile: Profile) -> Arc<Self> {
+        let service = Arc::from(profile.service());
+        Arc::new(Self { profile, service })
+    }
+
+    /// The explicit budget, else the ambient one, else a fresh one from the edge total: a call
+    /// made outside any request is never unbounded (C8).
+    pub(crate) fn budget_for(&self, explicit: Option<&RequestBudget>) -> RequestBudget {
+        if let Some(budget) = explicit {
+            return budget.clone();
+        }
+        if let Some(budget) = RequestBudget::current() {
+            return budget;
+        }
+        self.fallback()
+    }
+
+    #[cold]
+    fn fallback(&self) -> RequestBudget {
+        let edge_total = self.profile.edge_total();
+        tracing::debug!(
+            service = %self.service,
+            edge_total_ms = edge_total.as_millis() as u64,
+            "deadline received: none; outbound call outside any request uses the edge total"
+        );
+        #[cfg(feature = "metrics")]
+        metrics::counter!(
+            crate::observe::DEADLINE_MISSING_TOTAL,
+            "service" => self.service.to_string(),
+            "route" => "(outbound)"
+        )
+        .increment(1);
+        RequestBudget::new(
+            Deadline::after(edge_total),
+            Source::Fallback,
+            self.profile.policy(),
+        )
+    }
+
+    /// Write the forward budget into the profile's outbound carrier (C2: already rounded down
+    /// by the encoders).
+    pub(crate) fn stamp(&self, headers: &mut HeaderMap, forward: Duration) {
+        let (carrier, name) = self.profile.outbound_http();
+        let value = encode(carrier, forward);
+        headers.insert(name.clone(), value);
+    }
+
+    pub(crate) fn status(&self) -> &HttpStatusMap {
+        self.profile.http_status()
+    }
+}
+
+fn encode(carrier: Carrier, forward: Duration) -> HeaderValue {
+    match carrier {
+        Carrier::EpochMs | Carrier::Queue => {
+            epoch::encode(forward, SystemClock.now_unix_ms()).to_header_value()
+        }
+        Carrier::GrpcTimeout => grpc_timeout::encode(forward).to_header_value(),
+        Carrier::Connect => millis::encode_connect(forward).to_header_value(),
+        _ => millis::encode(forward).to_header_value(),
+    }
+}
+
+/// How a downstream reply ended, as the deadline rules see it (C4, C10).
+///
+/// The `x-deadline-outcome` header that hopbudget servers put on their own answers decides
+/// first; otherwise the status code is read through `map`. A `refused` status without the
+/// `x-deadline-required-ms` header is an ordinary overload answer, not a deadline refusal, and
+/// counts as `completed`.
+pub fn classify(map: &HttpStatusMap, status: u16, headers: &HeaderMap) -> Outcome {
+    if let Some(named) = headers.get(&super::super::OUTCOME_HEADER) {
+        match named.as_bytes() {
+            b"expired" => return Outcome::Expired,
+            b"refused" => return Outcome::Refused,
+            b"cancelled" => return Outcome::Cancelled,
+            _ => {}
+        }
+    }
+    match map.classify(status) {
+        Outcome::Refused if !headers.contains_key(&super::super::REQUIRED_HEADER) => {
+            Outcome::Completed
+        }
+        outcome => outcome,
+    }
+}
+
+/// The error a classified reply turns into; `None` for a completed call.
+pub(crate) fn reply_error(
+    map: &HttpStatusMap,
+    status: u16,
+    headers: &HeaderMap,
+) -> Option<BudgetError> {
+    match classify(map, status, headers) {
+        Outcome::Completed => None,
+        Outcome::Expired => Some(BudgetError::Expired),
+        Outcome::Cancelled => Some(BudgetError::Cancelled),
+        Outcome::Refused => {
+            let ms = |h| {
+                headers
+                    .get(h)
+                    .and_then(|v| millis::decode(v.as_bytes()).ok())
+                    .unwrap_or_default()
+            };
+            Some(BudgetError::Refused(Refused::new(
+                ms(&super::super::REQUIRED_HEADER),
+                ms(&super::super::REMAINING_HEADER),
+            )))
+        }
+    }
+}
+
+/// The error for a wait that the parent budget ended: its recorded cause.
+pub(crate) fn ended(budget: &RequestBudget) -> BudgetError {
+    budget
+        .end_cause()
+        .map_or(BudgetError::Cancelled, BudgetError::from)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        pairs
+            .iter()
+            .map(|(k, v)| {
+                (
+                    http::HeaderName::from_static(k),
+                    HeaderValue::from_static(v),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_downstream_504_is_expired_not_cancelled() {
+        let map = HttpStatusMap::default();
+        assert_eq!(classify(&map, 504, &HeaderMap::new()), Outcome::Expired);
+        assert_eq!(
+            reply_error(&map, 504, &HeaderMap::new()),
+            Some(BudgetError::Expired)
+        );
+        assert_eq!(classify(&map, 499, &HeaderMap::new()), Outcome::Cancelled);
+        assert_eq!(reply_error(&map, 200, &HeaderMap::new()), None);
+    }
+
+    #[test]
+    fn refusal_needs_the_required_header() {
+        let map = HttpStatusMap::default();
+        assert_eq!(classify(&map, 503, &HeaderMap::new()), Outcome::Completed);
+        let h = headers(&[
+            ("x-deadline-required-ms", "200"),
+            ("x-deadline-remaining-ms", "114"),
+        ]);
+        assert_eq!(
+            reply_error(&map, 503, &h),
+            Some(BudgetError::Refused(Refused::new(
+                Duration::from_millis(200),
+                Duration::from_millis(114)
+            )))
+        );
+    }
+
+    #[test]
+    fn the_outcome_header_wins_over_a_shared_status_code() {
+        // A profile may map refused and expired to one code; the header still tells them apart.
+        let map = HttpStatusMap {
+            refused: 504,
+            ..HttpStatusMap::default()
+        };
+        let h = headers(&[
+            ("x-deadline-outcome", "refused"),
+            ("x-deadline-required-ms", "5"),
+        ]);
+        assert_eq!(classify(&map, 504, &h), Outcome::Refused);
+    }
+
+    #[test]
+    fn stamps_relative_or_epoch_per_profile() {
+        let shared = Shared::new(Profile::default());
+        let mut h = HeaderMap::new();
+        shared.stamp(&mut h, Duration::from_micros(94_999));
+        assert_eq!(h["x-request-timeout-ms"], "94", "rounded down (C2)");
+
+        let epoch = Profile::from_yaml("outbound: {http: epoch-ms}", "inline").unwrap();
+        let shared = Shared::new(epoch);
+        let mut h = HeaderMap::new();
+        let before = SystemClock.now_unix_ms();
+        shared.stamp(&mut h, Duration::from_millis(500));
+        let stamped: u64 = h["x-request-deadline"].to_str().unwrap().parse().unwrap();
+        assert!(stamped >= before + 500 && stamped <= SystemClock.now_unix_ms() + 500);
+    }
+}

@@ -1,0 +1,39 @@
+//! HTTP hops: tower layers that carry the request budget into and out of a service.
+//!
+//! - [`server`]: [`ServerBudgetLayer`](server::ServerBudgetLayer) reads the inbound deadline
+//!   headers, refuses work that cannot finish, bounds the handler by the deadline, and
+//!   cancels the request's tree when the deadline passes or the client goes away (C1-C9,
+//!   C13). Works with `axum::Router::layer` and any hyper/tower HTTP service.
+//! - [`client`]: [`ClientBudgetLayer`](client::ClientBudgetLayer) stamps the forward budget on
+//!   outbound requests, refuses calls that cannot finish, bounds the wait and aborts when the
+//!   parent ends (C2-C8). Works with hyper-util's legacy `Client` and any tower HTTP client.
+//! - `reqwest` (feature `reqwest`): the same client behaviour as a reqwest-middleware
+//!   `Middleware`.
+//! - With the feature `axum`, [`RequestBudget`](crate::RequestBudget) is an axum extractor.
+//!
+//! Responses a layer produces itself (refusal, expiry, malformed header) carry the header
+//! [`x-deadline-outcome`](crate::status::REFUSED_METADATA) naming the outcome, so that a
+//! caller can tell them apart even when a profile maps two outcomes to one status code.
+
+pub mod client;
+pub mod server;
+
+#[cfg(feature = "reqwest")]
+pub mod reqwest;
+
+#[cfg(feature = "axum")]
+mod extract;
+#[cfg(feature = "axum")]
+pub use extract::MissingBudget;
+
+use http::HeaderName;
+
+/// `x-deadline-outcome`: the outcome named by a response the layers made themselves.
+pub(crate) static OUTCOME_HEADER: HeaderName =
+    HeaderName::from_static(crate::status::REFUSED_METADATA);
+/// `x-deadline-required-ms` on a refusal.
+pub(crate) static REQUIRED_HEADER: HeaderName =
+    HeaderName::from_static(crate::status::REQUIRED_MS_HEADER);
+/// `x-deadline-remaining-ms` on a refusal.
+pub(crate) static REMAINING_HEADER: HeaderName =
+    HeaderName::from_static(crate::status::REMAINING_MS_HEADER);

@@ -1,0 +1,195 @@
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use pin_project_lite::pin_project;
+use tokio::time::Sleep;
+
+pin_project! {
+    /// The response body of [`ServerBudget`](super::ServerBudget): the handler's own body, a
+    /// short plain-text answer the layer made itself (refused, expired, malformed), or a
+    /// streaming body running under the profile's stream lifetime (C13).
+    ///
+    /// The inner body's error type is kept, so the layer adds no error of its own.
+    pub struct ResponseBody<B: Body> {
+        #[pin]
+        kind: Kind<B>,
+    }
+}
+
+pin_project! {
+    #[project = KindProj]
+    enum Kind<B: Body> {
+        Inner {
+            #[pin]
+            body: B,
+        },
+        Full {
+            data: Option<Bytes>,
+        },
+        // Boxed: only streaming routes pay for the body's and the timer's allocations.
+        Stream {
+            first: Option<Result<Frame<Bytes>, B::Error>>,
+            body: Pin<Box<B>>,
+            lifetime: Pin<Box<Sleep>>,
+            ended: bool,
+        },
+    }
+}
+
+impl<B: Body> ResponseBody<B> {
+    pub(super) fn inner(body: B) -> Self {
+        Self {
+            kind: Kind::Inner { body },
+        }
+    }
+
+    pub(super) fn full(data: Bytes) -> Self {
+        Self {
+            kind: Kind::Full {
+                data: (!data.is_empty()).then_some(data),
+            },
+        }
+    }
+
+    /// A stream whose first frame (or error) already arrived; it may run `lifetime` from now.
+    pub(super) fn stream(
+        first: Option<Result<Frame<Bytes>, B::Error>>,
+        body: Pin<Box<B>>,
+        lifetime: Duration,
+    ) -> Self {
+        Self {
+            kind: Kind::Stream {
+                first,
+                body,
+                lifetime: Box::pin(tokio::time::sleep(lifetime)),
+                ended: false,
+            },
+        }
+    }
+}
+
+impl<B: Body> fmt::Debug for ResponseBody<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = match &self.kind {
+            Kind::Inner { .. } => "inner",
+            Kind::Full { .. } => "full",
+            Kind::Stream { .. } => "stream",
+        };
+        f.debug_struct("ResponseBody").field("kind", &kind).finish()
+    }
+}
+
+impl<B> Body for ResponseBody<B>
+where
+    B: Body<Data = Bytes>,
+{
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        match self.project().kind.project() {
+            KindProj::Inner { body } => body.poll_frame(cx),
+            KindProj::Full { data } => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
+            KindProj::Stream {
+                first,
+                body,
+                lifetime,
+                ended,
+            } => {
+                if let Some(first) = first.take() {
+                    return Poll::Ready(Some(first));
+                }
+                if *ended {
+                    return Poll::Ready(None);
+                }
+                // After the first chunk the request deadline no longer applies; only the
+                // connection-lifetime limit does. It ends the stream cleanly: the client
+                // got a well-formed, if shortened, stream.
+                if lifetime.as_mut().poll(cx).is_ready() {
+                    *ended = true;
+                    tracing::debug!("stream lifetime reached; ending the response stream");
+                    return Poll::Ready(None);
+                }
+                let frame = ready!(body.as_mut().poll_frame(cx));
+                if frame.is_none() {
+                    *ended = true;
+                }
+                Poll::Ready(frame)
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match &self.kind {
+            Kind::Inner { body } => body.is_end_stream(),
+            Kind::Full { data } => data.is_none(),
+            Kind::Stream {
+                first, body, ended, ..
+            } => first.is_none() && (*ended || body.is_end_stream()),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match &self.kind {
+            Kind::Inner { body } => body.size_hint(),
+            Kind::Full { data } => {
+                SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
+            }
+            Kind::Stream { .. } => SizeHint::default(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::{BodyExt, Full, StreamBody};
+
+    #[tokio::test]
+    async fn full_body_yields_its_bytes_once() {
+        let body = ResponseBody::<Full<Bytes>>::full(Bytes::from_static(b"deadline expired"));
+        assert_eq!(body.size_hint().exact(), Some(16));
+        let bytes = body.collect().await.unwrap().to_bytes();
+        assert_eq!(&bytes[..], b"deadline expired");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn stream_ends_at_its_lifetime_not_before() {
+        let (tx, rx) =
+            tokio::sync::mpsc::channel::<Result<Frame<Bytes>, std::convert::Infallible>>(4);
+        let inner = StreamBody::new(tokio_stream_from(rx));
+        let mut body = ResponseBody::stream(
+            Some(Ok(Frame::data(Bytes::from_static(b"first")))),
+            Box::pin(inner),
+            Duration::from_secs(10),
+        );
+        let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
+        assert_eq!(&first[..], b"first");
+        tx.send(Ok(Frame::data(Bytes::from_static(b"second"))))
+            .await
+            .unwrap();
+        tokio::time::advance(Duration::from_secs(9)).await;
+        let second = body.frame().await.unwrap().unwrap().into_data().unwrap();
+        assert_eq!(&second[..], b"second");
+        // Nothing more arrives: the lifetime ends the stream.
+        let started = tokio::time::Instant::now();
+        assert!(body.frame().await.is_none());
+        assert_eq!(started.elapsed(), Duration::from_secs(1));
+        assert!(body.is_end_stream());
+        drop(tx);
+    }
+
+    fn tokio_stream_from<T>(
+        mut rx: tokio::sync::mpsc::Receiver<T>,
+    ) -> impl futures_util::Stream<Item = T> {
+        futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx))
+    }
+}

@@ -1,0 +1,95 @@
+//! The server side of an HTTP hop: one [`RequestBudget`](crate::RequestBudget) per inbound
+//! request, and the deadline enforced around the handler.
+//!
+//! [`ServerBudgetLayer`] does, per request:
+//!
+//! 1. Reads every inbound carrier the profile enables; the tightest wins, clamped to the
+//!    profile maximum (C1, C9). No carrier: the profile's edge total, counted and logged as
+//!    `deadline received: none` (C8). A malformed header: the profile's `malformed` status
+//!    (400) with a plain-text body naming the header and the reason; the handler is not
+//!    entered (C9).
+//! 2. Refuses before the handler when the remaining budget is below the route's minimum
+//!    (`routes[].min_budget_ms`, else `refuse_below_ms`): the `refused` status (503) with
+//!    `Retry-After: 0`, `x-deadline-required-ms` and `x-deadline-remaining-ms` (C3). A budget
+//!    already at zero gets the `expired` status (504).
+//! 3. Puts the budget in the request extensions and in the task-local scope
+//!    ([`RequestBudget::current`](crate::RequestBudget::current)), and runs the handler inside
+//!    the hop's tracing span ([`observe::Hop`](crate::observe::Hop), C14).
+//! 4. Bounds the handler by the deadline. At expiry it marks the budget expired (which cancels
+//!    every child budget, spawned task and outbound call), drops the handler and answers with
+//!    the `expired` status (504) (C4, C7). Like `tower::timeout::Timeout`, it registers a timer
+//!    only once the handler has returned `Pending`.
+//! 5. If the client goes away first (hyper drops the response future), the budget is
+//!    cancelled and the hop recorded as `cancelled` (499) (C5).
+//! 6. A handler that returns after its deadline is counted as late work; its answer still
+//!    goes out.
+//! 7. Streaming routes (`mode: stream`, C13): the deadline covers the time to the first body
+//!    frame, which the layer waits for before sending the head (so an expiry can still be a
+//!    504). After that, the body runs under `stream_lifetime_ms` and the request deadline no
+//!    longer ends it.
+//!
+//! The layer answers with responses, never errors: the inner error type is kept, as in
+//! tower-http's timeout middleware. The route used for the minimum and the trace label is
+//! axum's `MatchedPath` when present (feature `axum`), else the URI path.
+//!
+//! # Example
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+//! use std::convert::Infallible;
+//! use bytes::Bytes;
+//! use http::{Request, Response};
+//! use http_body_util::{BodyExt, Full};
+//! use hopbudget::{Profile, RequestBudget};
+//! use hopbudget::http::server::ServerBudgetLayer;
+//! use tower::{ServiceBuilder, ServiceExt};
+//!
+//! let profile = Profile::from_yaml("routes: [{path: /tax, min_budget_ms: 200}]", "inline")?;
+//! let service = ServiceBuilder::new()
+//!     .layer(ServerBudgetLayer::new(profile))
+//!     .service_fn(|req: Request<Full<Bytes>>| async move {
+//!         // The budget is in the extensions and in the task-local scope.
+//!         let budget = req.extensions().get::<RequestBudget>().cloned();
+//!         assert!(budget.is_some() && RequestBudget::current().is_some());
+//!         Ok::<_, Infallible>(Response::new(Full::new(Bytes::from("ok"))))
+//!     });
+//!
+//! // 120 ms left, the route needs 200 ms: refused before the handler runs (C3, S2).
+//! let req = Request::get("/tax")
+//!     .header("x-request-timeout-ms", "120")
+//!     .body(Full::new(Bytes::new()))?;
+//! let res = service.clone().oneshot(req).await?;
+//! assert_eq!(res.status(), 503);
+//! assert_eq!(res.headers()["x-deadline-required-ms"], "200");
+//! assert_eq!(res.headers()["retry-after"], "0");
+//!
+//! // A malformed header is a clear client error naming the header (C9).
+//! let req = Request::get("/tax")
+//!     .header("x-request-timeout-ms", "soon")
+//!     .body(Full::new(Bytes::new()))?;
+//! let res = service.clone().oneshot(req).await?;
+//! assert_eq!(res.status(), 400);
+//! let text = res.into_body().collect().await?.to_bytes();
+//! assert!(std::str::from_utf8(&text)?.contains("x-request-timeout-ms"));
+//!
+//! let req = Request::get("/tax")
+//!     .header("x-request-timeout-ms", "900")
+//!     .body(Full::new(Bytes::new()))?;
+//! assert_eq!(service.oneshot(req).await?.status(), 200);
+//! # Ok(())
+//! # }
+//! ```
+
+mod body;
+mod future;
+mod layer;
+mod service;
+
+pub use body::ResponseBody;
+pub use future::ResponseFuture;
+pub use layer::ServerBudgetLayer;
+pub use service::ServerBudget;
+
+#[cfg(test)]
+mod tests;

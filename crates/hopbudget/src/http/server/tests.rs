@@ -1,0 +1,172 @@
+//! Time-driven behaviour of the server layer on tokio's paused clock.
+
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::{BodyExt, Full};
+use tower::{Service, ServiceBuilder, ServiceExt};
+
+use super::ServerBudgetLayer;
+use crate::{EndCause, Profile, RequestBudget, Source};
+
+type Seen = Arc<Mutex<Option<RequestBudget>>>;
+
+/// A handler that records its budget, then sleeps `work` before answering.
+fn service(
+    profile: Profile,
+    work: Duration,
+    seen: Seen,
+) -> impl Service<
+    Request<Full<Bytes>>,
+    Response = Response<super::ResponseBody<Full<Bytes>>>,
+    Error = Infallible,
+    Future: Send,
+> + Clone {
+    ServiceBuilder::new()
+        .layer(ServerBudgetLayer::new(profile))
+        .service_fn(move |_req: Request<Full<Bytes>>| {
+            let seen = seen.clone();
+            async move {
+                *seen.lock().unwrap() = RequestBudget::current();
+                tokio::time::sleep(work).await;
+                Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"done"))))
+            }
+        })
+}
+
+fn get(timeout: Option<&str>) -> Request<Full<Bytes>> {
+    let mut b = Request::get("/x");
+    if let Some(t) = timeout {
+        b = b.header("x-request-timeout-ms", t);
+    }
+    b.body(Full::new(Bytes::new())).unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn expiry_answers_504_at_the_deadline_and_expires_the_tree() {
+    let seen = Seen::default();
+    let svc = service(Profile::default(), Duration::from_secs(10), seen.clone());
+    let started = tokio::time::Instant::now();
+    let res = svc.oneshot(get(Some("100"))).await.unwrap();
+    assert_eq!(res.status(), 504);
+    assert_eq!(res.headers()["x-deadline-outcome"], "expired");
+    assert_eq!(started.elapsed(), Duration::from_millis(100));
+    let budget = seen.lock().unwrap().clone().expect("handler ran");
+    assert_eq!(budget.end_cause(), Some(EndCause::Expired));
+    assert!(budget.token().is_cancelled(), "children are told (C7)");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dropped_response_future_cancels_the_budget() {
+    let seen = Seen::default();
+    let mut svc = service(Profile::default(), Duration::from_secs(10), seen.clone());
+    let fut = svc.ready().await.unwrap().call(get(Some("1000")));
+    let mut fut = Box::pin(fut);
+    assert!(futures_util::poll!(fut.as_mut()).is_pending());
+    tokio::time::advance(Duration::from_millis(50)).await;
+    drop(fut); // hyper does this when the client disconnects
+    let budget = seen.lock().unwrap().clone().expect("handler ran");
+    assert_eq!(budget.end_cause(), Some(EndCause::Cancelled));
+}
+
+#[tokio::test(start_paused = true)]
+async fn dropped_after_the_deadline_is_expired_not_cancelled() {
+    let seen = Seen::default();
+    let mut svc = service(Profile::default(), Duration::from_secs(10), seen.clone());
+    let mut fut = Box::pin(svc.ready().await.unwrap().call(get(Some("100"))));
+    assert!(futures_util::poll!(fut.as_mut()).is_pending());
+    tokio::time::advance(Duration::from_millis(150)).await;
+    drop(fut);
+    let budget = seen.lock().unwrap().clone().expect("handler ran");
+    assert_eq!(budget.end_cause(), Some(EndCause::Expired), "C4");
+}
+
+#[tokio::test(start_paused = true)]
+async fn missing_is_the_edge_total_and_huge_is_clamped() {
+    let seen = Seen::default();
+    let profile = Profile::default();
+    let svc = service(profile.clone(), Duration::ZERO, seen.clone());
+    let res = svc.clone().oneshot(get(None)).await.unwrap();
+    assert_eq!(res.status(), 200);
+    let budget = seen.lock().unwrap().take().unwrap();
+    assert_eq!(budget.source(), Source::Fallback, "C8");
+    assert_eq!(budget.at_arrival(), profile.edge_total());
+
+    svc.oneshot(get(Some("99999999999"))).await.unwrap();
+    let budget = seen.lock().unwrap().take().unwrap();
+    assert_eq!(budget.at_arrival(), profile.max(), "C9");
+}
+
+#[tokio::test(start_paused = true)]
+async fn zero_is_already_expired_and_the_handler_is_not_entered() {
+    let seen = Seen::default();
+    let svc = service(Profile::default(), Duration::ZERO, seen.clone());
+    let res = svc.oneshot(get(Some("0"))).await.unwrap();
+    assert_eq!(res.status(), 504);
+    assert!(seen.lock().unwrap().is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn stream_route_waits_for_the_first_frame_under_the_deadline() {
+    let profile = Profile::from_yaml(
+        "stream_lifetime_ms: 5000\nroutes: [{path: /events, mode: stream}]",
+        "inline",
+    )
+    .unwrap();
+    // The first frame comes after `first`, then one more frame 1 s later.
+    let svc = |first: Duration| {
+        ServiceBuilder::new()
+            .layer(ServerBudgetLayer::new(profile.clone()))
+            .service_fn(move |_req: Request<Full<Bytes>>| async move {
+                let frames = futures_util::stream::unfold(0u8, move |n| async move {
+                    match n {
+                        0 => tokio::time::sleep(first).await,
+                        1 => tokio::time::sleep(Duration::from_secs(1)).await,
+                        _ => return None,
+                    }
+                    let frame = http_body::Frame::data(Bytes::from(vec![b'a' + n]));
+                    Some((Ok::<_, Infallible>(frame), n + 1))
+                });
+                Ok::<_, Infallible>(Response::new(http_body_util::StreamBody::new(frames)))
+            })
+    };
+    let req = || {
+        Request::get("/events")
+            .header("x-request-timeout-ms", "200")
+            .body(Full::new(Bytes::new()))
+            .unwrap()
+    };
+    // First chunk in time: the stream outlives the 200 ms deadline (C13).
+    let res = svc(Duration::from_millis(50)).oneshot(req()).await.unwrap();
+    assert_eq!(res.status(), 200);
+    let body = res.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(&body[..], b"ab");
+    // First chunk too late: still time to say 504.
+    let res = svc(Duration::from_millis(300))
+        .oneshot(req())
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 504);
+}
+
+#[cfg(feature = "metrics")]
+#[tokio::test(start_paused = true)]
+async fn work_returning_after_its_deadline_is_counted_late() {
+    use futures_util::FutureExt;
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    let handle = recorder.handle();
+    let seen = Seen::default();
+    let mut svc = service(Profile::default(), Duration::ZERO, seen);
+    let fut = svc.ready().await.unwrap().call(get(Some("100")));
+    // The deadline passes before the (instant) handler is first polled.
+    tokio::time::advance(Duration::from_millis(130)).await;
+    let res = metrics::with_local_recorder(&recorder, || fut.now_or_never())
+        .expect("ready at once")
+        .unwrap();
+    assert_eq!(res.status(), 200, "late work still answers");
+    let text = handle.render();
+    assert!(text.contains("hopbudget_late_work_total"), "{text}");
+}

@@ -1,0 +1,223 @@
+//! Protocol shims keep one budget (C11): an HTTP handler calling a gRPC downstream, and a
+//! gRPC handler calling an HTTP downstream. Every server is real (axum behind
+//! `ServerBudgetLayer`, tonic behind `GrpcServerLayer`) and every client goes through its
+//! layer (`GrpcClientLayer`, reqwest with `BudgetMiddleware`). The handlers' only code for the
+//! budget is none at all: the call itself picks up the ambient budget.
+#![cfg(all(feature = "grpc", feature = "axum", feature = "reqwest"))]
+
+mod grpc_support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::get;
+use grpc_support::*;
+use hopbudget::http::reqwest::{BudgetMiddleware, budget_error};
+use hopbudget::http::server::ServerBudgetLayer;
+use hopbudget::{BudgetError, Outcome, Profile, RequestBudget};
+use hopbudget_testkit::pb::CallReply;
+use reqwest_middleware::ClientBuilder;
+
+async fn serve_http(router: Router) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    format!("http://{addr}")
+}
+
+/// HTTP leaf: reports its budget as `remaining_us source`, after `?work_ms=N` of work.
+async fn http_leaf() -> String {
+    async fn leaf(
+        budget: RequestBudget,
+        axum::extract::Query(q): axum::extract::Query<std::collections::HashMap<String, u64>>,
+    ) -> String {
+        let seen = budget.remaining().as_micros();
+        if let Some(ms) = q.get("work_ms") {
+            tokio::time::sleep(Duration::from_millis(*ms)).await;
+        }
+        format!("{seen} {}", budget.source().as_str())
+    }
+    serve_http(
+        Router::new()
+            .route("/leaf", get(leaf))
+            .layer(ServerBudgetLayer::new(
+                Profile::default().with_service("http-leaf"),
+            )),
+    )
+    .await
+}
+
+/// A gRPC hop whose `http-shim:URL` downstreams are called with reqwest + BudgetMiddleware.
+async fn grpc_hop_with_http_downstream() -> Server {
+    let profile = Profile::default().with_service("grpc-mid");
+    let http = ClientBuilder::new(reqwest::Client::new())
+        .with(BudgetMiddleware::new(profile.clone()))
+        .build();
+    let mut handler = HopHandler::new(profile);
+    handler.http = Some(Arc::new(move |url: String| {
+        let http = http.clone();
+        Box::pin(async move {
+            // The call is all there is: the middleware finds the ambient gRPC budget.
+            let res = http
+                .get(&url)
+                .send()
+                .await
+                .map_err(|e| match budget_error(&e) {
+                    Some(err) => hopbudget::grpc::budget_status(err, &Default::default()),
+                    None => tonic::Status::unavailable(e.to_string()),
+                })?;
+            let text = res
+                .text()
+                .await
+                .map_err(|e| tonic::Status::internal(e.to_string()))?;
+            let (us, source) = text.split_once(' ').unwrap_or(("0", "?"));
+            Ok(CallReply {
+                remaining_us: vec![us.parse().unwrap_or(0)],
+                source: vec![source.to_owned()],
+                tag: String::new(),
+                grpc_timeout: vec![String::new()],
+            })
+        })
+    }));
+    serve(handler).await
+}
+
+/// HTTP edge: calls the gRPC hop with the downstream list it is given in `?next=`.
+async fn http_edge(grpc_url: String) -> String {
+    async fn edge(
+        State(grpc_url): State<String>,
+        axum::extract::Query(q): axum::extract::Query<std::collections::HashMap<String, String>>,
+    ) -> Result<String, (StatusCode, String)> {
+        let seen = RequestBudget::current().map_or(0, |b| b.remaining().as_micros());
+        let next: Vec<&str> = q
+            .get("next")
+            .map(|s| s.split(',').collect())
+            .unwrap_or_default();
+        // The call is all there is: GrpcClientLayer finds the ambient HTTP budget.
+        let reply = grpc_client(&Profile::default(), &grpc_url)
+            .call(call(&next, 0))
+            .await
+            .map_err(|status| {
+                let code = match hopbudget::grpc::outcome(&status) {
+                    Some(Outcome::Expired) => StatusCode::GATEWAY_TIMEOUT,
+                    Some(Outcome::Refused) => StatusCode::SERVICE_UNAVAILABLE,
+                    _ => StatusCode::BAD_GATEWAY,
+                };
+                (code, status.message().to_owned())
+            })?
+            .into_inner();
+        let mut out = vec![seen.to_string()];
+        out.extend(reply.remaining_us.iter().map(u64::to_string));
+        out.extend(reply.source);
+        Ok(out.join(" "))
+    }
+    serve_http(
+        Router::new()
+            .route("/edge", get(edge))
+            .with_state(grpc_url)
+            .layer(ServerBudgetLayer::new(
+                Profile::default().with_service("http-edge"),
+            )),
+    )
+    .await
+}
+
+fn client() -> reqwest_middleware::ClientWithMiddleware {
+    ClientBuilder::new(reqwest::Client::new())
+        .with(BudgetMiddleware::new(Profile::default()))
+        .build()
+}
+
+#[tokio::test]
+async fn http_to_grpc_to_http_keeps_one_shrinking_budget() {
+    let leaf = http_leaf().await;
+    let mid = grpc_hop_with_http_downstream().await;
+    let edge = http_edge(mid.url()).await;
+
+    let start = RequestBudget::local(Duration::from_millis(800), Profile::default().policy());
+    let res = start
+        .scope(
+            client()
+                .get(format!("{edge}/edge?next=http-shim:{leaf}/leaf"))
+                .send(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    let text = res.text().await.unwrap();
+    let fields: Vec<&str> = text.split(' ').collect();
+    // edge, mid, leaf budgets in us, then mid's and leaf's sources.
+    assert_eq!(fields.len(), 5, "{text}");
+    let seen: Vec<u64> = fields[..3].iter().map(|s| s.parse().unwrap()).collect();
+    assert_eq!(&fields[3..], ["grpc-timeout", "relative-ms"], "{text}");
+    let mut previous = 800_000;
+    for (hop, &us) in seen.iter().enumerate() {
+        assert!(us > 0, "hop {hop} got a budget: {text}");
+        assert!(
+            us < previous,
+            "hop {hop}: {us} us is not less than {previous} us: {text}"
+        );
+        assert!(
+            previous - us >= 6_000,
+            "hop {hop} kept margin + transit back: {text}"
+        );
+        previous = us;
+    }
+    assert_eq!(mid.stats.entered(), 1);
+}
+
+#[tokio::test]
+async fn expiry_beyond_the_shims_is_expiry_at_every_hop() {
+    // The HTTP leaf works 10 s; the client's 300 ms runs out. The leaf's 504 becomes
+    // DEADLINE_EXCEEDED at the gRPC hop, and 504 again at the HTTP edge.
+    let leaf = http_leaf().await;
+    let mid = grpc_hop_with_http_downstream().await;
+    let edge = http_edge(mid.url()).await;
+
+    let start = RequestBudget::local(Duration::from_millis(300), Profile::default().policy());
+    let err = start
+        .scope(
+            client()
+                .get(format!(
+                    "{edge}/edge?next=http-shim:{leaf}/leaf%3Fwork_ms%3D10000"
+                ))
+                .send(),
+        )
+        .await
+        .expect_err("out of time");
+    assert_eq!(budget_error(&err), Some(&BudgetError::Expired), "{err:?}");
+    assert!(
+        mid.stats
+            .wait_for(Duration::from_secs(1), |s| !s
+                .downstream_codes
+                .lock()
+                .unwrap()
+                .is_empty())
+            .await
+    );
+    assert_eq!(
+        *mid.stats.downstream_codes.lock().unwrap(),
+        [tonic::Code::DeadlineExceeded]
+    );
+}
+
+#[tokio::test]
+async fn grpc_to_http_from_a_plain_grpc_edge() {
+    // gRPC in, HTTP out: a gRPC hop's handler calls an HTTP service with no budget code.
+    let leaf = http_leaf().await;
+    let mid = grpc_hop_with_http_downstream().await;
+    let reply = budget(500)
+        .scope(
+            grpc_client(&Profile::default(), &mid.url())
+                .call(call(&[&format!("http-shim:{leaf}/leaf")], 0)),
+        )
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(reply.source, ["grpc-timeout", "relative-ms"], "{reply:?}");
+    assert!(reply.remaining_us[1] < reply.remaining_us[0], "{reply:?}");
+    assert!(reply.remaining_us[0] < 500_000, "{reply:?}");
+}

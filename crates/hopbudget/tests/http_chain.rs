@@ -1,0 +1,363 @@
+//! Multi-hop behaviour over real sockets: axum servers on 127.0.0.1:0 behind
+//! `ServerBudgetLayer`, calling each other through reqwest with `BudgetMiddleware`.
+//!
+//! Real time, real I/O: bounds are generous and nothing asserts on speed except the
+//! contract's own "bounded by the budget plus a small epsilon" (S1), with a wide epsilon.
+#![cfg(all(feature = "axum", feature = "reqwest"))]
+
+mod http_support;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use hopbudget::http::reqwest::budget_error;
+use hopbudget::http::server::ServerBudgetLayer;
+use hopbudget::{BudgetError, EndCause, Profile, RequestBudget};
+use http_support::{Live, client, eventually, fail, profile, serve};
+use reqwest_middleware::RequestBuilder;
+
+fn with_budget(req: RequestBuilder, ms: u64, profile: &Profile) -> RequestBuilder {
+    req.with_extension(RequestBudget::local(
+        Duration::from_millis(ms),
+        profile.policy(),
+    ))
+}
+
+/// C2: a 4-hop chain where each hop reports the budget it received.
+#[tokio::test]
+async fn four_hop_chain_budgets_strictly_decrease_by_at_least_the_margin() {
+    let p = profile("service: chain\nhop_margin_ms: 20\ntransit_allowance_ms: 2");
+    let mut next: Option<String> = None;
+    for _ in 0..4 {
+        let downstream = next.clone();
+        let http = client(&p);
+        let router = Router::new()
+            .route(
+                "/hop",
+                get(move |budget: RequestBudget| {
+                    let downstream = downstream.clone();
+                    let http = http.clone();
+                    async move {
+                        let mine = budget.at_arrival().as_millis().to_string();
+                        let Some(url) = downstream else {
+                            return (StatusCode::OK, mine);
+                        };
+                        match http.get(format!("{url}/hop")).send().await {
+                            Ok(res) => (
+                                StatusCode::OK,
+                                format!("{mine},{}", res.text().await.unwrap()),
+                            ),
+                            Err(e) => fail(&e),
+                        }
+                    }
+                }),
+            )
+            .layer(ServerBudgetLayer::new(p.clone()));
+        next = Some(serve(router).await);
+    }
+    let entry = next.unwrap();
+    let res = reqwest::Client::new()
+        .get(format!("{entry}/hop"))
+        .header("x-request-timeout-ms", "2000")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    let budgets: Vec<u64> = res
+        .text()
+        .await
+        .unwrap()
+        .split(',')
+        .map(|s| s.parse().unwrap())
+        .collect();
+    assert_eq!(budgets.len(), 4, "{budgets:?}");
+    assert!(budgets[0] <= 2000 && budgets[0] >= 1990, "{budgets:?}");
+    for pair in budgets.windows(2) {
+        assert!(
+            pair[0] >= pair[1] + 20,
+            "each hop forwards less than it has by at least the margin: {budgets:?}"
+        );
+    }
+}
+
+/// Router for one S1 hop: `work` of its own, then the next hop. With `propagate`, the hop
+/// runs behind the layers; without, it calls downstream with a fresh 2 s timeout.
+fn s1_hop(next: Option<String>, work: Duration, propagate: bool, p: &Profile) -> Router {
+    let http = client(p);
+    let fresh = reqwest::Client::builder()
+        .timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let router = Router::new().route(
+        "/",
+        get(move || {
+            let (next, http, fresh) = (next.clone(), http.clone(), fresh.clone());
+            async move {
+                tokio::time::sleep(work).await;
+                let Some(url) = next else {
+                    return (StatusCode::OK, "leaf".to_owned());
+                };
+                if propagate {
+                    match http.get(&url).send().await {
+                        Ok(res) => (res.status(), res.text().await.unwrap_or_default()),
+                        Err(e) => fail(&e),
+                    }
+                } else {
+                    match fresh.get(&url).send().await {
+                        Ok(res) => (res.status(), res.text().await.unwrap_or_default()),
+                        Err(e) => (StatusCode::BAD_GATEWAY, e.to_string()),
+                    }
+                }
+            }
+        }),
+    );
+    if propagate {
+        router.layer(ServerBudgetLayer::new(p.clone()))
+    } else {
+        router
+    }
+}
+
+async fn s1_chain(propagate: bool, p: &Profile) -> String {
+    // gateway -> checkout -> pricing -> tax -> currency, each doing 300 ms of work first.
+    let mut next = None;
+    for _ in 0..5 {
+        next = Some(serve(s1_hop(next, Duration::from_millis(300), propagate, p)).await);
+    }
+    next.unwrap()
+}
+
+/// S1: fresh per-hop timeouts add up; propagation caps the client's wait at its budget.
+#[tokio::test]
+async fn s1_per_hop_timeouts_sum_while_propagation_caps_the_wait() {
+    let p = profile("service: s1");
+    let budget = Duration::from_millis(500);
+
+    let fresh = s1_chain(false, &p).await;
+    let started = tokio::time::Instant::now();
+    let res = reqwest::Client::new().get(&fresh).send().await.unwrap();
+    let fresh_wait = started.elapsed();
+    assert_eq!(res.status(), 200);
+    assert!(
+        fresh_wait >= Duration::from_millis(1500),
+        "five 300 ms hops with fresh timeouts took {fresh_wait:?}, more than any 500 ms target"
+    );
+
+    let propagated = s1_chain(true, &p).await;
+    let started = tokio::time::Instant::now();
+    let result = with_budget(client(&p).get(&propagated), 500, &p)
+        .send()
+        .await;
+    let wait = started.elapsed();
+    let epsilon = Duration::from_millis(400);
+    assert!(
+        wait <= budget + epsilon,
+        "with propagation the wait is bounded by the budget: {wait:?}"
+    );
+    let err = result.expect_err("the chain needs 1.5 s; the budget is 500 ms");
+    assert_eq!(budget_error(&err), Some(&BudgetError::Expired), "{err}");
+}
+
+/// S4: a callee that uses all the time it was told finishes too late for a caller without
+/// margin, and in time for a caller with one. "In time" means the caller still has the
+/// 20 ms it needs to finish its own answer.
+#[tokio::test]
+async fn s4_the_hop_margin_leaves_the_caller_time_for_the_answer() {
+    const CALLER_NEEDS: Duration = Duration::from_millis(20);
+    // The callee spends exactly the budget in the header (no layer: it just obeys it).
+    let callee = serve(Router::new().route(
+        "/",
+        get(|headers: axum::http::HeaderMap| async move {
+            let ms: u64 = headers["x-request-timeout-ms"]
+                .to_str()
+                .unwrap()
+                .parse()
+                .unwrap();
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            "done"
+        }),
+    ))
+    .await;
+    let run = |margin_ms: u64, transit_ms: u64| {
+        let callee = callee.clone();
+        async move {
+            let p = profile(&format!(
+                "service: s4\nhop_margin_ms: {margin_ms}\ntransit_allowance_ms: {transit_ms}\nrefuse_below_ms: 1"
+            ));
+            let caller = RequestBudget::local(Duration::from_millis(400), p.policy());
+            let res = client(&p)
+                .get(&callee)
+                .with_extension(caller.clone())
+                .send()
+                .await;
+            match res {
+                Ok(res) => {
+                    assert_eq!(res.status(), 200);
+                    Ok(caller.remaining())
+                }
+                Err(e) => Err(*budget_error(&e).expect("a deadline outcome")),
+            }
+        }
+    };
+    // No margin: the answer comes at (or after) the caller's own deadline.
+    match run(0, 0).await {
+        Err(e) => assert_eq!(e, BudgetError::Expired),
+        Ok(left) => assert!(left < CALLER_NEEDS, "no margin left {left:?}"),
+    }
+    // A 100 ms margin: the caller has the answer with time to finish.
+    let left = run(100, 5).await.expect("answer in time");
+    assert!(left >= CALLER_NEEDS, "caller had only {left:?}");
+}
+
+#[derive(Clone, Default)]
+struct Seen {
+    causes: Arc<Mutex<Vec<(&'static str, EndCause)>>>,
+    live: Live,
+}
+
+impl Seen {
+    /// Start a unit of live work under the ambient budget, and record how the budget ends.
+    fn track(&self, name: &'static str, budget: &RequestBudget) {
+        let live = self.live.clone();
+        hopbudget::spawn(async move {
+            let _guard = live.enter();
+            std::future::pending::<()>().await;
+        });
+        let causes = self.causes.clone();
+        let budget = budget.clone();
+        tokio::spawn(async move {
+            let cause = budget.done().await;
+            causes.lock().unwrap().push((name, cause));
+        });
+    }
+    fn cause(&self, name: &str) -> Option<EndCause> {
+        self.causes
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, c)| *c)
+    }
+}
+
+/// Two hops, `front` calling `back`; `back` works for 10 s.
+async fn two_hops(p: &Profile, seen: &Seen) -> String {
+    let back = serve(
+        Router::new()
+            .route(
+                "/",
+                get(
+                    |State(seen): State<Seen>, budget: RequestBudget| async move {
+                        seen.track("back", &budget);
+                        tokio::time::sleep(Duration::from_secs(10)).await;
+                        "slow"
+                    },
+                ),
+            )
+            .layer(ServerBudgetLayer::new(p.clone()))
+            .with_state(seen.clone()),
+    )
+    .await;
+    let http = client(p);
+    serve(
+        Router::new()
+            .route(
+                "/",
+                get(move |State(seen): State<Seen>, budget: RequestBudget| {
+                    let (http, back) = (http.clone(), back.clone());
+                    async move {
+                        seen.track("front", &budget);
+                        match http.get(&back).send().await {
+                            Ok(res) => (res.status(), String::new()).into_response(),
+                            Err(e) => {
+                                let outcome = budget_error(&e).copied();
+                                let mut res = fail(&e).into_response();
+                                res.extensions_mut().insert(outcome);
+                                res
+                            }
+                        }
+                    }
+                }),
+            )
+            .layer(ServerBudgetLayer::new(p.clone()))
+            .with_state(seen.clone()),
+    )
+    .await
+}
+
+/// C4: the budget runs out inside `back`: expired there and expired (not cancelled) at `front`.
+#[tokio::test]
+async fn expiry_mid_hop_is_expired_at_that_hop_and_at_its_caller() {
+    let p = profile("service: expiry");
+    let seen = Seen::default();
+    let front = two_hops(&p, &seen).await;
+    let res = reqwest::Client::new()
+        .get(&front)
+        .header("x-request-timeout-ms", "300")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 504, "{}", res.text().await.unwrap());
+    assert!(
+        eventually(Duration::from_secs(1), || seen.cause("back").is_some()
+            && seen.cause("front").is_some())
+        .await
+    );
+    assert_eq!(seen.cause("back"), Some(EndCause::Expired));
+    assert_eq!(seen.cause("front"), Some(EndCause::Expired));
+    assert!(
+        eventually(Duration::from_secs(1), || seen.live.get() == 0).await,
+        "expiry stops the work too (C7): {} units still live",
+        seen.live.get()
+    );
+}
+
+/// C4 over the wire: a downstream that answers with its expiry status is expired here.
+#[tokio::test]
+async fn a_downstream_504_is_classified_expired() {
+    let p = profile("service: classify");
+    let down = serve(
+        Router::new()
+            .route(
+                "/",
+                get(|| async { (StatusCode::GATEWAY_TIMEOUT, "out of time") }),
+            )
+            .layer(ServerBudgetLayer::new(p.clone())),
+    )
+    .await;
+    let err = with_budget(client(&p).get(&down), 1000, &p)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(budget_error(&err), Some(&BudgetError::Expired));
+}
+
+/// C5: the client gives up; both hops see cancelled and their work stops.
+#[tokio::test]
+async fn client_abort_cancels_every_hop_and_their_work_stops() {
+    let p = profile("service: abort");
+    let seen = Seen::default();
+    let front = two_hops(&p, &seen).await;
+    let budget = RequestBudget::local(Duration::from_secs(5), p.policy());
+    let call = tokio::spawn(client(&p).get(&front).with_extension(budget.clone()).send());
+    assert!(
+        eventually(Duration::from_secs(2), || seen.live.get() == 2).await,
+        "both hops started work"
+    );
+    budget.cancel(); // the user closed the tab
+    let err = call.await.unwrap().unwrap_err();
+    assert_eq!(budget_error(&err), Some(&BudgetError::Cancelled));
+    assert!(
+        eventually(Duration::from_secs(1), || seen.live.get() == 0).await,
+        "{} units of work still live after the client left",
+        seen.live.get()
+    );
+    assert!(eventually(Duration::from_secs(1), || seen.cause("back").is_some()).await);
+    assert_eq!(seen.cause("front"), Some(EndCause::Cancelled));
+    assert_eq!(seen.cause("back"), Some(EndCause::Cancelled));
+}
