@@ -1,6 +1,15 @@
 //! Metric names and their recording, through the `metrics` facade.
+//!
+//! Every name, type and label is listed in the README's "Observability" section. Keys for a
+//! service and route are built once per [`HopLabels`] (shared by its clones) and handed to
+//! whatever recorder is current, so a hop allocates nothing for its metrics, and with no
+//! recorder installed each update is a thread-local check and a no-op call.
 
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Duration;
+
+use metrics::{Key, Label, Level, Metadata, Unit};
 
 use super::HopLabels;
 use crate::context::Source;
@@ -27,58 +36,243 @@ pub const LATE_WORK_OVERRUN_MS: &str = "hopbudget_late_work_overrun_ms";
 /// Counter: queue messages dropped as expired. Labels: `service`, `queue`.
 pub const QUEUE_EXPIRED_TOTAL: &str = "hopbudget_queue_expired_total";
 
-/// Below this many ms an arrival counts as low-budget. The profile's `low_budget_ms` sets it
-/// per layer; this is the default.
-pub(crate) const LOW_BUDGET_MS: u64 = 50;
+/// Every metric hopbudget records: name, Prometheus type, labels.
+pub const METRICS: [(&str, &str, &[&str]); 10] = [
+    (HOPS_TOTAL, "counter", &["service", "route", "outcome"]),
+    (REFUSED_BEFORE_WORK_TOTAL, "counter", &["service", "route"]),
+    (DEADLINE_MISSING_TOTAL, "counter", &["service", "route"]),
+    (
+        MALFORMED_HEADERS_TOTAL,
+        "counter",
+        &["service", "route", "header"],
+    ),
+    (REMAINING_AT_ARRIVAL_MS, "histogram", &["service", "route"]),
+    (ARRIVALS_TOTAL, "counter", &["service", "route"]),
+    (LOW_BUDGET_ARRIVALS_TOTAL, "counter", &["service", "route"]),
+    (LATE_WORK_TOTAL, "counter", &["service", "route"]),
+    (LATE_WORK_OVERRUN_MS, "histogram", &["service", "route"]),
+    (QUEUE_EXPIRED_TOTAL, "counter", &["service", "queue"]),
+];
 
-pub(super) fn record_arrival(labels: &HopLabels, remaining_ms: u64, source: Source) {
-    let service = labels.service.to_string();
-    let route = labels.route.to_string();
-    metrics::counter!(ARRIVALS_TOTAL, "service" => service.clone(), "route" => route.clone())
-        .increment(1);
-    metrics::histogram!(REMAINING_AT_ARRIVAL_MS, "service" => service.clone(), "route" => route.clone())
-        .record(remaining_ms as f64);
+/// Give the current recorder a description and unit for every hopbudget metric, so an
+/// exporter can print `# HELP` lines. Call it once after installing the recorder.
+pub fn describe_metrics() {
+    use metrics::{describe_counter, describe_histogram};
+    describe_counter!(
+        HOPS_TOTAL,
+        "Hops by terminal status (completed, refused, expired, cancelled)."
+    );
+    describe_counter!(
+        REFUSED_BEFORE_WORK_TOTAL,
+        "Requests refused before any work because the budget was below what the route needs."
+    );
+    describe_counter!(
+        DEADLINE_MISSING_TOTAL,
+        "Requests that arrived with no deadline and were given the edge total."
+    );
+    describe_counter!(
+        MALFORMED_HEADERS_TOTAL,
+        "Malformed deadline headers, by header."
+    );
+    describe_histogram!(
+        REMAINING_AT_ARRIVAL_MS,
+        Unit::Milliseconds,
+        "Budget left when a request arrived, in milliseconds."
+    );
+    describe_counter!(ARRIVALS_TOTAL, "Requests that arrived at a hop.");
+    describe_counter!(
+        LOW_BUDGET_ARRIVALS_TOTAL,
+        "Requests that arrived with less than the profile's low_budget_ms left."
+    );
+    describe_counter!(
+        LATE_WORK_TOTAL,
+        "Work that finished after its deadline: done for nobody."
+    );
+    describe_histogram!(
+        LATE_WORK_OVERRUN_MS,
+        Unit::Milliseconds,
+        "How long after its deadline late work finished, in milliseconds."
+    );
+    describe_counter!(
+        QUEUE_EXPIRED_TOTAL,
+        "Queue messages dropped because their deadline had passed."
+    );
+}
+
+static METADATA: Metadata<'static> = Metadata::new(
+    "hopbudget::observe",
+    Level::INFO,
+    Some("hopbudget::observe"),
+);
+
+/// Metric keys for one service and route, built on first use.
+#[derive(Debug)]
+pub(super) struct KeyCache {
+    service: Arc<str>,
+    route: Arc<str>,
+    arrivals: OnceLock<Key>,
+    remaining: OnceLock<Key>,
+    missing: OnceLock<Key>,
+    low: OnceLock<Key>,
+    refused: OnceLock<Key>,
+    late: OnceLock<Key>,
+    overrun: OnceLock<Key>,
+    hops: [OnceLock<Key>; 4],
+}
+
+impl KeyCache {
+    pub(super) fn new(service: &Arc<str>, route: &Arc<str>) -> Self {
+        Self {
+            service: service.clone(),
+            route: route.clone(),
+            arrivals: OnceLock::new(),
+            remaining: OnceLock::new(),
+            missing: OnceLock::new(),
+            low: OnceLock::new(),
+            refused: OnceLock::new(),
+            late: OnceLock::new(),
+            overrun: OnceLock::new(),
+            hops: [const { OnceLock::new() }; 4],
+        }
+    }
+
+    fn matches(&self, labels: &HopLabels) -> bool {
+        (Arc::ptr_eq(&self.service, &labels.service) || *self.service == *labels.service)
+            && (Arc::ptr_eq(&self.route, &labels.route) || *self.route == *labels.route)
+    }
+
+    /// The keys of `labels`' service and route: remembered in `labels` (and the clones made
+    /// after), else shared process-wide.
+    pub(super) fn of(labels: &HopLabels) -> Arc<KeyCache> {
+        match labels.keys.get() {
+            Some(keys) if keys.matches(labels) => keys.clone(),
+            // The public `service` or `route` changed after the keys were remembered.
+            Some(_) => shared(&labels.service, &labels.route),
+            None => {
+                let keys = shared(&labels.service, &labels.route);
+                // Another thread may have set it meanwhile, to the same shared keys.
+                let _ = labels.keys.set(keys.clone());
+                keys
+            }
+        }
+    }
+
+    fn labels(&self) -> Vec<Label> {
+        vec![
+            Label::new("service", self.service.clone()),
+            Label::new("route", self.route.clone()),
+        ]
+    }
+
+    fn route_key<'a>(&'a self, name: &'static str, slot: &'a OnceLock<Key>) -> &'a Key {
+        slot.get_or_init(|| Key::from_parts(name, self.labels()))
+    }
+
+    fn hops_key(&self, outcome: Outcome) -> &Key {
+        let slot = &self.hops[match outcome {
+            Outcome::Completed => 0,
+            Outcome::Refused => 1,
+            Outcome::Expired => 2,
+            Outcome::Cancelled => 3,
+        }];
+        slot.get_or_init(|| {
+            let mut labels = self.labels();
+            labels.push(Label::from_static_parts("outcome", outcome.as_str()));
+            Key::from_parts(HOPS_TOTAL, labels)
+        })
+    }
+}
+
+/// Beyond this many service/route pairs, keys are built per `HopLabels` instead of shared, so
+/// a caller that puts raw paths in `route` cannot grow the table without bound.
+const MAX_SHARED: usize = 10_000;
+
+type Shared = HashMap<Arc<str>, HashMap<Arc<str>, Arc<KeyCache>>>;
+
+fn shared(service: &Arc<str>, route: &Arc<str>) -> Arc<KeyCache> {
+    static SHARED: OnceLock<RwLock<(Shared, usize)>> = OnceLock::new();
+    let table = SHARED.get_or_init(Default::default);
+    if let Ok(guard) = table.read() {
+        if let Some(keys) = guard.0.get(&**service).and_then(|r| r.get(&**route)) {
+            return keys.clone();
+        }
+    }
+    let fresh = || Arc::new(KeyCache::new(service, route));
+    let Ok(mut guard) = table.write() else {
+        return fresh();
+    };
+    let (map, len) = &mut *guard;
+    if let Some(keys) = map.get(&**service).and_then(|r| r.get(&**route)) {
+        return keys.clone();
+    }
+    let keys = fresh();
+    if *len < MAX_SHARED {
+        map.entry(service.clone())
+            .or_default()
+            .insert(route.clone(), keys.clone());
+        *len += 1;
+    }
+    keys
+}
+
+fn increment(key: &Key) {
+    metrics::with_recorder(|r| r.register_counter(key, &METADATA).increment(1));
+}
+
+fn observe(key: &Key, value: f64) {
+    metrics::with_recorder(|r| r.register_histogram(key, &METADATA).record(value));
+}
+
+fn millis(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+pub(super) fn record_arrival(
+    keys: &KeyCache,
+    low_budget: Duration,
+    remaining: Duration,
+    source: Source,
+) {
+    increment(keys.route_key(ARRIVALS_TOTAL, &keys.arrivals));
+    observe(
+        keys.route_key(REMAINING_AT_ARRIVAL_MS, &keys.remaining),
+        millis(remaining),
+    );
     if source == Source::Fallback {
-        metrics::counter!(DEADLINE_MISSING_TOTAL, "service" => service.clone(), "route" => route.clone())
-            .increment(1);
+        increment(keys.route_key(DEADLINE_MISSING_TOTAL, &keys.missing));
     }
-    if remaining_ms < LOW_BUDGET_MS {
-        metrics::counter!(LOW_BUDGET_ARRIVALS_TOTAL, "service" => service, "route" => route)
-            .increment(1);
+    if remaining < low_budget {
+        increment(keys.route_key(LOW_BUDGET_ARRIVALS_TOTAL, &keys.low));
     }
 }
 
-pub(super) fn record_end(labels: &HopLabels, outcome: Outcome) {
-    let service = labels.service.to_string();
-    let route = labels.route.to_string();
+pub(super) fn record_end(keys: &KeyCache, outcome: Outcome) {
     if outcome == Outcome::Refused {
-        metrics::counter!(REFUSED_BEFORE_WORK_TOTAL, "service" => service.clone(), "route" => route.clone())
-            .increment(1);
+        increment(keys.route_key(REFUSED_BEFORE_WORK_TOTAL, &keys.refused));
     }
-    metrics::counter!(HOPS_TOTAL, "service" => service, "route" => route, "outcome" => outcome.as_str())
-        .increment(1);
+    increment(keys.hops_key(outcome));
 }
 
-pub(super) fn record_late(labels: &HopLabels, overrun: Duration) {
-    let service = labels.service.to_string();
-    let route = labels.route.to_string();
-    metrics::counter!(LATE_WORK_TOTAL, "service" => service.clone(), "route" => route.clone())
-        .increment(1);
-    metrics::histogram!(LATE_WORK_OVERRUN_MS, "service" => service, "route" => route)
-        .record(overrun.as_secs_f64() * 1000.0);
+pub(super) fn record_late(keys: &KeyCache, overrun: Duration) {
+    increment(keys.route_key(LATE_WORK_TOTAL, &keys.late));
+    observe(
+        keys.route_key(LATE_WORK_OVERRUN_MS, &keys.overrun),
+        millis(overrun),
+    );
 }
 
 pub(super) fn record_malformed(labels: &HopLabels, header: &str) {
-    metrics::counter!(
-        MALFORMED_HEADERS_TOTAL,
-        "service" => labels.service.to_string(),
-        "route" => labels.route.to_string(),
-        "header" => header.to_owned()
-    )
-    .increment(1);
+    let mut l = KeyCache::of(labels).labels();
+    l.push(Label::new("header", header.to_owned()));
+    increment(&Key::from_parts(MALFORMED_HEADERS_TOTAL, l));
 }
 
 pub(super) fn record_queue_expired(service: &str, queue: &str) {
-    metrics::counter!(QUEUE_EXPIRED_TOTAL, "service" => service.to_owned(), "queue" => queue.to_owned())
-        .increment(1);
+    increment(&Key::from_parts(
+        QUEUE_EXPIRED_TOTAL,
+        vec![
+            Label::new("service", service.to_owned()),
+            Label::new("queue", queue.to_owned()),
+        ],
+    ));
 }

@@ -3,18 +3,26 @@
 //! Every server-side hop (HTTP, gRPC, queue consumer) opens a [`Hop`] when a request arrives
 //! and closes it with the terminal status. A `Hop` owns a `tracing` span carrying the
 //! `deadline.*` fields below and, with the `metrics` feature, updates the `hopbudget_*`
-//! metrics through the `metrics` facade. With no subscriber and no recorder installed both are
-//! close to free.
+//! metrics through the `metrics` facade ([`METRICS`] lists name, type and labels of each).
+//! With no subscriber and no recorder installed both are close to free: a hop records
+//! nothing on a disabled span and allocates nothing for its metrics.
 //!
 //! | when | span field | meaning |
 //! |---|---|---|
-//! | start | `deadline.remaining_ms` | budget left when the hop began |
+//! | start | `deadline.remaining_ms` | budget left when the request arrived |
 //! | start | `deadline.source` | the carrier it came from, or `fallback` (C8) |
 //! | start | `deadline.margin_ms` | hop margin + transit allowance this hop keeps back |
 //! | end | `deadline.outcome` | `completed`, `refused`, `expired` or `cancelled` |
 //! | end, refused | `deadline.required_ms` | what the hop needed |
 //! | end, late work | `deadline.overrun_ms` | how long after the deadline the work finished |
-
+//!
+//! The span also carries `otel.name` (the route), `otel.kind` (`server` or `consumer`),
+//! `service.name` and `hop.protocol`. Millisecond fields are `i64` so tracing-opentelemetry
+//! turns them into integer attributes under the same names.
+//!
+//! Exporters: [`prometheus`] (feature `prometheus`) builds a Prometheus recorder with
+//! hopbudget's histogram buckets and carries the recording rules; [`otlp`] (feature `otlp`)
+//! writes spans to a file as OTLP JSON.
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -28,6 +36,10 @@ use crate::status::Outcome;
 mod metrics_names;
 #[cfg(feature = "metrics")]
 pub use metrics_names::*;
+#[cfg(feature = "otlp")]
+pub mod otlp;
+#[cfg(feature = "prometheus")]
+pub mod prometheus;
 
 /// The protocol a hop speaks, for the span's `rpc.system` / `network.protocol.name`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,9 +61,23 @@ impl Protocol {
             Protocol::Queue => "queue",
         }
     }
+
+    /// The OpenTelemetry span kind of a hop over this protocol (`otel.kind`): a hop serves a
+    /// request (`server`) or consumes a message (`consumer`).
+    pub const fn span_kind(self) -> &'static str {
+        match self {
+            Protocol::Http | Protocol::Grpc => "server",
+            Protocol::Queue => "consumer",
+        }
+    }
 }
 
 /// Labels shared by every hop of one service and route.
+///
+/// Metric keys for a service and route are prepared once per process and shared, so a hop
+/// records its metrics without building label strings. Cheapest is to build one `HopLabels`
+/// per route and clone it for each request (two reference counts); building one per request
+/// costs two small allocations and a lookup of the shared keys.
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct HopLabels {
@@ -62,6 +88,9 @@ pub struct HopLabels {
     pub route: Arc<str>,
     /// The protocol.
     pub protocol: Protocol,
+    low_budget: Duration,
+    #[cfg(feature = "metrics")]
+    keys: std::sync::OnceLock<Arc<metrics_names::KeyCache>>,
 }
 
 impl HopLabels {
@@ -71,13 +100,34 @@ impl HopLabels {
         route: impl Into<Arc<str>>,
         protocol: Protocol,
     ) -> Self {
+        let service = service.into();
+        let route = route.into();
         Self {
-            service: service.into(),
-            route: route.into(),
+            #[cfg(feature = "metrics")]
+            keys: std::sync::OnceLock::new(),
+            service,
+            route,
             protocol,
+            low_budget: DEFAULT_LOW_BUDGET,
         }
     }
+
+    /// Count arrivals with less than `low_budget` left as low-budget arrivals
+    /// (`hopbudget_low_budget_arrivals_total`). Layers pass the profile's `low_budget_ms`;
+    /// the default is 50 ms.
+    pub fn with_low_budget(mut self, low_budget: Duration) -> Self {
+        self.low_budget = low_budget;
+        self
+    }
+
+    /// The low-budget threshold: arrivals with less than this left are counted as low.
+    pub fn low_budget(&self) -> Duration {
+        self.low_budget
+    }
 }
+
+/// The default low-budget threshold (the profile's `low_budget_ms` default).
+pub const DEFAULT_LOW_BUDGET: Duration = Duration::from_millis(50);
 
 /// One hop, from arrival to terminal status.
 ///
@@ -98,8 +148,10 @@ impl HopLabels {
 #[derive(Debug)]
 pub struct Hop {
     span: Span,
-    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
-    labels: HopLabels,
+    // The metric keys of the hop's service and route; with the `metrics` feature off a hop
+    // keeps nothing of its labels.
+    #[cfg(feature = "metrics")]
+    keys: Arc<metrics_names::KeyCache>,
     finished: bool,
 }
 
@@ -107,16 +159,18 @@ impl Hop {
     /// Open a hop for a request that arrived with `budget`: create its span and count the
     /// arrival (remaining budget, missing deadline, low budget).
     pub fn start(labels: &HopLabels, budget: &RequestBudget) -> Self {
-        let remaining_ms = budget.remaining().as_millis() as u64;
+        let remaining = budget.at_arrival();
+        let remaining_ms = span_ms(remaining);
         let source = budget.source();
         let span = tracing::info_span!(
             "hop",
             otel.name = %labels.route,
+            otel.kind = labels.protocol.span_kind(),
             service.name = %labels.service,
             hop.protocol = labels.protocol.as_str(),
             deadline.remaining_ms = remaining_ms,
             deadline.source = source.as_str(),
-            deadline.margin_ms = budget.policy().reserve().as_millis() as u64,
+            deadline.margin_ms = span_ms(budget.policy().reserve()),
             deadline.outcome = Empty,
             deadline.required_ms = Empty,
             deadline.overrun_ms = Empty,
@@ -125,10 +179,13 @@ impl Hop {
             tracing::debug!(parent: &span, "deadline received: none; using the edge total");
         }
         #[cfg(feature = "metrics")]
-        metrics_names::record_arrival(labels, remaining_ms, source);
+        let keys = metrics_names::KeyCache::of(labels);
+        #[cfg(feature = "metrics")]
+        metrics_names::record_arrival(&keys, labels.low_budget, remaining, source);
         Self {
             span,
-            labels: labels.clone(),
+            #[cfg(feature = "metrics")]
+            keys,
             finished: false,
         }
     }
@@ -151,10 +208,12 @@ impl Hop {
     /// Record that the hop's work finished `overrun` after its deadline: work done for nobody.
     /// The hop's outcome stays what the caller saw (usually `expired`).
     pub fn late_work(&self, overrun: Duration) {
-        self.span
-            .record("deadline.overrun_ms", overrun.as_millis() as u64);
+        // `Span::record` looks the field up by name even on a disabled span: skip it.
+        if !self.span.is_disabled() {
+            self.span.record("deadline.overrun_ms", span_ms(overrun));
+        }
         #[cfg(feature = "metrics")]
-        metrics_names::record_late(&self.labels, overrun);
+        metrics_names::record_late(&self.keys, overrun);
     }
 
     fn close(&mut self, outcome: Outcome, required: Option<Duration>, _overrun: Option<Duration>) {
@@ -162,13 +221,14 @@ impl Hop {
             return;
         }
         self.finished = true;
-        self.span.record("deadline.outcome", outcome.as_str());
-        if let Some(required) = required {
-            self.span
-                .record("deadline.required_ms", required.as_millis() as u64);
+        if !self.span.is_disabled() {
+            self.span.record("deadline.outcome", outcome.as_str());
+            if let Some(required) = required {
+                self.span.record("deadline.required_ms", span_ms(required));
+            }
         }
         #[cfg(feature = "metrics")]
-        metrics_names::record_end(&self.labels, outcome);
+        metrics_names::record_end(&self.keys, outcome);
     }
 }
 
@@ -179,6 +239,12 @@ impl Drop for Hop {
             self.close(Outcome::Cancelled, None, None);
         }
     }
+}
+
+// Span fields are i64, not u64: tracing-opentelemetry turns u64 fields into strings, and
+// OTLP's `intValue` is signed anyway.
+fn span_ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
 /// Count a malformed deadline header (rule C9).

@@ -1,0 +1,305 @@
+//! OpenTelemetry trace export to a file in OTLP JSON (feature `otlp`).
+//!
+//! Each export writes one `ExportTraceServiceRequest` as a single JSON line, in the JSON
+//! form of the OTLP protobuf, as the OpenTelemetry Collector's `file` exporter writes it:
+//! camelCase names, `resourceSpans` → `scopeSpans` → `spans`, hex `traceId`/`spanId`,
+//! timestamps and `intValue`s as decimal strings, attributes as
+//! `{"key": .., "value": {"stringValue" | "intValue" | ..: ..}}`. A collector's `otlpjsonfile`
+//! receiver, `jq`, or `hopbudget audit` can read it back.
+//!
+//! The `deadline.*` fields of a hop's span (see [`observe`](super)) arrive as span attributes
+//! under the same names, through `tracing-opentelemetry`.
+//!
+//! One call sets up a process: [`install`] opens the file and sets a global `tracing`
+//! subscriber that exports every span to it. Keep the returned [`OtlpFile`] alive; dropping
+//! it flushes what is buffered. To combine with other layers (logs to stderr, filters), build
+//! an [`OtlpFile`] and add [`OtlpFile::layer`] to your own subscriber.
+//!
+//! ```
+//! use std::time::Duration;
+//! use hopbudget::observe::{otlp::OtlpFile, Hop, HopLabels, Protocol};
+//! use hopbudget::{HopPolicy, Outcome, RequestBudget};
+//! use tracing_subscriber::layer::SubscriberExt;
+//!
+//! let path = std::env::temp_dir().join(format!("hopbudget-doc-{}.jsonl", std::process::id()));
+//! let otlp = OtlpFile::create(&path, "tax")?;
+//! let subscriber = tracing_subscriber::registry().with(otlp.layer());
+//! tracing::subscriber::with_default(subscriber, || {
+//!     let labels = HopLabels::new("tax", "/tax", Protocol::Http);
+//!     let budget = RequestBudget::local(Duration::from_millis(120), HopPolicy::DEFAULT);
+//!     Hop::start(&labels, &budget).finish(Outcome::Completed);
+//! });
+//! otlp.shutdown()?;
+//! let line = std::fs::read_to_string(&path)?;
+//! assert!(line.contains(r#""key":"deadline.outcome","value":{"stringValue":"completed"}"#));
+//! # std::fs::remove_file(&path)?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use std::fmt;
+use std::fs::{File, OpenOptions};
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::transform::common::tonic::ResourceAttributesWithSchema;
+use opentelemetry_proto::transform::trace::tonic::group_spans_by_resource_and_scope;
+use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
+use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider, SpanData, SpanExporter};
+use tracing_opentelemetry::OpenTelemetryLayer;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::registry::LookupSpan;
+
+/// What went wrong setting up or flushing the OTLP file export.
+#[derive(Debug, thiserror::Error)]
+#[error("{context}")]
+pub struct OtlpError {
+    context: String,
+    #[source]
+    source: Option<Box<dyn std::error::Error + Send + Sync>>,
+}
+
+impl OtlpError {
+    fn new(context: String, source: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+        Self {
+            context,
+            source: Some(source.into()),
+        }
+    }
+}
+
+/// An OpenTelemetry SDK `SpanExporter` that appends each batch to a file as one OTLP JSON
+/// `ExportTraceServiceRequest` per line.
+pub struct FileSpanExporter {
+    path: PathBuf,
+    out: Mutex<Option<BufWriter<File>>>,
+    resource: ResourceAttributesWithSchema,
+}
+
+impl fmt::Debug for FileSpanExporter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FileSpanExporter")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl FileSpanExporter {
+    /// Export to `path`, replacing what it held.
+    ///
+    /// # Errors
+    /// The file cannot be created; the error names it.
+    pub fn create(path: impl AsRef<Path>) -> Result<Self, OtlpError> {
+        Self::open(path.as_ref(), false)
+    }
+
+    /// Export to `path`, after what it already holds (created if absent).
+    ///
+    /// # Errors
+    /// The file cannot be opened; the error names it.
+    pub fn append(path: impl AsRef<Path>) -> Result<Self, OtlpError> {
+        Self::open(path.as_ref(), true)
+    }
+
+    fn open(path: &Path, append: bool) -> Result<Self, OtlpError> {
+        let mut options = OpenOptions::new();
+        if append {
+            options.append(true).create(true);
+        } else {
+            options.write(true).create(true).truncate(true);
+        }
+        let file = options.open(path).map_err(|e| {
+            OtlpError::new(
+                format!("cannot open OTLP trace file {}: {e}", path.display()),
+                e,
+            )
+        })?;
+        Ok(Self {
+            path: path.to_owned(),
+            out: Mutex::new(Some(BufWriter::new(file))),
+            resource: ResourceAttributesWithSchema::default(),
+        })
+    }
+
+    /// The file it writes.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The request one batch becomes: the line [`SpanExporter::export`] writes.
+    pub fn to_request(&self, batch: Vec<SpanData>) -> ExportTraceServiceRequest {
+        ExportTraceServiceRequest {
+            resource_spans: group_spans_by_resource_and_scope(batch, &self.resource),
+        }
+    }
+
+    fn failure(&self, what: impl fmt::Display) -> OTelSdkError {
+        OTelSdkError::InternalFailure(format!("OTLP trace file {}: {what}", self.path.display()))
+    }
+
+    fn write_line(&self, request: &ExportTraceServiceRequest) -> OTelSdkResult {
+        let mut guard = self
+            .out
+            .lock()
+            .map_err(|_| self.failure("writer poisoned"))?;
+        let out = guard.as_mut().ok_or(OTelSdkError::AlreadyShutdown)?;
+        serde_json::to_writer(&mut *out, request).map_err(|e| self.failure(e))?;
+        // Flush per batch so a reader never sees half a line.
+        out.write_all(b"\n")
+            .and_then(|()| out.flush())
+            .map_err(|e| self.failure(e))
+    }
+}
+
+impl SpanExporter for FileSpanExporter {
+    async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let request = self.to_request(batch);
+        self.write_line(&request)
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        let mut guard = self
+            .out
+            .lock()
+            .map_err(|_| self.failure("writer poisoned"))?;
+        match guard.as_mut() {
+            Some(out) => out.flush().map_err(|e| self.failure(e)),
+            None => Ok(()),
+        }
+    }
+
+    fn shutdown_with_timeout(&self, _timeout: std::time::Duration) -> OTelSdkResult {
+        let mut guard = self
+            .out
+            .lock()
+            .map_err(|_| self.failure("writer poisoned"))?;
+        match guard.take() {
+            Some(mut out) => out.flush().map_err(|e| self.failure(e)),
+            None => Ok(()),
+        }
+    }
+
+    fn set_resource(&mut self, resource: &Resource) {
+        self.resource = resource.into();
+    }
+}
+
+/// A tracer provider that exports spans to an OTLP JSON file in the background. Dropping it
+/// flushes and closes the file.
+#[derive(Debug)]
+pub struct OtlpFile {
+    provider: SdkTracerProvider,
+    tracer: SdkTracer,
+    path: PathBuf,
+}
+
+impl OtlpFile {
+    /// Export spans of `service_name` (the resource's `service.name`) to `path`, replacing
+    /// what it held. Spans are batched and written by a background thread.
+    ///
+    /// # Errors
+    /// The file cannot be created; the error names it.
+    pub fn create(path: impl AsRef<Path>, service_name: &str) -> Result<Self, OtlpError> {
+        let exporter = FileSpanExporter::create(path.as_ref())?;
+        Ok(Self::with_exporter(exporter, service_name))
+    }
+
+    /// Like [`create`](Self::create), with an exporter you built (for example with
+    /// [`FileSpanExporter::append`]).
+    pub fn with_exporter(exporter: FileSpanExporter, service_name: &str) -> Self {
+        let path = exporter.path().to_owned();
+        let provider = SdkTracerProvider::builder()
+            .with_resource(
+                Resource::builder()
+                    .with_service_name(service_name.to_owned())
+                    .build(),
+            )
+            .with_batch_exporter(exporter)
+            .build();
+        let tracer = provider.tracer("hopbudget");
+        Self {
+            provider,
+            tracer,
+            path,
+        }
+    }
+
+    /// A `tracing` layer that turns spans into OpenTelemetry spans exported to the file.
+    pub fn layer<S>(&self) -> OpenTelemetryLayer<S, SdkTracer>
+    where
+        S: tracing::Subscriber + for<'span> LookupSpan<'span>,
+    {
+        tracing_opentelemetry::layer().with_tracer(self.tracer.clone())
+    }
+
+    /// The OpenTelemetry tracer provider, for code that creates OpenTelemetry spans directly.
+    pub fn provider(&self) -> &SdkTracerProvider {
+        &self.provider
+    }
+
+    /// The file spans go to.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Write every finished span to the file now.
+    ///
+    /// # Errors
+    /// The export or the write failed; the error names the file.
+    pub fn flush(&self) -> Result<(), OtlpError> {
+        self.provider.force_flush().map_err(|e| {
+            OtlpError::new(
+                format!("cannot flush OTLP trace file {}: {e}", self.path.display()),
+                e,
+            )
+        })
+    }
+
+    /// Flush and close the file, reporting any error (dropping does the same silently).
+    ///
+    /// # Errors
+    /// The export or the write failed; the error names the file.
+    pub fn shutdown(self) -> Result<(), OtlpError> {
+        self.provider.shutdown().map_err(|e| {
+            OtlpError::new(
+                format!("cannot close OTLP trace file {}: {e}", self.path.display()),
+                e,
+            )
+        })
+    }
+}
+
+impl Drop for OtlpFile {
+    fn drop(&mut self) {
+        // Already shut down by `shutdown`, or the process is ending: either way nothing
+        // useful can be done with an error here.
+        let _ = self.provider.shutdown();
+    }
+}
+
+/// Export every `tracing` span of this process to `path` as OTLP JSON: open the file and set
+/// the global default subscriber to one that exports to it. Keep the returned [`OtlpFile`]
+/// until the end of `main`; dropping it flushes.
+///
+/// # Errors
+/// The file cannot be created, or a global subscriber is already set.
+pub fn install(path: impl AsRef<Path>, service_name: &str) -> Result<OtlpFile, OtlpError> {
+    let otlp = OtlpFile::create(path, service_name)?;
+    let subscriber = tracing_subscriber::registry().with(otlp.layer());
+    tracing::subscriber::set_global_default(subscriber).map_err(|e| {
+        OtlpError::new(
+            format!(
+                "cannot export traces to {}: a global tracing subscriber is already set",
+                otlp.path.display()
+            ),
+            e,
+        )
+    })?;
+    Ok(otlp)
+}

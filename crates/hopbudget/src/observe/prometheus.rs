@@ -1,0 +1,87 @@
+//! Prometheus exposition for hopbudget's metrics (feature `prometheus`).
+//!
+//! `metrics-exporter-prometheus` renders histograms as summaries unless it is given buckets;
+//! [`builder`] returns a `PrometheusBuilder` with buckets that resolve the last 50 ms of a
+//! budget finely, where refusals and low-budget arrivals happen. Add your own exporter
+//! settings to it (an HTTP listener, or `install_recorder` and a `/metrics` route of your
+//! own) and call [`describe_metrics`](super::describe_metrics) once the recorder is in.
+//!
+//! The fraction of requests that arrive with little budget left is not a gauge: a gauge would
+//! have to pick a window inside the process. It is a ready-made recording rule over two
+//! counters instead, [`RECORDING_RULES`], so Prometheus picks the window.
+//!
+//! ```
+//! use hopbudget::observe::{self, Hop, HopLabels, Protocol};
+//! use hopbudget::{HopPolicy, Outcome, RequestBudget};
+//! use std::time::Duration;
+//!
+//! let recorder = observe::prometheus::builder()?.build_recorder();
+//! let handle = recorder.handle();
+//! metrics::with_local_recorder(&recorder, || {
+//!     observe::describe_metrics();
+//!     let labels = HopLabels::new("tax", "/tax", Protocol::Http);
+//!     let budget = RequestBudget::local(Duration::from_millis(30), HopPolicy::DEFAULT);
+//!     Hop::start(&labels, &budget).finish(Outcome::Completed);
+//! });
+//! let text = handle.render();
+//! assert!(text.contains("hopbudget_remaining_at_arrival_ms_bucket{service=\"tax\",route=\"/tax\",le=\"30\"} 1"));
+//! # Ok::<(), metrics_exporter_prometheus::BuildError>(())
+//! ```
+
+use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder};
+
+use super::{LATE_WORK_OVERRUN_MS, REMAINING_AT_ARRIVAL_MS};
+
+/// Bucket bounds (ms) of `hopbudget_remaining_at_arrival_ms`: every 5 ms up to 50, then
+/// coarser up to a minute.
+pub const REMAINING_BUCKETS_MS: &[f64] = &[
+    1.0, 2.0, 5.0, 10.0, 15.0, 20.0, 25.0, 30.0, 35.0, 40.0, 45.0, 50.0, 75.0, 100.0, 150.0, 200.0,
+    300.0, 500.0, 750.0, 1000.0, 2000.0, 5000.0, 10000.0, 30000.0, 60000.0,
+];
+
+/// Bucket bounds (ms) of `hopbudget_late_work_overrun_ms`.
+pub const OVERRUN_BUCKETS_MS: &[f64] = &[
+    1.0, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0, 10000.0,
+];
+
+/// Prometheus recording rules (a rule file, YAML): the fraction of arrivals with less than
+/// the low-budget threshold left, and the fraction refused before any work, per service and
+/// route over five minutes.
+pub const RECORDING_RULES: &str = r#"groups:
+  - name: hopbudget
+    rules:
+      - record: hopbudget:low_budget_arrivals:ratio_rate5m
+        expr: |
+          sum by (service, route) (rate(hopbudget_low_budget_arrivals_total[5m]))
+          /
+          sum by (service, route) (rate(hopbudget_arrivals_total[5m]))
+      - record: hopbudget:refused_before_work:ratio_rate5m
+        expr: |
+          sum by (service, route) (rate(hopbudget_refused_before_work_total[5m]))
+          /
+          sum by (service, route) (rate(hopbudget_arrivals_total[5m]))
+"#;
+
+/// A `PrometheusBuilder` with hopbudget's histogram buckets.
+///
+/// # Errors
+/// Only if the exporter rejects the bucket lists, which are fixed and non-empty.
+pub fn builder() -> Result<PrometheusBuilder, BuildError> {
+    with_buckets(PrometheusBuilder::new())
+}
+
+/// Add hopbudget's histogram buckets to an existing `builder`.
+///
+/// # Errors
+/// Only if the exporter rejects the bucket lists, which are fixed and non-empty.
+pub fn with_buckets(builder: PrometheusBuilder) -> Result<PrometheusBuilder, BuildError> {
+    builder
+        .set_buckets_for_metric(
+            Matcher::Full(REMAINING_AT_ARRIVAL_MS.to_owned()),
+            REMAINING_BUCKETS_MS,
+        )?
+        .set_buckets_for_metric(
+            Matcher::Full(LATE_WORK_OVERRUN_MS.to_owned()),
+            OVERRUN_BUCKETS_MS,
+        )
+}

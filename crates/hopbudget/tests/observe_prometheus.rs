@@ -1,0 +1,343 @@
+//! Rule C14: hopbudget's metrics scraped from a real `/metrics` endpoint in Prometheus text
+//! format, checking every name, type and label, the histogram buckets and the recording rules.
+//!
+//! This binary installs the process-wide recorder, so it holds a single test.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use axum::Router;
+use axum::routing::get;
+use hopbudget::codec::Carrier;
+use hopbudget::observe::{self, Hop, HopLabels, Protocol};
+use hopbudget::{Deadline, HopPolicy, Outcome, RequestBudget, Source};
+
+/// One sample line: metric name, labels, value.
+#[derive(Debug)]
+struct Sample {
+    name: String,
+    labels: BTreeMap<String, String>,
+    value: f64,
+}
+
+/// A small parser for the text exposition format, enough for what the exporter writes.
+fn parse(text: &str) -> (BTreeMap<String, String>, BTreeSet<String>, Vec<Sample>) {
+    let mut types = BTreeMap::new();
+    let mut helps = BTreeSet::new();
+    let mut samples = Vec::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, ty) = rest.split_once(' ').unwrap();
+            types.insert(name.to_owned(), ty.to_owned());
+        } else if let Some(rest) = line.strip_prefix("# HELP ") {
+            helps.insert(rest.split_once(' ').unwrap().0.to_owned());
+        } else if !line.starts_with('#') {
+            let (series, value) = line.rsplit_once(' ').unwrap();
+            let (name, labels) = match series.split_once('{') {
+                Some((name, rest)) => {
+                    let body = rest.strip_suffix('}').unwrap();
+                    let labels = body
+                        .split("\",")
+                        .map(|kv| {
+                            let (k, v) = kv.split_once("=\"").unwrap();
+                            (k.to_owned(), v.trim_end_matches('"').to_owned())
+                        })
+                        .collect();
+                    (name.to_owned(), labels)
+                }
+                None => (series.to_owned(), BTreeMap::new()),
+            };
+            samples.push(Sample {
+                name,
+                labels,
+                value: value.parse().unwrap(),
+            });
+        }
+    }
+    (types, helps, samples)
+}
+
+fn value(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    samples
+        .iter()
+        .find(|s| {
+            s.name == name
+                && s.labels.len() == labels.len()
+                && labels
+                    .iter()
+                    .all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(*v))
+        })
+        .map(|s| s.value)
+}
+
+fn drive_hops() {
+    let tax = HopLabels::new("tax", "/tax/{id}", Protocol::Http);
+    let budget = |ms| {
+        RequestBudget::from_carrier(
+            Carrier::RelativeMs,
+            Duration::from_millis(ms),
+            HopPolicy::DEFAULT,
+        )
+    };
+
+    // Two completed with plenty of budget, one arriving with 30 ms (low), one refused at 8 ms.
+    Hop::start(&tax, &budget(400)).finish(Outcome::Completed);
+    Hop::start(&tax.clone(), &budget(120)).finish(Outcome::Completed);
+    Hop::start(&tax, &budget(30)).finish(Outcome::Completed);
+    Hop::start(&tax, &budget(8)).refuse(Duration::from_millis(40));
+    // No deadline received: the edge total.
+    let fallback = RequestBudget::new(
+        Deadline::after(Duration::from_secs(2)),
+        Source::Fallback,
+        HopPolicy::DEFAULT,
+    );
+    Hop::start(&tax, &fallback).finish(Outcome::Completed);
+    // Late work, then the caller saw expired.
+    let hop = Hop::start(&tax, &budget(200));
+    hop.late_work(Duration::from_millis(75));
+    hop.finish(Outcome::Expired);
+    // The caller went away.
+    drop(Hop::start(&tax, &budget(200)));
+    observe::malformed_header(&tax, "x-request-timeout-ms");
+    observe::malformed_header(&tax, "x-request-timeout-ms");
+    observe::malformed_header(&tax, "grpc-timeout");
+
+    // A gRPC route whose profile says 250 ms is low: a 120 ms arrival counts.
+    let quote = HopLabels::new("tax", "/tax.Tax/Quote", Protocol::Grpc)
+        .with_low_budget(Duration::from_millis(250));
+    Hop::start(&quote, &budget(120)).finish(Outcome::Completed);
+
+    // Public fields changed after construction: the hop reports under the new route.
+    let mut moved = tax.clone();
+    moved.route = "/moved".into();
+    Hop::start(&moved, &budget(300)).finish(Outcome::Completed);
+
+    observe::queue_expired("billing", "invoices");
+}
+
+#[tokio::test]
+async fn metrics_endpoint_exposes_every_hopbudget_metric() {
+    let handle = observe::prometheus::builder()
+        .unwrap()
+        .install_recorder()
+        .unwrap();
+    observe::describe_metrics();
+
+    let app = Router::new().route("/metrics", get(move || async move { handle.render() }));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+
+    drive_hops();
+
+    let response = reqwest::get(format!("http://{addr}/metrics"))
+        .await
+        .unwrap();
+    assert!(response.status().is_success());
+    let text = response.text().await.unwrap();
+    let (types, helps, samples) = parse(&text);
+
+    // Every documented metric: its type, a HELP line, and exactly its labels.
+    for (name, ty, labels) in observe::METRICS {
+        assert_eq!(
+            types.get(name).map(String::as_str),
+            Some(ty),
+            "type of {name}\n{text}"
+        );
+        assert!(helps.contains(name), "HELP for {name}");
+        let series: Vec<&Sample> = samples
+            .iter()
+            .filter(|s| match ty {
+                "histogram" => {
+                    s.name == format!("{name}_bucket")
+                        || s.name == format!("{name}_sum")
+                        || s.name == format!("{name}_count")
+                }
+                _ => s.name == name,
+            })
+            .collect();
+        assert!(!series.is_empty(), "no samples of {name}");
+        for s in series {
+            let mut keys: Vec<&str> = s
+                .labels
+                .keys()
+                .map(String::as_str)
+                .filter(|k| *k != "le")
+                .collect();
+            keys.sort_unstable();
+            let mut want = labels.to_vec();
+            want.sort_unstable();
+            assert_eq!(keys, want, "labels of {s:?}");
+        }
+    }
+    assert_eq!(
+        observe::METRICS.len(),
+        types.keys().filter(|n| n.starts_with("hopbudget_")).count()
+    );
+
+    let tax = [("service", "tax"), ("route", "/tax/{id}")];
+    let with = |extra: (&'static str, &'static str)| [tax[0], tax[1], extra];
+    assert_eq!(
+        value(
+            &samples,
+            "hopbudget_hops_total",
+            &with(("outcome", "completed"))
+        ),
+        Some(4.0)
+    );
+    assert_eq!(
+        value(
+            &samples,
+            "hopbudget_hops_total",
+            &with(("outcome", "refused"))
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(
+            &samples,
+            "hopbudget_hops_total",
+            &with(("outcome", "expired"))
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(
+            &samples,
+            "hopbudget_hops_total",
+            &with(("outcome", "cancelled"))
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(&samples, "hopbudget_refused_before_work_total", &tax),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(&samples, "hopbudget_deadline_missing_total", &tax),
+        Some(1.0)
+    );
+    assert_eq!(value(&samples, "hopbudget_arrivals_total", &tax), Some(7.0));
+    assert_eq!(
+        value(&samples, "hopbudget_low_budget_arrivals_total", &tax),
+        Some(2.0)
+    );
+    assert_eq!(
+        value(&samples, "hopbudget_late_work_total", &tax),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(&samples, "hopbudget_late_work_overrun_ms_sum", &tax),
+        Some(75.0)
+    );
+    assert_eq!(
+        value(&samples, "hopbudget_late_work_overrun_ms_count", &tax),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(
+            &samples,
+            "hopbudget_malformed_headers_total",
+            &with(("header", "x-request-timeout-ms"))
+        ),
+        Some(2.0)
+    );
+    assert_eq!(
+        value(
+            &samples,
+            "hopbudget_malformed_headers_total",
+            &with(("header", "grpc-timeout"))
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(
+            &samples,
+            "hopbudget_queue_expired_total",
+            &[("service", "billing"), ("queue", "invoices")]
+        ),
+        Some(1.0)
+    );
+    let moved = [("service", "tax"), ("route", "/moved")];
+    assert_eq!(
+        value(&samples, "hopbudget_arrivals_total", &moved),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(
+            &samples,
+            "hopbudget_hops_total",
+            &[moved[0], moved[1], ("outcome", "completed")]
+        ),
+        Some(1.0)
+    );
+    let quote = [("service", "tax"), ("route", "/tax.Tax/Quote")];
+    assert_eq!(
+        value(&samples, "hopbudget_low_budget_arrivals_total", &quote),
+        Some(1.0)
+    );
+
+    // The remaining-budget histogram resolves 0-50 ms finely: 8 ms and 30 ms land in their
+    // own 5 ms buckets.
+    let bucket = |le: &'static str| {
+        value(
+            &samples,
+            "hopbudget_remaining_at_arrival_ms_bucket",
+            &with(("le", le)),
+        )
+    };
+    for le in [
+        "1", "2", "5", "10", "15", "20", "25", "30", "35", "40", "45", "50",
+    ] {
+        assert!(bucket(le).is_some(), "bucket le={le}");
+    }
+    assert_eq!(bucket("5"), Some(0.0));
+    assert_eq!(bucket("10"), Some(1.0));
+    assert_eq!(bucket("25"), Some(1.0));
+    assert_eq!(bucket("30"), Some(2.0));
+    assert_eq!(bucket("50"), Some(2.0));
+    assert_eq!(bucket("+Inf"), Some(7.0));
+    assert_eq!(
+        value(&samples, "hopbudget_remaining_at_arrival_ms_count", &tax),
+        Some(7.0)
+    );
+
+    // The recording rules parse and name only metrics the endpoint exposes; the low-budget
+    // ratio they compute from these counters is 2 of 7.
+    #[derive(serde::Deserialize)]
+    struct Rules {
+        groups: Vec<Group>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Group {
+        rules: Vec<Rule>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Rule {
+        record: String,
+        expr: String,
+    }
+    let rules: Rules = serde_saphyr::from_str(observe::prometheus::RECORDING_RULES).unwrap();
+    let rules = &rules.groups[0].rules;
+    assert_eq!(
+        rules[0].record,
+        "hopbudget:low_budget_arrivals:ratio_rate5m"
+    );
+    for rule in rules {
+        for word in rule
+            .expr
+            .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+        {
+            if word.starts_with("hopbudget_") {
+                assert!(
+                    types.contains_key(word),
+                    "rule {} names unknown {word}",
+                    rule.record
+                );
+            }
+        }
+    }
+    let low = value(&samples, "hopbudget_low_budget_arrivals_total", &tax).unwrap();
+    let all = value(&samples, "hopbudget_arrivals_total", &tax).unwrap();
+    assert!((low / all - 2.0 / 7.0).abs() < 1e-9);
+}

@@ -1,0 +1,256 @@
+//! Rule C14: every hop's span carries the `deadline.*` fields of the table, as
+//! `tracing` fields and, through tracing-opentelemetry, as OpenTelemetry span attributes
+//! under the same names.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use hopbudget::codec::Carrier;
+use hopbudget::observe::{Hop, HopLabels, Protocol};
+use hopbudget::{Deadline, HopPolicy, Outcome, RequestBudget, Source};
+use tracing::field::{Field, Visit};
+use tracing::span::{Attributes, Id, Record};
+use tracing_subscriber::Layer;
+use tracing_subscriber::layer::{Context, SubscriberExt};
+
+type Fields = BTreeMap<String, String>;
+
+/// Records every span's fields, as given at creation and recorded later, by span name.
+#[derive(Clone, Default)]
+struct Capture {
+    spans: Arc<Mutex<Vec<(Id, String, Fields)>>>,
+}
+
+struct Collect<'a>(&'a mut Fields);
+
+impl Visit for Collect<'_> {
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        self.0.insert(field.name().into(), value.to_string());
+    }
+    fn record_i64(&mut self, field: &Field, value: i64) {
+        self.0.insert(field.name().into(), value.to_string());
+    }
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.0.insert(field.name().into(), value.into());
+    }
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        self.0.insert(field.name().into(), format!("{value:?}"));
+    }
+}
+
+impl<S: tracing::Subscriber> Layer<S> for Capture {
+    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, _: Context<'_, S>) {
+        let mut fields = Fields::new();
+        attrs.record(&mut Collect(&mut fields));
+        self.spans
+            .lock()
+            .unwrap()
+            .push((id.clone(), attrs.metadata().name().into(), fields));
+    }
+    fn on_record(&self, id: &Id, values: &Record<'_>, _: Context<'_, S>) {
+        let mut spans = self.spans.lock().unwrap();
+        let (_, _, fields) = spans.iter_mut().find(|(i, _, _)| i == id).unwrap();
+        values.record(&mut Collect(fields));
+    }
+}
+
+impl Capture {
+    fn hop_fields(&self) -> Vec<Fields> {
+        self.spans
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, name, _)| name == "hop")
+            .map(|(_, _, f)| f.clone())
+            .collect()
+    }
+}
+
+fn with_capture(f: impl FnOnce()) -> Vec<Fields> {
+    let capture = Capture::default();
+    let subscriber = tracing_subscriber::registry().with(capture.clone());
+    tracing::subscriber::with_default(subscriber, f);
+    capture.hop_fields()
+}
+
+fn labels() -> HopLabels {
+    HopLabels::new("tax", "/tax/{id}", Protocol::Http)
+}
+
+#[tokio::test(start_paused = true)]
+async fn start_fields_then_outcome_on_finish() {
+    let hops = with_capture(|| {
+        let budget = RequestBudget::from_carrier(
+            Carrier::RelativeMs,
+            Duration::from_millis(120),
+            HopPolicy::DEFAULT,
+        );
+        let hop = Hop::start(&labels(), &budget);
+        hop.finish(Outcome::Completed);
+    });
+    assert_eq!(hops.len(), 1);
+    let f = &hops[0];
+    assert_eq!(f["deadline.remaining_ms"], "120");
+    assert_eq!(f["deadline.source"], "relative-ms");
+    // hop margin 5 ms + transit allowance 1 ms
+    assert_eq!(f["deadline.margin_ms"], "6");
+    assert_eq!(f["deadline.outcome"], "completed");
+    assert!(!f.contains_key("deadline.required_ms"));
+    assert!(!f.contains_key("deadline.overrun_ms"));
+    assert_eq!(f["otel.name"], "/tax/{id}");
+    assert_eq!(f["otel.kind"], "server");
+    assert_eq!(f["service.name"], "tax");
+    assert_eq!(f["hop.protocol"], "http");
+}
+
+#[tokio::test(start_paused = true)]
+async fn refused_hop_records_required_ms() {
+    let hops = with_capture(|| {
+        let budget = RequestBudget::local(Duration::from_millis(8), HopPolicy::DEFAULT);
+        Hop::start(&labels(), &budget).refuse(Duration::from_millis(40));
+    });
+    let f = &hops[0];
+    assert_eq!(f["deadline.outcome"], "refused");
+    assert_eq!(f["deadline.required_ms"], "40");
+    assert_eq!(f["deadline.source"], "local");
+}
+
+#[tokio::test(start_paused = true)]
+async fn late_work_records_overrun_ms_and_fallback_source() {
+    let hops = with_capture(|| {
+        let budget = RequestBudget::new(
+            Deadline::after(Duration::from_millis(1000)),
+            Source::Fallback,
+            HopPolicy::DEFAULT,
+        );
+        let hop = Hop::start(&labels(), &budget);
+        hop.late_work(Duration::from_millis(250));
+        hop.finish(Outcome::Expired);
+    });
+    let f = &hops[0];
+    assert_eq!(f["deadline.source"], "fallback");
+    assert_eq!(f["deadline.remaining_ms"], "1000");
+    assert_eq!(f["deadline.outcome"], "expired");
+    assert_eq!(f["deadline.overrun_ms"], "250");
+}
+
+#[tokio::test(start_paused = true)]
+async fn dropped_hop_is_cancelled_and_queue_hop_is_a_consumer() {
+    let hops = with_capture(|| {
+        let budget = RequestBudget::local(Duration::from_millis(300), HopPolicy::DEFAULT);
+        let labels = HopLabels::new("billing", "invoices", Protocol::Queue);
+        drop(Hop::start(&labels, &budget));
+    });
+    let f = &hops[0];
+    assert_eq!(f["deadline.outcome"], "cancelled");
+    assert_eq!(f["otel.kind"], "consumer");
+    assert_eq!(f["hop.protocol"], "queue");
+}
+
+#[tokio::test(start_paused = true)]
+async fn handler_events_nest_inside_the_hop_span() {
+    let capture = Capture::default();
+    let subscriber = tracing_subscriber::registry().with(capture.clone());
+    let _g = tracing::subscriber::set_default(subscriber);
+    let budget = RequestBudget::local(Duration::from_millis(300), HopPolicy::DEFAULT);
+    let hop = Hop::start(&labels(), &budget);
+    async {
+        let _child = tracing::info_span!("handler").entered();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    .await;
+    hop.finish(Outcome::Completed);
+    let spans = capture.spans.lock().unwrap();
+    let names: Vec<_> = spans.iter().map(|(_, n, _)| n.as_str()).collect();
+    assert_eq!(names, ["hop", "handler"]);
+}
+
+mod otel {
+    //! The same fields through tracing-opentelemetry, collected by a real SDK tracer provider.
+
+    use super::*;
+    use opentelemetry::trace::{SpanKind, TracerProvider as _};
+    use opentelemetry::{Key, Value};
+    use opentelemetry_sdk::error::OTelSdkResult;
+    use opentelemetry_sdk::trace::{SdkTracerProvider, SpanData, SpanExporter};
+
+    #[derive(Clone, Debug, Default)]
+    struct Collected(Arc<Mutex<Vec<SpanData>>>);
+
+    impl SpanExporter for Collected {
+        async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+            self.0.lock().unwrap().extend(batch);
+            Ok(())
+        }
+    }
+
+    fn attr<'a>(span: &'a SpanData, key: &str) -> Option<&'a Value> {
+        span.attributes
+            .iter()
+            .find(|kv| kv.key == Key::new(key.to_owned()))
+            .map(|kv| &kv.value)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn deadline_fields_are_span_attributes() {
+        let collected = Collected::default();
+        let provider = SdkTracerProvider::builder()
+            .with_simple_exporter(collected.clone())
+            .build();
+        let layer = tracing_opentelemetry::layer().with_tracer(provider.tracer("hopbudget"));
+        let subscriber = tracing_subscriber::registry().with(layer);
+        tracing::subscriber::with_default(subscriber, || {
+            let budget = RequestBudget::from_carrier(
+                Carrier::GrpcTimeout,
+                Duration::from_millis(90),
+                HopPolicy::DEFAULT,
+            );
+            Hop::start(
+                &HopLabels::new("tax", "/tax.Tax/Quote", Protocol::Grpc),
+                &budget,
+            )
+            .refuse(Duration::from_millis(200));
+            let budget = RequestBudget::local(Duration::from_millis(500), HopPolicy::DEFAULT);
+            let hop = Hop::start(&labels(), &budget);
+            hop.late_work(Duration::from_millis(75));
+            hop.finish(Outcome::Expired);
+        });
+        provider.force_flush().unwrap();
+        let spans = collected.0.lock().unwrap();
+        assert_eq!(spans.len(), 2);
+
+        let refused = &spans[0];
+        assert_eq!(refused.name, "/tax.Tax/Quote");
+        assert_eq!(refused.span_kind, SpanKind::Server);
+        assert_eq!(
+            attr(refused, "deadline.remaining_ms"),
+            Some(&Value::I64(90))
+        );
+        assert_eq!(
+            attr(refused, "deadline.source"),
+            Some(&Value::from("grpc-timeout"))
+        );
+        assert_eq!(attr(refused, "deadline.margin_ms"), Some(&Value::I64(6)));
+        assert_eq!(
+            attr(refused, "deadline.outcome"),
+            Some(&Value::from("refused"))
+        );
+        assert_eq!(
+            attr(refused, "deadline.required_ms"),
+            Some(&Value::I64(200))
+        );
+        assert_eq!(attr(refused, "deadline.overrun_ms"), None);
+
+        let late = &spans[1];
+        assert_eq!(late.name, "/tax/{id}");
+        assert_eq!(attr(late, "deadline.remaining_ms"), Some(&Value::I64(500)));
+        assert_eq!(attr(late, "deadline.source"), Some(&Value::from("local")));
+        assert_eq!(
+            attr(late, "deadline.outcome"),
+            Some(&Value::from("expired"))
+        );
+        assert_eq!(attr(late, "deadline.overrun_ms"), Some(&Value::I64(75)));
+        assert_eq!(attr(late, "deadline.required_ms"), None);
+    }
+}
