@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::demo::collector::Collector;
 use crate::demo::services::{self, Node};
+use crate::demo::wiring;
 use crate::demo::{Mode, Topology};
 
 /// What `serve` needs.
@@ -103,10 +104,11 @@ pub fn run(opts: &ServeOptions) -> Result<(), String> {
         let listener = tokio::net::TcpListener::bind(listen)
             .await
             .map_err(|e| format!("{}: cannot listen on {listen}: {e}", spec.name))?;
-        let http = services::http_client()?;
+        let http = wiring::reqwest_client()?;
+        let profile = services::profile_for(&spec)?;
         let node = Arc::new(Node {
             idx,
-            peers: services::peers_for(topo, &spec, &addrs, &http)?,
+            peers: wiring::peers_for(topo, &spec, opts.mode, &profile, &addrs, &http)?,
             sem: Semaphore::new(spec.concurrency as usize),
             mode: opts.mode,
             forgetful: opts.forgetful,
@@ -114,7 +116,7 @@ pub fn run(opts: &ServeOptions) -> Result<(), String> {
                 topo.services.len(),
                 Duration::from_millis(topo.client.budget_ms),
             )),
-            profile: services::profile_for(&spec)?,
+            profile,
             seed: topo.client.seed,
             spec: spec.clone(),
         });
@@ -126,7 +128,7 @@ pub fn run(opts: &ServeOptions) -> Result<(), String> {
             opts.mode.as_str()
         );
         let stop = CancellationToken::new();
-        services::spawn_server(node, listener, stop.clone());
+        wiring::spawn_server(node, listener, stop.clone());
         let _ = tokio::signal::ctrl_c().await;
         stop.cancel();
         tokio::time::sleep(Duration::from_millis(100)).await;

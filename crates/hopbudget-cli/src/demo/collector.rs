@@ -167,8 +167,10 @@ impl Collector {
         }
     }
 
-    /// A call to `service` was refused by its caller before sending (C3).
-    pub fn refused_by_caller(&self, service: usize) {
+    /// A call to `service` was refused (C3): by the caller before sending, by the service's
+    /// server layer on arrival, or by the service after queueing. Counted where the caller
+    /// sees it, so that refusals the server layer answers before any handler are included.
+    pub fn refused(&self, service: usize) {
         lock(&self.hops[service]).refused += 1;
     }
 
@@ -257,7 +259,8 @@ impl HopGuard {
             match outcome {
                 Outcome::Completed if failed => h.failed += 1,
                 Outcome::Completed => h.completed += 1,
-                Outcome::Refused => h.refused += 1,
+                // Counted by the caller (`refused`), which sees every refusal.
+                Outcome::Refused => {}
                 Outcome::Expired => h.expired += 1,
                 Outcome::Cancelled => h.cancelled += 1,
             }

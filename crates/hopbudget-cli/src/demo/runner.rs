@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use super::collector::Collector;
 use super::services::{self, Node, REQUEST_ID};
 use super::topology::Topology;
-use super::wiring::Mode;
+use super::wiring::{self, Mode};
 use hopbudget::{HopPolicy, RequestBudget, codec};
 
 /// What one run needs.
@@ -100,21 +100,22 @@ async fn run_async(topo: &Topology, spec: &RunSpec) -> Result<RunData, String> {
         .await
         .map_err(|e| e.to_string())?;
     let addrs: Vec<SocketAddr> = listeners.iter().map(|(_, a)| *a).collect();
-    let http = services::http_client()?;
+    let http = wiring::reqwest_client()?;
     for (idx, (listener, _)) in listeners.into_iter().enumerate() {
         let s = &topo.services[idx];
+        let profile = services::profile_for(s).map_err(|e| format!("{}: {e}", s.name))?;
         let node = Arc::new(Node {
             idx,
             spec: s.clone(),
             mode: spec.mode,
             forgetful: spec.forgetful.as_deref() == Some(s.name.as_str()),
             sem: Semaphore::new(s.concurrency as usize),
-            peers: services::peers_for(topo, s, &addrs, &http)?,
+            peers: wiring::peers_for(topo, s, spec.mode, &profile, &addrs, &http)?,
             collector: collector.clone(),
-            profile: services::profile_for(s).map_err(|e| format!("{}: {e}", s.name))?,
+            profile,
             seed: topo.client.seed,
         });
-        services::spawn_server(node, listener, stop.clone());
+        wiring::spawn_server(node, listener, stop.clone());
     }
     let edge = topo
         .index_of(&topo.edge().name)
@@ -125,7 +126,7 @@ async fn run_async(topo: &Topology, spec: &RunSpec) -> Result<RunData, String> {
     let bar = progress_bar(spec, sent as u64);
     let budget = Duration::from_millis(topo.client.budget_ms);
     let give_up = Duration::from_millis(topo.client.timeout_ms);
-    let client = services::http_client()?;
+    let client = wiring::reqwest_client()?;
     warm_up(&client, &url).await;
     let started = Instant::now();
     let mut tasks = Vec::with_capacity(sent);
@@ -151,6 +152,9 @@ async fn run_async(topo: &Topology, spec: &RunSpec) -> Result<RunData, String> {
                 Err(_) => collector.client_end(id, false, true, false),
                 Ok(Err(_)) => collector.client_end(id, false, false, false),
                 Ok(Ok(resp)) => {
+                    if resp.status().as_u16() == 503 {
+                        collector.refused(edge);
+                    }
                     let ok = resp.status().is_success();
                     let degraded = if ok {
                         match tokio::time::timeout(give_up, resp.bytes()).await {

@@ -20,14 +20,11 @@ use hopbudget::profile::{ProfileSpec, RouteSpec};
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
-use tokio_util::sync::CancellationToken;
-use tonic::transport::Channel;
 
 use super::collector::Collector;
 use super::topology::{Protocol, ServiceSpec, Topology};
-use super::wiring::{self, HopError, Mode};
-use crate::proto::hop_client::HopClient;
-use crate::proto::hop_server::{Hop, HopServer};
+use super::wiring::{self, HopError, Mode, Peer};
+use crate::proto::hop_server::Hop;
 use crate::proto::{HopReply, HopRequest};
 
 /// The header (and gRPC metadata key) carrying the client's request id.
@@ -36,20 +33,6 @@ pub const REQUEST_ID: &str = "x-demo-request-id";
 pub const GRPC_PATH: &str = "/hopbudget.demo.Hop/Call";
 /// The HTTP path every HTTP service serves.
 pub const HTTP_PATH: &str = "/call";
-
-/// How a node reaches one downstream service.
-#[derive(Clone, Debug)]
-pub enum Peer {
-    /// A gRPC service.
-    Grpc(HopClient<Channel>),
-    /// An HTTP service.
-    Http {
-        /// Shared client (HTTP/2 over cleartext, so a dropped call resets its stream).
-        client: reqwest::Client,
-        /// `http://addr/call`.
-        url: String,
-    },
-}
 
 /// One running service.
 #[derive(Debug)]
@@ -182,90 +165,9 @@ pub async fn bind_all(
     Ok(out)
 }
 
-/// How to reach each service of the topology from `addrs` (aligned with `topo.services`).
-pub fn peers_for(
-    topo: &Topology,
-    spec: &ServiceSpec,
-    addrs: &[SocketAddr],
-    http: &reqwest::Client,
-) -> Result<Vec<(usize, Peer)>, String> {
-    let mut peers = Vec::with_capacity(spec.calls.len());
-    for call in &spec.calls {
-        let idx = topo
-            .index_of(&call.service)
-            .ok_or_else(|| format!("no service named `{}`", call.service))?;
-        let addr = addrs[idx];
-        let peer = match topo.services[idx].protocol {
-            Protocol::Grpc => {
-                let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
-                    .map_err(|e| format!("{}: bad address {addr}: {e}", call.service))?
-                    .tcp_nodelay(true)
-                    .connect_lazy();
-                Peer::Grpc(HopClient::new(channel))
-            }
-            Protocol::Http => Peer::Http {
-                client: http.clone(),
-                url: format!("http://{addr}{HTTP_PATH}"),
-            },
-        };
-        peers.push((idx, peer));
-    }
-    Ok(peers)
-}
-
-/// The HTTP client every HTTP caller uses: HTTP/2 over cleartext (prior knowledge), so a
-/// dropped call resets its stream and the server sees the caller go away.
-pub fn http_client() -> Result<reqwest::Client, String> {
-    reqwest::Client::builder()
-        .http2_prior_knowledge()
-        .pool_max_idle_per_host(64)
-        .build()
-        .map_err(|e| format!("cannot build the HTTP client: {e}"))
-}
-
-/// Serve `node` on `listener` until `stop` is cancelled.
-pub fn spawn_server(node: Arc<Node>, listener: TcpListener, stop: CancellationToken) {
-    match node.spec.protocol {
-        Protocol::Grpc => {
-            let svc = HopServer::new(GrpcNode(node.clone()));
-            let incoming = tokio_stream_listener(listener);
-            tokio::spawn(async move {
-                let _ = tonic::transport::Server::builder()
-                    .tcp_nodelay(true)
-                    .max_concurrent_streams(Some(100_000))
-                    .add_service(svc)
-                    .serve_with_incoming_shutdown(incoming, stop.cancelled_owned())
-                    .await;
-            });
-        }
-        Protocol::Http => {
-            let app = axum::Router::new()
-                .route(HTTP_PATH, axum::routing::post(http_call))
-                .with_state(node);
-            tokio::spawn(async move {
-                let _ = axum::serve(listener, app)
-                    .with_graceful_shutdown(stop.cancelled_owned())
-                    .await;
-            });
-        }
-    }
-}
-
-fn tokio_stream_listener(
-    listener: TcpListener,
-) -> impl futures_util::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
-    futures_util::stream::unfold(listener, |l| async move {
-        let accepted = l.accept().await.map(|(s, _)| {
-            let _ = s.set_nodelay(true);
-            s
-        });
-        Some((accepted, l))
-    })
-}
-
 /// The gRPC face of a node.
 #[derive(Debug)]
-struct GrpcNode(Arc<Node>);
+pub struct GrpcNode(pub Arc<Node>);
 
 #[tonic::async_trait]
 impl Hop for GrpcNode {
@@ -274,8 +176,7 @@ impl Hop for GrpcNode {
         request: tonic::Request<HopRequest>,
     ) -> Result<tonic::Response<HopReply>, tonic::Status> {
         let id = request.get_ref().request_id;
-        let headers = request.metadata().clone().into_headers();
-        match wiring::serve(self.0.clone(), id, &headers).await {
+        match wiring::serve(self.0.clone(), id).await {
             Ok(degraded) => Ok(tonic::Response::new(HopReply {
                 service: self.0.spec.name.clone(),
                 degraded,
@@ -285,7 +186,8 @@ impl Hop for GrpcNode {
     }
 }
 
-async fn http_call(State(node): State<Arc<Node>>, headers: HeaderMap) -> Response {
+/// The HTTP face of a node: `POST /call`.
+pub async fn http_call(State(node): State<Arc<Node>>, headers: HeaderMap) -> Response {
     let Some(id) = headers
         .get(REQUEST_ID)
         .and_then(|v| v.to_str().ok())
@@ -297,7 +199,7 @@ async fn http_call(State(node): State<Arc<Node>>, headers: HeaderMap) -> Respons
         )
             .into_response();
     };
-    match wiring::serve(node.clone(), id, &headers).await {
+    match wiring::serve(node.clone(), id).await {
         Ok(degraded) => (
             StatusCode::OK,
             axum::Json(serde_json::json!({ "service": node.spec.name, "degraded": degraded })),

@@ -7,37 +7,47 @@
 //!   caller's timeout fires and the call is dropped, the server-side work goes on, exactly as
 //!   a service does that derives its outbound calls from a fresh `context.Background()`.
 //! - **`propagated`**: hopbudget at every hop. The inbound budget is read from the wire
-//!   (`grpc-timeout`, `x-request-timeout-ms`) with `codec::read_inbound` and becomes a local
-//!   monotonic deadline (C1); a hop with less than its route's minimum budget refuses before
-//!   any work (C3); the handler runs under `RequestBudget::run`, so it stops at the deadline
-//!   (C4, C7) or when the caller goes away (C5); each outbound call forwards
-//!   `remaining - margin - transit` (C2), refuses to start below the threshold (C3), and is
-//!   itself bounded by the budget.
+//!   (`grpc-timeout`, `x-request-timeout-ms`) and becomes a local monotonic deadline (C1); a
+//!   hop with less than its route's minimum budget refuses before any work (C3); the handler
+//!   stops at the deadline (C4, C7) or when the caller goes away (C5); each outbound call
+//!   forwards `remaining - margin - transit` (C2), refuses to start below the threshold (C3),
+//!   and is itself bounded by the budget.
 //! - **`--forgetful SERVICE`** (S13): in propagated mode that one service behaves like the
 //!   timeouts mode on the way in: it ignores the inbound deadline, starts a fresh budget of its
 //!   own default, forwards *that* downstream (the chain break), and its work survives its
 //!   caller.
 //!
-//! The propagated wiring uses the core API directly (`RequestBudget`, `codec::read_inbound`,
-//! `codec::grpc_timeout::encode`, `codec::millis::encode`, `RequestBudget::run`,
-//! `admit_forward`). The tower layers of the `http` and `grpc` branches are meant to replace
-//! the inbound and outbound halves here once they land.
+//! The propagated wiring is hopbudget's own layers, as a service would use them: the gRPC
+//! servers run behind `grpc::server::GrpcServerLayer`, the HTTP servers behind
+//! `http::server::ServerBudgetLayer` (both with a profile per service whose route minimum is
+//! the service's `min_budget_ms`), gRPC clients are wrapped in `grpc::client::GrpcClientLayer`
+//! and the HTTP client carries `http::reqwest::BudgetMiddleware`. Inside a handler the budget
+//! is the ambient `RequestBudget::current()` the server layer installed.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use hopbudget::clock::SystemClock;
-use hopbudget::codec::{self, read_inbound};
-use hopbudget::observe::{Hop, HopLabels, Protocol as ObsProtocol};
+use hopbudget::grpc::client::{GrpcClient, GrpcClientLayer};
+use hopbudget::grpc::server::GrpcServerLayer;
+use hopbudget::http::reqwest::{BudgetMiddleware, budget_error};
+use hopbudget::http::server::ServerBudgetLayer;
 use hopbudget::status::{REFUSED_METADATA, REMAINING_MS_HEADER, REQUIRED_MS_HEADER};
-use hopbudget::{BudgetError, Deadline, Outcome, RequestBudget, Source};
+use hopbudget::{BudgetError, Deadline, Outcome, Profile, RequestBudget, Source};
+use reqwest_middleware::ClientWithMiddleware;
 use serde::{Deserialize, Serialize};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tonic::transport::Channel;
+use tower::ServiceBuilder;
 
-use super::services::{self, GRPC_PATH, HTTP_PATH, Node, Peer, REQUEST_ID};
-use super::topology::Protocol;
-use crate::proto::HopRequest;
+use super::services::{self, GrpcNode, HTTP_PATH, Node, REQUEST_ID};
+use super::topology::{Protocol, ServiceSpec, Topology};
+use crate::proto::hop_client::HopClient;
+use crate::proto::hop_server::HopServer;
+use crate::proto::{HopReply, HopRequest};
 
 /// Which behaviour every hop has.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -99,17 +109,9 @@ fn propagates(node: &Node) -> bool {
     node.mode == Mode::Propagated && !node.forgetful
 }
 
-fn labels(node: &Node) -> HopLabels {
-    let (route, protocol) = match node.spec.protocol {
-        Protocol::Grpc => (GRPC_PATH, ObsProtocol::Grpc),
-        Protocol::Http => (HTTP_PATH, ObsProtocol::Http),
-    };
-    HopLabels::new(node.spec.name.as_str(), route, protocol)
-}
-
 /// Serve one inbound request (either protocol): admit it, run the hop body, record the
 /// terminal status.
-pub async fn serve(node: Arc<Node>, id: u64, headers: &HeaderMap) -> Result<u32, HopError> {
+pub async fn serve(node: Arc<Node>, id: u64) -> Result<u32, HopError> {
     if !propagates(&node) {
         // A fresh budget of the service's own default when forgetful (it then propagates
         // that reset budget, S13); no budget at all in timeouts mode.
@@ -148,45 +150,25 @@ pub async fn serve(node: Arc<Node>, id: u64, headers: &HeaderMap) -> Result<u32,
             .unwrap_or_else(|e| Err(HopError::Failed(format!("handler task failed: {e}"))));
     }
 
-    let profile = &node.profile;
-    let budget = match read_inbound(headers, profile.inbound(), profile.max(), &SystemClock) {
-        Ok(Some(inbound)) => {
-            RequestBudget::from_carrier(inbound.carrier, inbound.budget, profile.policy())
-        }
-        Ok(None) => RequestBudget::new(
-            Deadline::after(profile.edge_total()),
-            Source::Fallback,
-            profile.policy(),
-        ),
-        Err(e) => {
-            hopbudget::observe::malformed_header(&labels(&node), e.header().as_str());
-            return Err(HopError::Malformed(e.to_string()));
-        }
+    // The server layer read the inbound budget, refused calls below the route minimum
+    // before this handler (C3), and installed the budget in the task-local scope; it drops
+    // this future at the deadline (C4, C7) or when the caller resets the call (C5).
+    let Some(budget) = RequestBudget::current() else {
+        return Err(HopError::Failed(
+            "no request budget: the server layer is missing".into(),
+        ));
     };
-    let hop = Hop::start(&labels(&node), &budget);
-    let guard = node
-        .collector
-        .arrive(node.idx, id, Some(budget.remaining()), Some(budget.clone()));
-    let path = match node.spec.protocol {
-        Protocol::Grpc => GRPC_PATH,
-        Protocol::Http => HTTP_PATH,
-    };
-    let min = profile.min_budget(path);
-    if let Err(e) = budget.admit(min) {
-        let e = HopError::from(e);
-        hop.refuse(min);
-        guard.finish(Outcome::Refused, false);
-        return Err(e);
-    }
-    let result = match budget.run(services::body(node.clone(), id)).await {
-        Ok(r) => r,
-        Err(e) => Err(e.into()),
-    };
+    let guard = node.collector.arrive(
+        node.idx,
+        id,
+        Some(budget.at_arrival()),
+        Some(budget.clone()),
+    );
+    let result = services::body(node.clone(), id).await;
     let (outcome, failed) = match &result {
         Ok(_) => (Outcome::Completed, false),
         Err(e) => e.outcome(),
     };
-    hop.finish(outcome);
     guard.finish(outcome, failed);
     result
 }
@@ -218,7 +200,7 @@ pub async fn own_work(node: &Node, cost: Duration) -> Result<(), HopError> {
 /// One outbound call to `callee`.
 pub async fn call(node: &Node, callee: usize, peer: &Peer, id: u64) -> Result<u32, HopError> {
     if node.mode == Mode::Timeouts {
-        return match tokio::time::timeout(node.spec.timeout(), send(peer, id, None)).await {
+        return match tokio::time::timeout(node.spec.timeout(), send(peer, id)).await {
             Ok(r) => r,
             Err(_) => {
                 node.collector.caller_timed_out(callee);
@@ -226,52 +208,29 @@ pub async fn call(node: &Node, callee: usize, peer: &Peer, id: u64) -> Result<u3
             }
         };
     }
-    let Some(budget) = RequestBudget::current() else {
-        return Err(HopError::Failed("no request budget in scope".into()));
-    };
-    let forward = match budget.admit_forward() {
-        Ok(f) => f,
-        Err(e) => {
-            // Refused before sending: no connection, no bytes (C3).
-            node.collector.refused_by_caller(callee);
-            return Err(e.into());
-        }
-    };
-    match budget.run(send(peer, id, Some(forward))).await {
-        Ok(r) => r,
-        Err(e) => Err(e.into()),
+    // The client layers take the ambient budget, refuse locally below the threshold (no
+    // connection, no bytes, C3), stamp the forward budget (C2) and bound the wait.
+    let result = send(peer, id).await;
+    if let Err(HopError::Refused(..)) = result {
+        node.collector.refused(callee);
     }
+    result
 }
 
-async fn send(peer: &Peer, id: u64, forward: Option<Duration>) -> Result<u32, HopError> {
+async fn send(peer: &Peer, id: u64) -> Result<u32, HopError> {
     match peer {
-        Peer::Grpc(client) => {
-            let mut req = tonic::Request::new(HopRequest { request_id: id });
-            req.metadata_mut()
-                .insert(REQUEST_ID, tonic::metadata::MetadataValue::from(id));
-            if let Some(f) = forward {
-                let enc = codec::grpc_timeout::encode(f);
-                if let Ok(v) = enc.as_str().parse() {
-                    req.metadata_mut().insert(codec::GRPC_TIMEOUT, v);
-                }
-            }
-            match client.clone().call(req).await {
-                Ok(reply) => Ok(reply.into_inner().degraded),
-                Err(status) => Err(from_grpc(&status)),
-            }
-        }
+        Peer::Grpc(client) => grpc_reply(client.clone().call(grpc_request(id)).await),
+        Peer::GrpcBudget(client) => grpc_reply(client.clone().call(grpc_request(id)).await),
         Peer::Http { client, url } => {
-            let mut req = client.post(url).header(REQUEST_ID, id);
-            if let Some(f) = forward {
-                req = req.header(
-                    codec::REQUEST_TIMEOUT_MS,
-                    codec::millis::encode(f).to_header_value(),
-                );
-            }
-            let resp = req
-                .send()
-                .await
-                .map_err(|e| HopError::Failed(format!("HTTP call failed: {e}")))?;
+            let resp = match client.post(url).header(REQUEST_ID, id).send().await {
+                Ok(r) => r,
+                Err(e) => {
+                    return Err(match budget_error(&e) {
+                        Some(b) => HopError::from(*b),
+                        None => HopError::Failed(format!("HTTP call failed: {e}")),
+                    });
+                }
+            };
             match resp.status().as_u16() {
                 200 => {
                     let v: serde_json::Value = resp
@@ -289,6 +248,20 @@ async fn send(peer: &Peer, id: u64, forward: Option<Duration>) -> Result<u32, Ho
                 s => Err(HopError::Failed(format!("HTTP status {s}"))),
             }
         }
+    }
+}
+
+fn grpc_request(id: u64) -> tonic::Request<HopRequest> {
+    let mut req = tonic::Request::new(HopRequest { request_id: id });
+    req.metadata_mut()
+        .insert(REQUEST_ID, tonic::metadata::MetadataValue::from(id));
+    req
+}
+
+fn grpc_reply(r: Result<tonic::Response<HopReply>, tonic::Status>) -> Result<u32, HopError> {
+    match r {
+        Ok(reply) => Ok(reply.into_inner().degraded),
+        Err(status) => Err(from_grpc(&status)),
     }
 }
 
@@ -392,4 +365,130 @@ pub fn http_response(node: &Node, e: &HopError) -> Response {
         HopError::Malformed(m) => (StatusCode::BAD_REQUEST, m.clone()).into_response(),
         HopError::Failed(m) => (StatusCode::BAD_GATEWAY, m.clone()).into_response(),
     }
+}
+
+/// How a node reaches one downstream service.
+#[derive(Clone, Debug)]
+pub enum Peer {
+    /// A gRPC service, plain tonic (timeouts mode).
+    Grpc(HopClient<Channel>),
+    /// A gRPC service behind hopbudget's client layer (propagated mode).
+    GrpcBudget(HopClient<GrpcClient<Channel>>),
+    /// An HTTP service.
+    Http {
+        /// The client (with `BudgetMiddleware` in propagated mode).
+        client: ClientWithMiddleware,
+        /// `http://addr/call`.
+        url: String,
+    },
+}
+
+/// HTTP/2 over cleartext (prior knowledge), so a dropped call resets its stream and the
+/// server sees the caller go away.
+pub fn reqwest_client() -> Result<reqwest::Client, String> {
+    reqwest::Client::builder()
+        .http2_prior_knowledge()
+        .pool_max_idle_per_host(64)
+        .build()
+        .map_err(|e| format!("cannot build the HTTP client: {e}"))
+}
+
+/// How `spec` reaches each service it calls, at `addrs` (aligned with `topo.services`).
+pub fn peers_for(
+    topo: &Topology,
+    spec: &ServiceSpec,
+    mode: Mode,
+    profile: &Profile,
+    addrs: &[SocketAddr],
+    http: &reqwest::Client,
+) -> Result<Vec<(usize, Peer)>, String> {
+    let mut builder = reqwest_middleware::ClientBuilder::new(http.clone());
+    if mode == Mode::Propagated {
+        builder = builder.with(BudgetMiddleware::new(profile.clone()));
+    }
+    let http = builder.build();
+    let mut peers = Vec::with_capacity(spec.calls.len());
+    for call in &spec.calls {
+        let idx = topo
+            .index_of(&call.service)
+            .ok_or_else(|| format!("no service named `{}`", call.service))?;
+        let addr = addrs[idx];
+        let peer = match topo.services[idx].protocol {
+            Protocol::Grpc => {
+                let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+                    .map_err(|e| format!("{}: bad address {addr}: {e}", call.service))?
+                    .tcp_nodelay(true)
+                    .connect_lazy();
+                match mode {
+                    Mode::Timeouts => Peer::Grpc(HopClient::new(channel)),
+                    Mode::Propagated => Peer::GrpcBudget(HopClient::new(
+                        ServiceBuilder::new()
+                            .layer(GrpcClientLayer::new(profile.clone()))
+                            .service(channel),
+                    )),
+                }
+            }
+            Protocol::Http => Peer::Http {
+                client: http.clone(),
+                url: format!("http://{addr}{HTTP_PATH}"),
+            },
+        };
+        peers.push((idx, peer));
+    }
+    Ok(peers)
+}
+
+/// Serve `node` on `listener` until `stop` is cancelled: behind hopbudget's server layer in
+/// propagated mode (except a forgetful service, which has none: S13).
+pub fn spawn_server(node: Arc<Node>, listener: TcpListener, stop: CancellationToken) {
+    let layered = propagates(&node);
+    let profile = node.profile.clone();
+    match node.spec.protocol {
+        Protocol::Grpc => {
+            let svc = HopServer::new(GrpcNode(node));
+            let incoming = accept_stream(listener);
+            let mut builder = tonic::transport::Server::builder()
+                .tcp_nodelay(true)
+                .max_concurrent_streams(Some(100_000));
+            tokio::spawn(async move {
+                let _ = if layered {
+                    builder
+                        .layer(GrpcServerLayer::new(profile))
+                        .add_service(svc)
+                        .serve_with_incoming_shutdown(incoming, stop.cancelled_owned())
+                        .await
+                } else {
+                    builder
+                        .add_service(svc)
+                        .serve_with_incoming_shutdown(incoming, stop.cancelled_owned())
+                        .await
+                };
+            });
+        }
+        Protocol::Http => {
+            let mut app = axum::Router::new()
+                .route(HTTP_PATH, axum::routing::post(services::http_call))
+                .with_state(node);
+            if layered {
+                app = app.layer(ServerBudgetLayer::new(profile));
+            }
+            tokio::spawn(async move {
+                let _ = axum::serve(listener, app)
+                    .with_graceful_shutdown(stop.cancelled_owned())
+                    .await;
+            });
+        }
+    }
+}
+
+fn accept_stream(
+    listener: TcpListener,
+) -> impl futures_util::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
+    futures_util::stream::unfold(listener, |l| async move {
+        let accepted = l.accept().await.map(|(s, _)| {
+            let _ = s.set_nodelay(true);
+            s
+        });
+        Some((accepted, l))
+    })
 }
