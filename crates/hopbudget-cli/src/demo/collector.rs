@@ -69,11 +69,11 @@ pub struct HopCounts {
     pub budget_at_arrival_ms: Vec<i64>,
     /// Completed.
     pub completed: u64,
-    /// Refused before work: by the service on arrival or after queueing, or by its caller
-    /// before sending (C3).
+    /// Calls to this service refused before work (C3), as the caller saw them: by the caller
+    /// before sending, by the server layer on arrival, or by the service after queueing.
     pub refused: u64,
-    /// The time limit fired: the budget expired at this hop, or (timeouts mode) the caller's
-    /// own timeout on this call fired.
+    /// Calls to this service that ended expired, as the caller saw them: the budget ran out
+    /// here or below, or (timeouts mode) a per-hop timeout fired on this call or below it.
     pub expired: u64,
     /// The caller went away while budget remained.
     pub cancelled: u64,
@@ -174,8 +174,9 @@ impl Collector {
         lock(&self.hops[service]).refused += 1;
     }
 
-    /// A caller's own timeout on a call to `service` fired (timeouts mode).
-    pub fn caller_timed_out(&self, service: usize) {
+    /// A call to `service` ended expired as its caller saw it: the budget ran out at that hop
+    /// or below it, or (timeouts mode) a caller's own per-hop timeout fired.
+    pub fn expired(&self, service: usize) {
         lock(&self.hops[service]).expired += 1;
     }
 
@@ -261,7 +262,8 @@ impl HopGuard {
                 Outcome::Completed => h.completed += 1,
                 // Counted by the caller (`refused`), which sees every refusal.
                 Outcome::Refused => {}
-                Outcome::Expired => h.expired += 1,
+                // Counted by the caller (`expired`), as it saw the call end.
+                Outcome::Expired => {}
                 Outcome::Cancelled => h.cancelled += 1,
             }
         }

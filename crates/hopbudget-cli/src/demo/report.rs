@@ -159,7 +159,9 @@ pub fn table(r: &DemoResults) -> String {
         out,
         "\nbudget at arrival: median ms left of the client's {} ms when the request reached the hop;\n\
          in timeouts mode the hop does not know it (it only has its own fresh timeout).\n\
-         expired in timeouts mode: the caller's own per-hop timeout fired on that call.\n\
+         refused / expired: how calls to the hop ended, as its caller saw them (the client for\n\
+         the edge); in timeouts mode expired means a per-hop timeout fired, there or below.\n\
+         cancelled: the hop's caller went away while budget remained.\n\
          late work: the hop's own work done after the client had stopped waiting.",
         r.budget_ms
     );

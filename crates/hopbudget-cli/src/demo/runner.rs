@@ -149,11 +149,17 @@ async fn run_async(topo: &Topology, spec: &RunSpec) -> Result<RunData, String> {
                 );
             }
             match tokio::time::timeout(give_up, req.send()).await {
-                Err(_) => collector.client_end(id, false, true, false),
+                Err(_) => {
+                    // The client's own timeout fired on its call to the edge.
+                    collector.expired(edge);
+                    collector.client_end(id, false, true, false);
+                }
                 Ok(Err(_)) => collector.client_end(id, false, false, false),
                 Ok(Ok(resp)) => {
-                    if resp.status().as_u16() == 503 {
-                        collector.refused(edge);
+                    match resp.status().as_u16() {
+                        503 => collector.refused(edge),
+                        504 => collector.expired(edge),
+                        _ => {}
                     }
                     let ok = resp.status().is_success();
                     let degraded = if ok {

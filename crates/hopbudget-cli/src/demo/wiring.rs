@@ -200,19 +200,22 @@ pub async fn own_work(node: &Node, cost: Duration) -> Result<(), HopError> {
 /// One outbound call to `callee`.
 pub async fn call(node: &Node, callee: usize, peer: &Peer, id: u64) -> Result<u32, HopError> {
     if node.mode == Mode::Timeouts {
-        return match tokio::time::timeout(node.spec.timeout(), send(peer, id)).await {
+        let result = match tokio::time::timeout(node.spec.timeout(), send(peer, id)).await {
             Ok(r) => r,
-            Err(_) => {
-                node.collector.caller_timed_out(callee);
-                Err(HopError::Expired)
-            }
+            Err(_) => Err(HopError::Expired),
         };
+        if result == Err(HopError::Expired) {
+            node.collector.expired(callee);
+        }
+        return result;
     }
     // The client layers take the ambient budget, refuse locally below the threshold (no
     // connection, no bytes, C3), stamp the forward budget (C2) and bound the wait.
     let result = send(peer, id).await;
-    if let Err(HopError::Refused(..)) = result {
-        node.collector.refused(callee);
+    match result {
+        Err(HopError::Refused(..)) => node.collector.refused(callee),
+        Err(HopError::Expired) => node.collector.expired(callee),
+        _ => {}
     }
     result
 }
