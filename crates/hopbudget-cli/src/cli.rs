@@ -100,7 +100,7 @@ struct DemoArgs {
 struct ServeArgs {
     /// The service to run.
     service: String,
-    /// Topology file.
+    /// Topology file (default: the built-in checkout graph, topologies/checkout.yaml).
     #[arg(long)]
     topology: Option<PathBuf>,
     /// Listen on 127.0.0.1:PORT instead of the topology's `addr`.
@@ -188,8 +188,8 @@ fn run_demo(args: DemoArgs) -> Result<(), String> {
             );
             let path = args
                 .out
-                .join(format!("traces-{}.otlp.json", m.mode.as_str()));
-            std::fs::write(&path, doc.to_string())
+                .join(format!("traces-{}.otlp.jsonl", m.mode.as_str()));
+            std::fs::write(&path, format!("{doc}\n"))
                 .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
             written.push(path);
         }

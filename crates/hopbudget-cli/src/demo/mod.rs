@@ -78,6 +78,8 @@ pub struct SweepPoint {
     pub rate_per_s: f64,
     /// Goodput per mode, in the order of `DemoResults::modes`.
     pub goodput_per_s: Vec<(Mode, f64)>,
+    /// Goodput of complete (not degraded) answers per mode.
+    pub full_goodput_per_s: Vec<(Mode, f64)>,
     /// p99 client latency per mode, ms.
     pub p99_ms: Vec<(Mode, f64)>,
 }
@@ -163,6 +165,7 @@ pub fn run(opts: &DemoOptions) -> Result<(DemoResults, Vec<runner::RunData>), St
                 load_factor: factor,
                 rate_per_s: rate,
                 goodput_per_s: Vec::new(),
+                full_goodput_per_s: Vec::new(),
                 p99_ms: Vec::new(),
             };
             for &mode in &opts.modes {
@@ -178,6 +181,7 @@ pub fn run(opts: &DemoOptions) -> Result<(DemoResults, Vec<runner::RunData>), St
                 let data = runner::run(topo, &spec)?;
                 let r = results::summarise(topo, mode, None, rate, opts.sweep_duration, &data);
                 point.goodput_per_s.push((mode, r.goodput_per_s));
+                point.full_goodput_per_s.push((mode, r.full_goodput_per_s));
                 point.p99_ms.push((mode, r.client_latency_ms.p99));
             }
             sweep.push(point);

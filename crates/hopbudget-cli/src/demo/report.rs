@@ -74,6 +74,10 @@ pub fn table(r: &DemoResults) -> String {
             Box::new(|m| format!("{:.1}", m.goodput_per_s)),
         ),
         (
+            "  of which complete (with reco), req/s",
+            Box::new(|m| format!("{:.1}", m.full_goodput_per_s)),
+        ),
+        (
             "answers degraded (no reco)",
             Box::new(|m| m.degraded.to_string()),
         ),
@@ -231,11 +235,11 @@ fn latency_chart(r: &DemoResults) -> Result<String, String> {
         chart
             .draw_series(LineSeries::new(
                 vec![(budget, 0.0), (budget, 1.0)],
-                BLACK.mix(0.4).stroke_width(1),
+                RGBColor(120, 120, 120).stroke_width(3),
             ))
             .map_err(err)?
             .label(format!("budget {} ms", r.budget_ms))
-            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], BLACK.mix(0.4)));
+            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], RGBColor(120, 120, 120)));
         for (i, m) in r.modes.iter().enumerate() {
             let n = m.latencies_ms.len().max(1) as f64;
             let step = (m.latencies_ms.len() / 400).max(1);
@@ -385,11 +389,11 @@ fn sweep_chart(r: &DemoResults) -> Result<String, String> {
         chart
             .draw_series(LineSeries::new(
                 vec![(cap, 0.0), (cap, ymax)],
-                BLACK.mix(0.4).stroke_width(1),
+                RGBColor(120, 120, 120).stroke_width(3),
             ))
             .map_err(err)?
-            .label(format!("capacity {cap:.0} req/s"))
-            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], BLACK.mix(0.4)));
+            .label(format!("capacity {cap:.0} req/s ({})", r.bottleneck))
+            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], RGBColor(120, 120, 120)));
         for (mi, m) in r.modes.iter().enumerate() {
             let c = color(mi);
             let pts: Vec<(f64, f64)> = r
@@ -410,6 +414,21 @@ fn sweep_chart(r: &DemoResults) -> Result<String, String> {
             chart
                 .draw_series(pts.into_iter().map(|p| Circle::new(p, 4, c.filled())))
                 .map_err(err)?;
+            let full: Vec<(f64, f64)> = r
+                .sweep
+                .iter()
+                .filter_map(|p| {
+                    p.full_goodput_per_s
+                        .iter()
+                        .find(|(mode, _)| *mode == m.mode)
+                        .map(|(_, g)| (p.rate_per_s, *g))
+                })
+                .collect();
+            chart
+                .draw_series(LineSeries::new(full, c.mix(0.5).stroke_width(1)))
+                .map_err(err)?
+                .label(format!("{} (complete answers only)", m.mode.as_str()))
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], c.mix(0.5)));
         }
         chart
             .configure_series_labels()
@@ -476,8 +495,10 @@ pub fn html(r: &DemoResults) -> Result<String, String> {
     if !r.sweep.is_empty() {
         let _ = writeln!(
             h,
-            "<h2>Load sweep</h2><p>Offered load from 0.5x to 3x the graph's capacity: \
-             the budgeted graph degrades rather than collapses.</p><figure>{}</figure>",
+            "<h2>Load sweep</h2><p>Offered load from 0.5x to 3x the graph's capacity (its \
+             bottleneck's): the budgeted graph degrades rather than collapses. Goodput counts \
+             answers within the budget, degraded ones (no recommendations) included; the thin \
+             lines count complete answers only.</p><figure>{}</figure>",
             sweep_chart(r)?
         );
     }

@@ -73,8 +73,10 @@ pub struct ModeResult {
     pub client_latency_ms: Percentiles,
     /// Share of requests whose client latency exceeded the budget, %.
     pub over_budget_pct: f64,
-    /// Successful answers within the budget, per second.
+    /// Successful answers within the budget, per second (degraded ones included).
     pub goodput_per_s: f64,
+    /// Successful, complete (not degraded) answers within the budget, per second.
+    pub full_goodput_per_s: f64,
     /// All services' own work, ms.
     pub work_ms: f64,
     /// Own work done after the client stopped waiting, summed over services, ms.
@@ -139,7 +141,7 @@ pub fn summarise(
     let clients = data.collector.clients();
     let mut lat = histogram();
     let mut latencies = Vec::with_capacity(clients.len());
-    let (mut ok, mut degraded, mut gave_up, mut over, mut good) = (0u64, 0, 0, 0, 0);
+    let (mut ok, mut degraded, mut gave_up, mut over, mut good, mut full) = (0u64, 0, 0, 0, 0, 0);
     for c in clients.values() {
         let Some(end) = c.end else { continue };
         let d = end - c.start;
@@ -152,6 +154,7 @@ pub fn summarise(
             over += 1;
         } else if c.ok {
             good += 1;
+            full += u64::from(!c.degraded);
         }
     }
     latencies.sort_by(f64::total_cmp);
@@ -214,6 +217,7 @@ pub fn summarise(
         client_latency_ms: percentiles(&lat),
         over_budget_pct: 100.0 * over as f64 / n,
         goodput_per_s: good as f64 / duration.as_secs_f64().max(0.001),
+        full_goodput_per_s: full as f64 / duration.as_secs_f64().max(0.001),
         work_ms: work.iter().sum(),
         work_after_give_up_ms: after.iter().sum(),
         edge_latency_ms: percentiles(&edge),
