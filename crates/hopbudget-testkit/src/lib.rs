@@ -18,3 +18,6 @@ pub mod pb {
 
 /// The full gRPC path of `Hop/Call`, as a profile's `routes` names it.
 pub const HOP_CALL_PATH: &str = "/hopbudget.testkit.Hop/Call";
+
+/// The full gRPC path of `Hop/Watch`, the server-streaming method.
+pub const HOP_WATCH_PATH: &str = "/hopbudget.testkit.Hop/Watch";

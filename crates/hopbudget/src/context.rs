@@ -148,13 +148,28 @@ impl RequestBudget {
 
     /// A budget of `budget` from now, set in process (an edge or a test).
     pub fn local(budget: Duration, policy: HopPolicy) -> Self {
-        Self::new(Deadline::after(budget), Source::Local, policy)
+        Self::starting_now(budget, Source::Local, policy)
     }
 
     /// A budget read from a carrier, starting now (rule C1: the relative value becomes a local
     /// monotonic deadline on arrival).
     pub fn from_carrier(carrier: Carrier, budget: Duration, policy: HopPolicy) -> Self {
-        Self::new(Deadline::after(budget), Source::Carrier(carrier), policy)
+        Self::starting_now(budget, Source::Carrier(carrier), policy)
+    }
+
+    /// `budget` from now, reading the clock once: the deadline and the budget at arrival come
+    /// from the same instant (the HTTP and gRPC layers create one of these per request).
+    fn starting_now(budget: Duration, source: Source, policy: HopPolicy) -> Self {
+        let now = tokio::time::Instant::now();
+        let deadline = Deadline::after_from(now, budget);
+        Self::build_with_arrival(
+            deadline,
+            deadline.remaining_at(now),
+            source,
+            policy,
+            None,
+            None,
+        )
     }
 
     fn build(
@@ -164,10 +179,22 @@ impl RequestBudget {
         parent: Option<RequestBudget>,
         linked_from: Option<BudgetId>,
     ) -> Self {
+        let at_arrival = deadline.remaining();
+        Self::build_with_arrival(deadline, at_arrival, source, policy, parent, linked_from)
+    }
+
+    fn build_with_arrival(
+        deadline: Deadline,
+        at_arrival: Duration,
+        source: Source,
+        policy: HopPolicy,
+        parent: Option<RequestBudget>,
+        linked_from: Option<BudgetId>,
+    ) -> Self {
         Self {
             inner: Arc::new(Inner {
                 id: BudgetId::next(),
-                at_arrival: deadline.remaining(),
+                at_arrival,
                 deadline,
                 source,
                 policy,

@@ -38,7 +38,10 @@ async fn the_hop_itself_answers_deadline_exceeded_not_cancelled() {
 
 #[tokio::test]
 async fn expiry_below_is_deadline_exceeded_at_the_hop_and_at_its_caller() {
-    let slow = serve_profile("slow", Profile::default()).await;
+    // The leaf accepts at most 150 ms, so its own deadline (not mid's) is the one that runs
+    // out, well before the 300 ms the client started with.
+    let short = Profile::from_yaml("max_ms: 150\nedge_total_ms: 150\n", "slow.yaml").unwrap();
+    let slow = serve_profile("slow", short).await;
     let mid = serve_profile("mid", Profile::default()).await;
     let mut client = grpc_client(&Profile::default(), &mid.url());
 
@@ -113,6 +116,15 @@ struct Sleeper;
 
 #[tonic::async_trait]
 impl hopbudget_testkit::pb::hop_server::Hop for Sleeper {
+    type WatchStream = WatchStream;
+
+    async fn watch(
+        &self,
+        _request: tonic::Request<hopbudget_testkit::pb::CallRequest>,
+    ) -> Result<tonic::Response<WatchStream>, tonic::Status> {
+        Err(tonic::Status::unimplemented("not here"))
+    }
+
     async fn call(
         &self,
         _request: tonic::Request<hopbudget_testkit::pb::CallRequest>,
@@ -120,4 +132,20 @@ impl hopbudget_testkit::pb::hop_server::Hop for Sleeper {
         tokio::time::sleep(Duration::from_secs(10)).await;
         Ok(tonic::Response::new(Default::default()))
     }
+}
+
+#[tokio::test]
+async fn without_the_layer_tonic_itself_answers_cancelled() {
+    // The behaviour this crate fixes (tonic issues 2316 and 2220): a bare tonic server times
+    // out at the client's `grpc-timeout` and calls it CANCELLED. Compare the first test above.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let _server = tokio::spawn(async move {
+        tonic::transport::Server::builder()
+            .add_service(hopbudget_testkit::pb::hop_server::HopServer::new(Sleeper))
+            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener))
+            .await
+    });
+    let raw = raw_call(addr, &[("grpc-timeout", "100m")], &call(&[], 0)).await;
+    assert_eq!(raw.grpc_status.as_deref(), Some("1"), "{raw:?}");
 }

@@ -29,7 +29,7 @@ async fn serve_http(router: Router) -> String {
 }
 
 /// HTTP leaf: reports its budget as `remaining_us source`, after `?work_ms=N` of work.
-async fn http_leaf() -> String {
+async fn http_leaf(profile: Profile) -> String {
     async fn leaf(
         budget: RequestBudget,
         axum::extract::Query(q): axum::extract::Query<std::collections::HashMap<String, u64>>,
@@ -43,9 +43,7 @@ async fn http_leaf() -> String {
     serve_http(
         Router::new()
             .route("/leaf", get(leaf))
-            .layer(ServerBudgetLayer::new(
-                Profile::default().with_service("http-leaf"),
-            )),
+            .layer(ServerBudgetLayer::new(profile.with_service("http-leaf"))),
     )
     .await
 }
@@ -133,7 +131,7 @@ fn client() -> reqwest_middleware::ClientWithMiddleware {
 
 #[tokio::test]
 async fn http_to_grpc_to_http_keeps_one_shrinking_budget() {
-    let leaf = http_leaf().await;
+    let leaf = http_leaf(Profile::default()).await;
     let mid = grpc_hop_with_http_downstream().await;
     let edge = http_edge(mid.url()).await;
 
@@ -171,9 +169,10 @@ async fn http_to_grpc_to_http_keeps_one_shrinking_budget() {
 
 #[tokio::test]
 async fn expiry_beyond_the_shims_is_expiry_at_every_hop() {
-    // The HTTP leaf works 10 s; the client's 300 ms runs out. The leaf's 504 becomes
-    // DEADLINE_EXCEEDED at the gRPC hop, and 504 again at the HTTP edge.
-    let leaf = http_leaf().await;
+    // The HTTP leaf works 10 s and accepts at most 150 ms, so its own deadline runs out
+    // first. Its 504 becomes DEADLINE_EXCEEDED at the gRPC hop, and 504 again at the edge.
+    let short = Profile::from_yaml("max_ms: 150\nedge_total_ms: 150\n", "leaf.yaml").unwrap();
+    let leaf = http_leaf(short).await;
     let mid = grpc_hop_with_http_downstream().await;
     let edge = http_edge(mid.url()).await;
 
@@ -207,7 +206,7 @@ async fn expiry_beyond_the_shims_is_expiry_at_every_hop() {
 #[tokio::test]
 async fn grpc_to_http_from_a_plain_grpc_edge() {
     // gRPC in, HTTP out: a gRPC hop's handler calls an HTTP service with no budget code.
-    let leaf = http_leaf().await;
+    let leaf = http_leaf(Profile::default()).await;
     let mid = grpc_hop_with_http_downstream().await;
     let reply = budget(500)
         .scope(

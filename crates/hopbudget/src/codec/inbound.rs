@@ -90,6 +90,10 @@ impl fmt::Display for MalformedHeader {
 
 impl std::error::Error for MalformedHeader {}
 
+/// Up to this many header values, [`read_inbound`] scans the map once instead of looking up
+/// each carrier.
+const SCAN_BELOW: usize = 8;
+
 /// Read the tightest budget among the enabled carriers present in `headers`, clamped to `max`.
 ///
 /// Returns `Ok(None)` when no enabled carrier is present (the caller then falls back to the
@@ -120,15 +124,31 @@ pub fn read_inbound(
 ) -> Result<Option<Inbound>, MalformedHeader> {
     let mut best: Option<(Carrier, Duration)> = None;
     let mut wall_now: Option<u64> = None;
-    for (carrier, name) in carriers.iter() {
-        for value in headers.get_all(name) {
-            let budget = carrier
-                .decode(value.as_bytes(), || {
-                    *wall_now.get_or_insert_with(|| clock.now_unix_ms())
-                })
-                .map_err(|reason| MalformedHeader::new(name.clone(), reason))?;
-            if best.is_none_or(|(_, b)| budget < b) {
-                best = Some((carrier, budget));
+    let mut consider = |carrier: Carrier, name: &HeaderName, value: &http::HeaderValue| {
+        let budget = carrier
+            .decode(value.as_bytes(), || {
+                *wall_now.get_or_insert_with(|| clock.now_unix_ms())
+            })
+            .map_err(|reason| MalformedHeader::new(name.clone(), reason))?;
+        if best.is_none_or(|(_, b)| budget < b) {
+            best = Some((carrier, budget));
+        }
+        Ok(())
+    };
+    if headers.len() <= SCAN_BELOW {
+        // A small map is cheaper to walk once, comparing names, than to hash every carrier's
+        // name for a lookup (this runs on every request of every layer).
+        for (name, value) in headers {
+            for (carrier, wanted) in carriers.iter() {
+                if name == wanted {
+                    consider(carrier, wanted, value)?;
+                }
+            }
+        }
+    } else {
+        for (carrier, name) in carriers.iter() {
+            for value in headers.get_all(name) {
+                consider(carrier, name, value)?;
             }
         }
     }
@@ -177,6 +197,29 @@ mod tests {
         let got = read_inbound(&h, &all, MAX, &SystemClock).unwrap().unwrap();
         assert_eq!(got.budget, MAX);
         assert!(got.clamped);
+    }
+
+    #[test]
+    fn small_and_large_header_maps_read_the_same() {
+        let all = InboundCarriers::new([Carrier::GrpcTimeout, Carrier::RelativeMs]);
+        let mut h = headers(&[("grpc-timeout", "2S"), ("x-request-timeout-ms", "150")]);
+        let small = read_inbound(&h, &all, MAX, &SystemClock).unwrap();
+        for i in 0..SCAN_BELOW {
+            h.append(
+                HeaderName::from_bytes(format!("x-filler-{i}").as_bytes()).unwrap(),
+                "1".parse().unwrap(),
+            );
+        }
+        h.append("x-request-timeout-ms", "90".parse().unwrap());
+        assert!(h.len() > SCAN_BELOW);
+        let large = read_inbound(&h, &all, MAX, &SystemClock).unwrap().unwrap();
+        assert_eq!(small.unwrap().budget, Duration::from_millis(150));
+        assert_eq!(
+            (large.carrier, large.budget),
+            (Carrier::RelativeMs, Duration::from_millis(90))
+        );
+        h.append("grpc-timeout", "1x".parse().unwrap());
+        assert!(read_inbound(&h, &all, MAX, &SystemClock).is_err());
     }
 
     #[test]

@@ -36,6 +36,8 @@ pub struct Stats {
     pub downstream_codes: Mutex<Vec<tonic::Code>>,
     /// How each request's budget had ended when its handler was dropped or returned.
     pub request_end: Mutex<Vec<Option<EndCause>>>,
+    /// Messages a `Watch` stream produced.
+    pub streamed: AtomicUsize,
 }
 
 impl Stats {
@@ -122,8 +124,46 @@ impl HopHandler {
     }
 }
 
+/// The stream type of `Hop/Watch`.
+pub type WatchStream =
+    std::pin::Pin<Box<dyn futures_util::Stream<Item = Result<CallReply, Status>> + Send + 'static>>;
+
+/// `count` replies, one every `interval`, counted in `stats.streamed`.
+pub fn watch_stream(stats: Arc<Stats>, count: u32, interval: Duration) -> WatchStream {
+    Box::pin(futures_util::stream::unfold(0u32, move |i| {
+        let stats = stats.clone();
+        async move {
+            if i >= count {
+                return None;
+            }
+            tokio::time::sleep(interval).await;
+            stats.streamed.fetch_add(1, Ordering::SeqCst);
+            let reply = CallReply {
+                tag: i.to_string(),
+                ..Default::default()
+            };
+            Some((Ok(reply), i + 1))
+        }
+    }))
+}
+
 #[tonic::async_trait]
 impl Hop for HopHandler {
+    type WatchStream = WatchStream;
+
+    async fn watch(
+        &self,
+        request: Request<CallRequest>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        self.stats.entered.fetch_add(1, Ordering::SeqCst);
+        let req = request.into_inner();
+        Ok(Response::new(watch_stream(
+            self.stats.clone(),
+            req.count,
+            Duration::from_millis(req.work_ms),
+        )))
+    }
+
     async fn call(&self, request: Request<CallRequest>) -> Result<Response<CallReply>, Status> {
         self.stats.entered.fetch_add(1, Ordering::SeqCst);
         let budget = request
@@ -190,6 +230,7 @@ impl Hop for HopHandler {
             work_ms: req.work_ms,
             downstream: rest.to_vec(),
             tag: req.tag,
+            count: 0,
         };
         let down = if let Some(url) = next.strip_prefix("http-shim:") {
             let http = self
@@ -295,6 +336,7 @@ pub fn call(downstream: &[&str], work_ms: u64) -> CallRequest {
         work_ms,
         downstream: downstream.iter().map(|s| s.to_string()).collect(),
         tag: "t".into(),
+        count: 0,
     }
 }
 
@@ -305,11 +347,24 @@ pub struct Raw {
     pub grpc_status: Option<String>,
     pub grpc_message: Option<String>,
     pub metadata: http::HeaderMap,
+    /// The first reply message, if any.
     pub reply: Option<CallReply>,
+    /// How many reply messages arrived.
+    pub messages: usize,
 }
 
 /// Call `Hop/Call` over raw HTTP/2 with exactly these extra headers, no client timer.
 pub async fn raw_call(addr: SocketAddr, headers: &[(&str, &str)], req: &CallRequest) -> Raw {
+    raw_call_path(addr, hopbudget_testkit::HOP_CALL_PATH, headers, req).await
+}
+
+/// Like [`raw_call`] for any method path.
+pub async fn raw_call_path(
+    addr: SocketAddr,
+    path: &str,
+    headers: &[(&str, &str)],
+    req: &CallRequest,
+) -> Raw {
     let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
         .http2_only(true)
         .build_http::<Full<Bytes>>();
@@ -319,7 +374,7 @@ pub async fn raw_call(addr: SocketAddr, headers: &[(&str, &str)], req: &CallRequ
     req.encode(&mut body).unwrap();
     let mut builder = http::Request::builder()
         .method("POST")
-        .uri(format!("http://{addr}{}", hopbudget_testkit::HOP_CALL_PATH))
+        .uri(format!("http://{addr}{path}"))
         .header("content-type", "application/grpc")
         .header("te", "trailers");
     for (k, v) in headers {
@@ -339,18 +394,24 @@ pub async fn raw_call(addr: SocketAddr, headers: &[(&str, &str)], req: &CallRequ
         all.get(name)
             .map(|v| percent_decode(v.to_str().unwrap_or("")))
     };
-    let reply = if data.len() >= 5 {
+    let mut reply = None;
+    let mut messages = 0;
+    while data.len() >= 5 {
+        let len = u32::from_be_bytes([data[1], data[2], data[3], data[4]]) as usize;
         data.advance(5);
-        Some(CallReply::decode(data).unwrap())
-    } else {
-        None
-    };
+        let msg = data.split_to(len);
+        if reply.is_none() {
+            reply = Some(CallReply::decode(msg).unwrap());
+        }
+        messages += 1;
+    }
     Raw {
         http_status: parts.status.as_u16(),
         grpc_status: text("grpc-status"),
         grpc_message: text("grpc-message"),
         metadata: all,
         reply,
+        messages,
     }
 }
 

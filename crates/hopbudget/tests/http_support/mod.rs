@@ -83,9 +83,11 @@ impl Drop for LiveGuard {
 /// A minimal `tracing` subscriber that keeps the fields of every span, so a test can read
 /// what a hop's trace shows. Install with `tracing::subscriber::set_default` on a
 /// current-thread runtime.
+type SpanFields = (String, HashMap<String, String>);
+
 #[derive(Clone, Debug, Default)]
 pub struct SpanCapture {
-    spans: Arc<Mutex<Vec<(String, HashMap<String, String>)>>>,
+    spans: Arc<Mutex<Vec<SpanFields>>>,
 }
 
 impl SpanCapture {

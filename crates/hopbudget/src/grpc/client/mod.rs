@@ -84,3 +84,6 @@ pub use body::ResponseBody;
 pub use future::ResponseFuture;
 pub use layer::GrpcClientLayer;
 pub use service::GrpcClient;
+
+#[cfg(test)]
+mod tests;

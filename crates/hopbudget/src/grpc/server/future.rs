@@ -9,6 +9,7 @@ use tokio::task::futures::TaskLocalFuture;
 use tokio::time::Sleep;
 
 use super::ResponseBody;
+use super::body::BodyLimit;
 use super::layer::Shared;
 use crate::budget::Deadline;
 use crate::context::RequestBudget;
@@ -24,6 +25,8 @@ pub(super) struct Guard {
     budget: RequestBudget,
     hop: Option<Hop>,
     shared: Arc<Shared>,
+    /// A stream route's first message went out: the request deadline no longer ends it.
+    streaming: bool,
 }
 
 impl Guard {
@@ -32,20 +35,57 @@ impl Guard {
             budget,
             hop: Some(hop),
             shared,
+            streaming: false,
+        }
+    }
+
+    pub(super) fn stream_started(&mut self) {
+        self.streaming = true;
+    }
+
+    /// The body hit its limit: expire the budget, close the hop, and write the status.
+    pub(super) fn expire_body(&mut self, trailers: &mut http::HeaderMap) {
+        self.budget.expire();
+        self.finish_at_limit();
+        let parts = status_parts(budget_status(
+            &BudgetError::Expired,
+            self.shared.profile.grpc_status(),
+        ));
+        super::body::expired_trailers(parts, trailers);
+    }
+
+    fn finish_at_limit(&mut self) {
+        if let Some(hop) = self.hop.take() {
+            hop.finish(Outcome::Expired);
+        }
+    }
+
+    pub(super) fn limit(&self, stream: bool) -> BodyLimit {
+        let profile = &self.shared.profile;
+        BodyLimit {
+            until: self
+                .budget
+                .deadline()
+                .saturating_sub(super::service::ANSWER_AHEAD)
+                .instant(),
+            stream_lifetime: stream.then(|| profile.stream_lifetime()),
         }
     }
 
     pub(super) fn finish(&mut self, outcome: Outcome) {
         if let Some(hop) = self.hop.take() {
-            // A response that went out after the deadline was work done for nobody.
+            // One clock read serves both questions: late, and so expired?
             let now = tokio::time::Instant::now();
             let deadline = self.budget.deadline().instant();
-            if now > deadline {
+            let outcome = if now > deadline && !self.streaming {
+                // A response that went out after the deadline was work done for nobody.
                 hop.late_work(now - deadline);
-            }
-            let outcome = match (outcome, self.budget.end_cause()) {
-                (Outcome::Completed, Some(crate::EndCause::Expired)) => Outcome::Expired,
-                (o, _) => o,
+                match outcome {
+                    Outcome::Completed => Outcome::Expired,
+                    o => o,
+                }
+            } else {
+                outcome
             };
             hop.finish(outcome);
         }
@@ -60,11 +100,13 @@ impl Guard {
 impl Drop for Guard {
     fn drop(&mut self) {
         let Some(hop) = self.hop.take() else { return };
-        // The stream was reset (or the connection lost) before the call finished. A reset
-        // that comes within the transit allowance of our deadline is the caller's own timer
-        // firing (tonic clients time out at exactly the `grpc-timeout` they send): that is
-        // expiry, not cancellation (rule C4).
-        if self.budget.remaining() <= self.budget.policy().transit_allowance {
+        // The stream was reset (or the connection lost) before the call finished. A caller's
+        // deadline machinery resets the stream about one network delay before our own
+        // deadline (tonic clients time out at exactly the `grpc-timeout` they send, which we
+        // start counting only on arrival). So a reset that comes with less than a hop's
+        // reserve (margin + transit allowance) left is the caller's timer: expiry, not
+        // cancellation (rule C4).
+        if self.budget.remaining() <= self.budget.policy().reserve() {
             self.budget.expire();
         } else {
             self.budget.cancel();
@@ -94,8 +136,12 @@ pin_project! {
             guard: Option<Guard>,
             #[pin]
             inner: TaskLocalFuture<RequestBudget, F>,
+            // Armed only once the handler returns `Pending`, as tower's `Timeout` does: a
+            // handler that answers at once pays for no timer.
             #[pin]
-            sleep: Sleep,
+            sleep: Option<Sleep>,
+            answer_at: Deadline,
+            stream: bool,
         },
         Answer {
             parts: Option<http::response::Parts>,
@@ -119,13 +165,16 @@ impl<F> ResponseFuture<F> {
     pub(super) fn running(
         inner: TaskLocalFuture<RequestBudget, F>,
         answer_at: Deadline,
+        stream: bool,
         guard: Guard,
     ) -> Self {
         Self {
             state: State::Running {
                 guard: Some(guard),
                 inner,
-                sleep: tokio::time::sleep_until(answer_at.instant()),
+                sleep: None,
+                answer_at,
+                stream,
             },
         }
     }
@@ -142,7 +191,9 @@ where
             StateProj::Answer { parts } => parts.take(),
             StateProj::Running {
                 inner,
-                sleep,
+                mut sleep,
+                answer_at,
+                stream,
                 guard,
             } => {
                 if let Poll::Ready(result) = inner.poll(cx) {
@@ -154,9 +205,17 @@ where
                             g.finish_from(response.headers());
                         }
                     }
-                    return Poll::Ready(Ok(response.map(|body| ResponseBody::new(body, guard))));
+                    let limit = guard.as_ref().map(|g| g.limit(*stream));
+                    return Poll::Ready(Ok(
+                        response.map(|body| ResponseBody::new(body, guard, limit))
+                    ));
                 }
-                ready!(sleep.poll(cx));
+                if sleep.is_none() {
+                    sleep.set(Some(tokio::time::sleep_until(answer_at.instant())));
+                }
+                if let Some(sleep) = sleep.as_pin_mut() {
+                    ready!(sleep.poll(cx));
+                }
                 // C4 and C7: the deadline passed with the handler still running. Mark the
                 // budget expired so spawned children stop, then drop the handler.
                 let mut guard = guard.take();

@@ -23,15 +23,22 @@
 //!   early.
 //! - **Client reset** (RST_STREAM, a dropped connection): hyper drops the call, and the layer
 //!   records `cancelled` and cancels the request's tree so nothing the handler started keeps
-//!   running (C5). A reset arriving within the transit allowance of the deadline is the
-//!   caller's own timer and is recorded as `expired`.
+//!   running (C5). A reset arriving with less than the hop reserve (margin + transit
+//!   allowance) left is the caller's own timer, which fires about one network delay before
+//!   ours, and is recorded as `expired`.
 //!
 //! Each call is one [`Hop`](crate::observe::Hop) (route = the gRPC method path) with its
 //! terminal status (C14). A status the handler returns itself is read back: a
 //! DEADLINE_EXCEEDED from below makes this hop `expired` too (C4).
 //!
-//! The deadline bounds the time to the response headers, which for a unary tonic call is the
-//! whole handler. A server-streaming body is not cut off once it has started (C13).
+//! Leave tonic's own `Server::timeout` unset: it fires outside this layer and answers
+//! CANCELLED. The profile's `max_ms` caps inbound budgets instead.
+//!
+//! **Streams (C13).** The deadline bounds the handler and then the response body: a
+//! server-streaming body still running at the deadline is ended with DEADLINE_EXCEEDED
+//! trailers and the handler's stream is dropped (tonic's own timer covers only the time to
+//! the headers). On a route the profile marks `mode: stream` the deadline covers the time to
+//! the first message only; after it the body runs for the profile's `stream_lifetime_ms`.
 //!
 //! # Example
 //!

@@ -12,9 +12,10 @@ use crate::budget::Deadline;
 use crate::clock::SystemClock;
 use crate::codec::read_inbound;
 use crate::context::{RequestBudget, Source};
-use crate::error::BudgetError;
+use crate::error::{BudgetError, Refused};
 use crate::grpc::{budget_status, status_parts};
 use crate::observe::{Hop, HopLabels, Protocol, malformed_header};
+use crate::status::Outcome;
 
 /// How long before the deadline the layer answers. tonic wraps every server in its own
 /// `grpc-timeout` timer *outside* all user layers, armed a few microseconds before ours, and
@@ -93,16 +94,24 @@ where
         };
         let hop = Hop::start(&labels, &budget);
         // C3: refuse before the handler runs when the route cannot finish in what is left.
-        if let Err(err) = budget.admit(profile.min_budget(path)) {
-            match err {
-                BudgetError::Refused(r) => hop.refuse(r.required()),
-                other => hop.finish(other.outcome()),
-            }
+        // The budget was created a moment ago, so its arrival value is what remains.
+        let arrived = budget.at_arrival();
+        let min = profile.min_budget(path);
+        if arrived.is_zero() || arrived < min {
+            let err = if arrived.is_zero() {
+                // C9: a zero budget is already expired, not merely too small.
+                hop.finish(Outcome::Expired);
+                BudgetError::Expired
+            } else {
+                hop.refuse(min);
+                BudgetError::Refused(Refused::new(min, arrived))
+            };
             return ResponseFuture::answer(status_parts(budget_status(
                 &err,
                 profile.grpc_status(),
             )));
         }
+        let stream = profile.is_stream(path);
         req.extensions_mut().insert(budget.clone());
         // Some services do work in `call` itself; give it the ambient budget too.
         let inner = budget.sync_scope(|| self.inner.call(req));
@@ -110,6 +119,7 @@ where
         ResponseFuture::running(
             budget.scope(inner),
             answer_at,
+            stream,
             Guard::new(budget, hop, shared.clone()),
         )
     }

@@ -70,4 +70,5 @@ pub use layer::ClientBudgetLayer;
 pub use outbound::classify;
 pub use service::ClientBudget;
 
+#[cfg(feature = "reqwest")]
 pub(crate) use outbound::{Shared, ended, reply_error};

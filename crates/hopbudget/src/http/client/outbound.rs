@@ -195,6 +195,40 @@ mod tests {
         assert_eq!(classify(&map, 504, &h), Outcome::Refused);
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn outside_any_request_the_edge_total_applies_and_is_counted() {
+        let shared = Shared::new(Profile::default().with_service("cron"));
+        #[cfg(feature = "metrics")]
+        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+        #[cfg(feature = "metrics")]
+        let budget = metrics::with_local_recorder(&recorder, || shared.budget_for(None));
+        #[cfg(not(feature = "metrics"))]
+        let budget = shared.budget_for(None);
+        assert_eq!(budget.source(), Source::Fallback);
+        assert_eq!(
+            budget.remaining(),
+            shared.profile.edge_total(),
+            "C8: never unbounded"
+        );
+        #[cfg(feature = "metrics")]
+        {
+            let text = recorder.handle().render();
+            assert!(
+                text.contains(
+                    "hopbudget_deadline_missing_total{service=\"cron\",route=\"(outbound)\"} 1"
+                ),
+                "{text}"
+            );
+        }
+        // The ambient budget wins over the fallback, the explicit one over both.
+        let ambient = RequestBudget::local(Duration::from_millis(50), shared.profile.policy());
+        let explicit = RequestBudget::local(Duration::from_millis(70), shared.profile.policy());
+        let got = ambient.sync_scope(|| shared.budget_for(None));
+        assert!(got.ptr_eq(&ambient));
+        let got = ambient.sync_scope(|| shared.budget_for(Some(&explicit)));
+        assert!(got.ptr_eq(&explicit));
+    }
+
     #[test]
     fn stamps_relative_or_epoch_per_profile() {
         let shared = Shared::new(Profile::default());

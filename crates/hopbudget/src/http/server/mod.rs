@@ -22,7 +22,8 @@
 //! 5. If the client goes away first (hyper drops the response future), the budget is
 //!    cancelled and the hop recorded as `cancelled` (499) (C5).
 //! 6. A handler that returns after its deadline is counted as late work; its answer still
-//!    goes out.
+//!    goes out. On request routes the deadline bounds the handler up to the response head;
+//!    a body the handler streams afterwards is not cut off by the layer.
 //! 7. Streaming routes (`mode: stream`, C13): the deadline covers the time to the first body
 //!    frame, which the layer waits for before sending the head (so an expiry can still be a
 //!    504). After that, the body runs under `stream_lifetime_ms` and the request deadline no

@@ -77,7 +77,10 @@ where
         // concrete path is the fallback for plain hyper services.
         let uri_path = req.uri().path();
         let route = matched_path(&req).unwrap_or(uri_path);
-        let rule = profile.route(route).or_else(|| profile.route(uri_path));
+        let rule = match profile.route(route) {
+            None if route != uri_path => profile.route(uri_path),
+            rule => rule,
+        };
         let min_budget = rule.map_or(profile.policy().refuse_below, |r| r.min_budget);
         let stream = rule.is_some_and(|r| r.mode == crate::profile::RouteMode::Stream);
         let labels = HopLabels::new(shared.service.clone(), route, Protocol::Http);
@@ -120,7 +123,8 @@ where
         };
         let hop = Hop::start(&labels, &budget);
 
-        let remaining = budget.remaining();
+        // The budget was created a moment ago from this very value: no second clock read.
+        let remaining = budget.at_arrival();
         if remaining.is_zero() {
             // C9: zero or negative budgets are already expired.
             budget.expire();
