@@ -346,3 +346,21 @@ async fn tower_client_layer_on_hyper_util() {
     );
     assert_eq!(entered.load(Ordering::SeqCst), 1);
 }
+
+/// With trusted clocks the profile stamps absolute epoch ms, and the callee reads them.
+#[tokio::test]
+async fn epoch_carrier_when_the_profile_trusts_clocks() {
+    let p = profile("service: trusted\ninbound: [epoch-ms]\noutbound: {http: epoch-ms}");
+    let url = reporting(&p, Arc::default()).await;
+    let res = client(&p)
+        .get(&url)
+        .with_extension(RequestBudget::local(Duration::from_millis(400), p.policy()))
+        .send()
+        .await
+        .unwrap();
+    let body = res.text().await.unwrap();
+    let (ms, source) = body.split_once(' ').unwrap();
+    assert_eq!(source, "epoch-ms");
+    let ms: u64 = ms.parse().unwrap();
+    assert!((200..=394).contains(&ms), "{ms}");
+}
