@@ -33,6 +33,8 @@
 //! | `reqwest` | a reqwest-middleware integration |
 //! | `grpc` | tonic server and client layers |
 //! | `metrics` | counters and histograms through the `metrics` facade |
+//! | `prometheus` | `observe::prometheus`: a Prometheus recorder builder with hopbudget's buckets |
+//! | `otlp` | `observe::otlp`: OpenTelemetry span export to an OTLP JSON file |
 //! | `full` | all of the above |
 //!
 //! ## Example

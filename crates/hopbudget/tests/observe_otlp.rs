@@ -9,6 +9,7 @@ use hopbudget::observe::otlp::{FileSpanExporter, OtlpFile};
 use hopbudget::observe::{Hop, HopLabels, Protocol};
 use hopbudget::{HopPolicy, Outcome, RequestBudget};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::any_value::Value as Value_;
 use serde_json::Value;
 use tracing_subscriber::layer::SubscriberExt;
 
@@ -189,6 +190,43 @@ fn append_keeps_earlier_lines() {
     let otlp = OtlpFile::create(&path, "tax").unwrap();
     otlp.shutdown().unwrap();
     assert_eq!(lines(&path).len(), 0);
+    std::fs::remove_file(&path).unwrap();
+}
+
+#[test]
+fn read_parses_the_file_back_and_names_a_bad_line() {
+    let path = temp_path("read");
+    let otlp = OtlpFile::create(&path, "tax").unwrap();
+    let subscriber = tracing_subscriber::registry().with(otlp.layer());
+    tracing::subscriber::with_default(subscriber, drive_hops);
+    otlp.shutdown().unwrap();
+
+    let requests = hopbudget::observe::otlp::read(&path).unwrap();
+    let spans: Vec<_> = requests
+        .iter()
+        .flat_map(|r| &r.resource_spans)
+        .flat_map(|rs| &rs.scope_spans)
+        .flat_map(|ss| &ss.spans)
+        .collect();
+    assert_eq!(spans.len(), 4);
+    let refused = spans
+        .iter()
+        .find(|s| {
+            s.attributes.iter().any(|kv| {
+                kv.key == "deadline.required_ms"
+                    && kv.value.as_ref().and_then(|v| v.value.as_ref())
+                        == Some(&Value_::IntValue(40))
+            })
+        })
+        .expect("the refused hop");
+    assert_eq!(refused.name, "/tax/{id}");
+    assert_eq!(refused.trace_id.len(), 16);
+
+    std::fs::write(&path, "{\"resourceSpans\":[]}\n\nnot json\n").unwrap();
+    let err = hopbudget::observe::otlp::read(&path)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains(&format!("{}:3:", path.display())), "{err}");
     std::fs::remove_file(&path).unwrap();
 }
 

@@ -112,6 +112,15 @@ fn drive_hops() {
     moved.route = "/moved".into();
     Hop::start(&moved, &budget(300)).finish(Outcome::Completed);
 
+    // Labels looked up per request from a borrowed route share the keys of earlier ones.
+    let service: std::sync::Arc<str> = "tax".into();
+    for _ in 0..2 {
+        let route = String::from("/interned");
+        let labels = HopLabels::for_route(&service, &route, Protocol::Http);
+        assert_eq!(&*labels.route, "/interned");
+        Hop::start(&labels, &budget(300)).finish(Outcome::Completed);
+    }
+
     observe::queue_expired("billing", "invoices");
 }
 
@@ -270,6 +279,11 @@ async fn metrics_endpoint_exposes_every_hopbudget_metric() {
             &[moved[0], moved[1], ("outcome", "completed")]
         ),
         Some(1.0)
+    );
+    let interned = [("service", "tax"), ("route", "/interned")];
+    assert_eq!(
+        value(&samples, "hopbudget_arrivals_total", &interned),
+        Some(2.0)
     );
     let quote = [("service", "tax"), ("route", "/tax.Tax/Quote")];
     assert_eq!(

@@ -105,6 +105,25 @@ static METADATA: Metadata<'static> = Metadata::new(
     Some("hopbudget::observe"),
 );
 
+/// The keys of one service and route: shared for the life of the process (the common case:
+/// no reference counting per hop), or owned once the shared table is full.
+#[derive(Clone, Debug)]
+pub(super) enum Keys {
+    Shared(&'static KeyCache),
+    Owned(Arc<KeyCache>),
+}
+
+impl std::ops::Deref for Keys {
+    type Target = KeyCache;
+
+    fn deref(&self) -> &KeyCache {
+        match self {
+            Keys::Shared(k) => k,
+            Keys::Owned(k) => k,
+        }
+    }
+}
+
 /// Metric keys for one service and route, built on first use.
 #[derive(Debug)]
 pub(super) struct KeyCache {
@@ -136,24 +155,34 @@ impl KeyCache {
         }
     }
 
+    pub(super) fn service(&self) -> &Arc<str> {
+        &self.service
+    }
+
+    pub(super) fn route(&self) -> &Arc<str> {
+        &self.route
+    }
+
+    /// The shared keys of `service` and `route`, allocating only for a pair not seen before.
+    pub(super) fn lookup(service: &Arc<str>, route: &str) -> Keys {
+        shared(service, Route::Borrowed(route))
+    }
+
     fn matches(&self, labels: &HopLabels) -> bool {
         (Arc::ptr_eq(&self.service, &labels.service) || *self.service == *labels.service)
             && (Arc::ptr_eq(&self.route, &labels.route) || *self.route == *labels.route)
     }
 
-    /// The keys of `labels`' service and route: remembered in `labels` (and the clones made
-    /// after), else shared process-wide.
-    pub(super) fn of(labels: &HopLabels) -> Arc<KeyCache> {
+    /// The keys of `labels`' service and route: the ones `labels` was built with
+    /// ([`HopLabels::for_route`]), else the process-wide shared ones.
+    pub(super) fn of(labels: &HopLabels) -> Keys {
         match labels.keys.get() {
             Some(keys) if keys.matches(labels) => keys.clone(),
             // The public `service` or `route` changed after the keys were remembered.
-            Some(_) => shared(&labels.service, &labels.route),
-            None => {
-                let keys = shared(&labels.service, &labels.route);
-                // Another thread may have set it meanwhile, to the same shared keys.
-                let _ = labels.keys.set(keys.clone());
-                keys
-            }
+            Some(_) => shared(&labels.service, Route::Owned(&labels.route)),
+            // Not remembered in `labels`: layers build labels per request, where setting the
+            // `OnceLock` (an atomic compare-and-swap) would cost more than it saves.
+            None => shared(&labels.service, Route::Owned(&labels.route)),
         }
     }
 
@@ -187,32 +216,94 @@ impl KeyCache {
 /// a caller that puts raw paths in `route` cannot grow the table without bound.
 const MAX_SHARED: usize = 10_000;
 
-type Shared = HashMap<Arc<str>, HashMap<Arc<str>, Arc<KeyCache>>>;
+/// How many service/route pairs each thread remembers in front of the shared table, which
+/// costs a lock and two hashes per lookup.
+const THREAD_CACHE: usize = 16;
 
-fn shared(service: &Arc<str>, route: &Arc<str>) -> Arc<KeyCache> {
-    static SHARED: OnceLock<RwLock<(Shared, usize)>> = OnceLock::new();
-    let table = SHARED.get_or_init(Default::default);
-    if let Ok(guard) = table.read() {
-        if let Some(keys) = guard.0.get(&**service).and_then(|r| r.get(&**route)) {
-            return keys.clone();
+/// A route to look up: owned when the caller already has an `Arc`, borrowed otherwise (an
+/// `Arc` is made only when a new entry needs one).
+#[derive(Clone, Copy)]
+enum Route<'a> {
+    Owned(&'a Arc<str>),
+    Borrowed(&'a str),
+}
+
+impl Route<'_> {
+    fn as_str(&self) -> &str {
+        match self {
+            Route::Owned(r) => r,
+            Route::Borrowed(r) => r,
         }
     }
-    let fresh = || Arc::new(KeyCache::new(service, route));
-    let Ok(mut guard) = table.write() else {
-        return fresh();
-    };
-    let (map, len) = &mut *guard;
-    if let Some(keys) = map.get(&**service).and_then(|r| r.get(&**route)) {
-        return keys.clone();
+
+    fn to_arc(self) -> Arc<str> {
+        match self {
+            Route::Owned(r) => r.clone(),
+            Route::Borrowed(r) => Arc::from(r),
+        }
     }
-    let keys = fresh();
-    if *len < MAX_SHARED {
-        map.entry(service.clone())
-            .or_default()
-            .insert(route.clone(), keys.clone());
-        *len += 1;
+}
+
+fn shared(service: &Arc<str>, route: Route<'_>) -> Keys {
+    thread_local! {
+        static RECENT: std::cell::RefCell<Vec<&'static KeyCache>> =
+            const { std::cell::RefCell::new(Vec::new()) };
+    }
+    let hit = RECENT.try_with(|recent| {
+        let recent = recent.try_borrow().ok()?;
+        recent
+            .iter()
+            .find(|k| *k.route == *route.as_str() && *k.service == **service)
+            .copied()
+    });
+    if let Ok(Some(keys)) = hit {
+        return Keys::Shared(keys);
+    }
+    let keys = shared_table(service, route);
+    if let Keys::Shared(keys) = keys {
+        let _ = RECENT.try_with(|recent| {
+            if let Ok(mut recent) = recent.try_borrow_mut() {
+                if recent.len() == THREAD_CACHE {
+                    recent.remove(0);
+                }
+                recent.push(keys);
+            }
+        });
     }
     keys
+}
+
+type Shared = HashMap<Arc<str>, HashMap<Arc<str>, &'static KeyCache>>;
+
+fn shared_table(service: &Arc<str>, route: Route<'_>) -> Keys {
+    static SHARED: OnceLock<RwLock<(Shared, usize)>> = OnceLock::new();
+    let table = SHARED.get_or_init(Default::default);
+    let find = |map: &Shared| {
+        map.get(&**service)
+            .and_then(|r| r.get(route.as_str()))
+            .copied()
+    };
+    if let Some(keys) = table.read().ok().and_then(|g| find(&g.0)) {
+        return Keys::Shared(keys);
+    }
+    let route = route.to_arc();
+    let owned = || Keys::Owned(Arc::new(KeyCache::new(service, &route)));
+    let Ok(mut guard) = table.write() else {
+        return owned();
+    };
+    let (map, len) = &mut *guard;
+    if let Some(keys) = find(map) {
+        return Keys::Shared(keys);
+    }
+    if *len >= MAX_SHARED {
+        return owned();
+    }
+    // Leaked on purpose: an entry lives as long as the table, which lives as long as the
+    // process, and a `&'static` costs a hop no reference counting.
+    let keys: &'static KeyCache = Box::leak(Box::new(KeyCache::new(service, &route)));
+    map.entry(service.clone()).or_default().insert(route, keys);
+    *len += 1;
+    Keys::Shared(keys)
 }
 
 fn increment(key: &Key) {
@@ -275,4 +366,44 @@ pub(super) fn record_queue_expired(service: &str, queue: &str) {
             Label::new("queue", queue.to_owned()),
         ],
     ));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::observe::Protocol;
+
+    #[test]
+    fn keys_are_shared_until_the_table_is_full_then_owned() {
+        let service: Arc<str> = "cap-test".into();
+        let first = KeyCache::lookup(&service, "/r/0");
+        let again = KeyCache::lookup(&service, &String::from("/r/0"));
+        match (&first, &again) {
+            (Keys::Shared(a), Keys::Shared(b)) => assert!(std::ptr::eq(*a, *b)),
+            other => panic!("expected shared keys, got {other:?}"),
+        }
+        // Fill the table: a caller putting raw paths in `route` stops being shared.
+        let mut owned = 0;
+        for i in 1..=MAX_SHARED + 5 {
+            if let Keys::Owned(_) = KeyCache::lookup(&service, &format!("/r/{i}")) {
+                owned += 1;
+            }
+        }
+        assert!(owned >= 5, "{owned}");
+        // A pair already shared stays shared.
+        assert!(matches!(
+            KeyCache::lookup(&service, "/r/0"),
+            Keys::Shared(_)
+        ));
+    }
+
+    #[test]
+    fn changed_public_fields_get_their_own_keys() {
+        let labels = HopLabels::for_route(&"svc".into(), "/a", Protocol::Http);
+        assert_eq!(&*KeyCache::of(&labels).route, "/a");
+        let mut moved = labels.clone();
+        moved.route = "/b".into();
+        assert_eq!(&*KeyCache::of(&moved).route, "/b");
+        assert_eq!(&*KeyCache::of(&labels).route, "/a");
+    }
 }

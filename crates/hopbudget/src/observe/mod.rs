@@ -75,9 +75,10 @@ impl Protocol {
 /// Labels shared by every hop of one service and route.
 ///
 /// Metric keys for a service and route are prepared once per process and shared, so a hop
-/// records its metrics without building label strings. Cheapest is to build one `HopLabels`
-/// per route and clone it for each request (two reference counts); building one per request
-/// costs two small allocations and a lookup of the shared keys.
+/// records its metrics without building label strings (a thread-local lookup finds them).
+/// Build one `HopLabels` per route and clone it for each request, or, when the route is a
+/// borrowed per-request string such as a matched path, use [`for_route`](Self::for_route),
+/// which reuses the strings of a route seen before.
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct HopLabels {
@@ -90,7 +91,7 @@ pub struct HopLabels {
     pub protocol: Protocol,
     low_budget: Duration,
     #[cfg(feature = "metrics")]
-    keys: std::sync::OnceLock<Arc<metrics_names::KeyCache>>,
+    keys: std::sync::OnceLock<metrics_names::Keys>,
 }
 
 impl HopLabels {
@@ -110,6 +111,25 @@ impl HopLabels {
             protocol,
             low_budget: DEFAULT_LOW_BUDGET,
         }
+    }
+
+    /// Labels for `service` and a `route` known only as a borrowed string per request (a
+    /// matched path): with the `metrics` feature, a route seen before reuses the labels and
+    /// metric keys already built for it instead of allocating. Same result as [`new`](Self::new).
+    pub fn for_route(service: &Arc<str>, route: &str, protocol: Protocol) -> Self {
+        #[cfg(feature = "metrics")]
+        {
+            let keys = metrics_names::KeyCache::lookup(service, route);
+            Self {
+                service: keys.service().clone(),
+                route: keys.route().clone(),
+                protocol,
+                low_budget: DEFAULT_LOW_BUDGET,
+                keys: std::sync::OnceLock::from(keys),
+            }
+        }
+        #[cfg(not(feature = "metrics"))]
+        Self::new(service.clone(), route, protocol)
     }
 
     /// Count arrivals with less than `low_budget` left as low-budget arrivals
@@ -151,7 +171,7 @@ pub struct Hop {
     // The metric keys of the hop's service and route; with the `metrics` feature off a hop
     // keeps nothing of its labels.
     #[cfg(feature = "metrics")]
-    keys: Arc<metrics_names::KeyCache>,
+    keys: metrics_names::Keys,
     finished: bool,
 }
 

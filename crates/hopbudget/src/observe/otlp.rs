@@ -283,6 +283,38 @@ impl Drop for OtlpFile {
     }
 }
 
+/// Read back a file written by [`FileSpanExporter`] (or a collector's `file` exporter): one
+/// `ExportTraceServiceRequest` per non-empty line.
+///
+/// # Errors
+/// The file cannot be read, or a line is not an OTLP JSON trace request; the error names the
+/// file and the line.
+pub fn read(path: impl AsRef<Path>) -> Result<Vec<ExportTraceServiceRequest>, OtlpError> {
+    let path = path.as_ref();
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        OtlpError::new(
+            format!("cannot read OTLP trace file {}: {e}", path.display()),
+            e,
+        )
+    })?;
+    text.lines()
+        .enumerate()
+        .filter(|(_, line)| !line.trim().is_empty())
+        .map(|(i, line)| {
+            serde_json::from_str(line).map_err(|e| {
+                OtlpError::new(
+                    format!(
+                        "{}:{}: not an OTLP JSON trace request: {e}",
+                        path.display(),
+                        i + 1
+                    ),
+                    e,
+                )
+            })
+        })
+        .collect()
+}
+
 /// Export every `tracing` span of this process to `path` as OTLP JSON: open the file and set
 /// the global default subscriber to one that exports to it. Keep the returned [`OtlpFile`]
 /// until the end of `main`; dropping it flushes.
