@@ -15,6 +15,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use crate::demo::collector::Collector;
+use crate::demo::queue;
 use crate::demo::services::{self, Node};
 use crate::demo::wiring;
 use crate::demo::{Mode, Topology};
@@ -106,18 +107,23 @@ pub fn run(opts: &ServeOptions) -> Result<(), String> {
             .map_err(|e| format!("{}: cannot listen on {listen}: {e}", spec.name))?;
         let http = wiring::reqwest_client()?;
         let profile = services::profile_for(&spec)?;
+        let collector = Arc::new(Collector::new(
+            topo.services.len(),
+            Duration::from_millis(topo.client.budget_ms),
+        ));
         let node = Arc::new(Node {
             idx,
             peers: wiring::peers_for(topo, &spec, opts.mode, &profile, &addrs, &http)?,
             sem: Semaphore::new(spec.concurrency as usize),
             mode: opts.mode,
             forgetful: opts.forgetful,
-            collector: Arc::new(Collector::new(
-                topo.services.len(),
-                Duration::from_millis(topo.client.budget_ms),
-            )),
+            collector: collector.clone(),
             profile,
             seed: topo.client.seed,
+            queue: spec
+                .background
+                .as_ref()
+                .map(|bg| queue::start(bg, opts.mode, collector.clone())),
             spec: spec.clone(),
         });
         let bound = listener.local_addr().map_err(|e| e.to_string())?;

@@ -2,6 +2,7 @@
 //! the default run with bounds wide enough for a busy two-core machine: in propagated mode
 //! the client's p99.9 stays within 1.2x the budget, the work done after the client gave up is
 //! at most a third of what the timeouts mode did, and reco-scorer's refusals are visible.
+//! Also: the background e-mail of S11 outlives the response under its own deadline.
 
 use std::time::Duration;
 
@@ -49,6 +50,16 @@ fn short_demo_meets_the_three_targets() {
     };
     assert!(reco(p).refused > 0, "{table}");
     assert_eq!(reco(t).refused, 0, "{table}");
+
+    // The order-confirmation e-mail (S11) runs under its own deadline, handed over the
+    // queue: it is not cancelled when the response goes out.
+    assert!(p.background.sent > 0, "{table}");
+    assert!(p.background.sent_after_answer > 0, "{table}");
+    assert_eq!(
+        p.background.expired + p.background.dropped_expired,
+        0,
+        "{table}"
+    );
 
     // The report renders from these results.
     let html = demo::report::html(&results).unwrap();

@@ -81,6 +81,32 @@ pub struct HopCounts {
     pub failed: u64,
 }
 
+/// How one piece of background work ended (S11).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BackgroundOutcome {
+    /// Done within its own deadline.
+    Sent,
+    /// Dropped before any work: it waited in the queue past its deadline (S10).
+    DroppedExpired,
+    /// Its deadline passed while it ran.
+    Expired,
+}
+
+/// Background work counters.
+#[derive(Clone, Debug, Default)]
+pub struct BackgroundCounts {
+    /// Handed to the queue.
+    pub scheduled: u64,
+    /// Done within its deadline.
+    pub sent: u64,
+    /// Of those, finished after the client had its answer (so not cancelled with it).
+    pub sent_after_answer: u64,
+    /// Dropped before work, deadline passed in the queue.
+    pub dropped_expired: u64,
+    /// Expired while running.
+    pub expired: u64,
+}
+
 /// Everything one run records.
 #[derive(Debug)]
 pub struct Collector {
@@ -91,6 +117,7 @@ pub struct Collector {
     spans: Mutex<Vec<SpanRec>>,
     in_flight: AtomicUsize,
     working: AtomicUsize,
+    background: Mutex<BackgroundCounts>,
 }
 
 impl Collector {
@@ -106,6 +133,7 @@ impl Collector {
             spans: Mutex::new(Vec::new()),
             in_flight: AtomicUsize::new(0),
             working: AtomicUsize::new(0),
+            background: Mutex::new(BackgroundCounts::default()),
         }
     }
 
@@ -191,7 +219,40 @@ impl Collector {
         }
     }
 
-    /// Handlers still running (including detached ones).
+    /// Background work for request `id` was handed to the queue.
+    pub fn background_scheduled(&self, id: u64) {
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
+        if id != 0 {
+            lock(&self.background).scheduled += 1;
+        }
+    }
+
+    /// Background work for request `id` ended.
+    pub fn background_done(&self, id: u64, outcome: BackgroundOutcome) {
+        self.in_flight.fetch_sub(1, Ordering::AcqRel);
+        if id == 0 {
+            return;
+        }
+        let answered = lock(&self.clients).get(&id).and_then(|c| c.end);
+        let mut b = lock(&self.background);
+        match outcome {
+            BackgroundOutcome::Sent => {
+                b.sent += 1;
+                if answered.is_some_and(|end| end <= Instant::now()) {
+                    b.sent_after_answer += 1;
+                }
+            }
+            BackgroundOutcome::DroppedExpired => b.dropped_expired += 1,
+            BackgroundOutcome::Expired => b.expired += 1,
+        }
+    }
+
+    /// The background counters.
+    pub fn background(&self) -> BackgroundCounts {
+        lock(&self.background).clone()
+    }
+
+    /// Handlers still running (including detached ones and queued background work).
     pub fn in_flight(&self) -> usize {
         self.in_flight.load(Ordering::Acquire)
     }

@@ -12,6 +12,7 @@
 //! [`run`] is the whole demo as a library call (the integration tests use it).
 
 pub mod collector;
+pub mod queue;
 pub mod report;
 pub mod results;
 pub mod runner;

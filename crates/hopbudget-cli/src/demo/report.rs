@@ -119,6 +119,23 @@ pub fn table(r: &DemoResults) -> String {
             )
         );
     }
+    let background: Vec<(&str, Row)> = vec![
+        (
+            "confirmation e-mails sent / scheduled (S11)",
+            Box::new(|m| format!("{}/{}", m.background.sent, m.background.scheduled)),
+        ),
+        (
+            "  sent after the answer went out",
+            Box::new(|m| m.background.sent_after_answer.to_string()),
+        ),
+    ];
+    for (name, f) in &background {
+        let _ = write!(out, "{name:<44}");
+        for m in &r.modes {
+            let _ = write!(out, "{:>12}", f(m));
+        }
+        let _ = writeln!(out);
+    }
     let _ = writeln!(out);
     let modes: Vec<&str> = r.modes.iter().map(|m| &m.mode.as_str()[..1]).collect();
     let pair = modes.join("/");

@@ -50,6 +50,21 @@ pub struct HopResult {
     pub work_after_give_up_ms: f64,
 }
 
+/// Background work figures (S11).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct BackgroundResult {
+    /// Handed to the queue.
+    pub scheduled: u64,
+    /// Done within its own deadline.
+    pub sent: u64,
+    /// Of those, finished after the client had its answer.
+    pub sent_after_answer: u64,
+    /// Dropped before work: the deadline passed in the queue (S10).
+    pub dropped_expired: u64,
+    /// Expired while running.
+    pub expired: u64,
+}
+
 /// One mode's figures.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ModeResult {
@@ -87,6 +102,8 @@ pub struct ModeResult {
     pub work_cut_off: u64,
     /// Per service, in call order.
     pub hops: Vec<HopResult>,
+    /// Background work handed over the queue (S11).
+    pub background: BackgroundResult,
     /// Client latencies, ms, sorted (for the distribution chart; not in the JSON).
     #[serde(skip)]
     pub latencies_ms: Vec<f64>,
@@ -223,6 +240,16 @@ pub fn summarise(
         edge_latency_ms: percentiles(&edge),
         work_cut_off: data.cut_off as u64,
         hops,
+        background: {
+            let b = data.collector.background();
+            BackgroundResult {
+                scheduled: b.scheduled,
+                sent: b.sent,
+                sent_after_answer: b.sent_after_answer,
+                dropped_expired: b.dropped_expired,
+                expired: b.expired,
+            }
+        },
         latencies_ms: latencies,
         wall_s: data.wall_s,
     }

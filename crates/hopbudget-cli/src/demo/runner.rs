@@ -17,6 +17,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::collector::Collector;
+use super::queue;
 use super::services::{self, Node, REQUEST_ID};
 use super::topology::Topology;
 use super::wiring::{self, Mode};
@@ -114,6 +115,10 @@ async fn run_async(topo: &Topology, spec: &RunSpec) -> Result<RunData, String> {
             collector: collector.clone(),
             profile,
             seed: topo.client.seed,
+            queue: s
+                .background
+                .as_ref()
+                .map(|bg| queue::start(bg, spec.mode, collector.clone())),
         });
         wiring::spawn_server(node, listener, stop.clone());
     }

@@ -22,7 +22,8 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
 use super::collector::Collector;
-use super::topology::{Protocol, ServiceSpec, Topology};
+use super::queue::Producer;
+use super::topology::{LatencySpec, Protocol, ServiceSpec, Topology};
 use super::wiring::{self, HopError, Mode, Peer};
 use crate::proto::hop_server::Hop;
 use crate::proto::{HopReply, HopRequest};
@@ -55,6 +56,8 @@ pub struct Node {
     pub profile: Profile,
     /// The run's seed.
     pub seed: u64,
+    /// Where this service hands its background work (S11), if it has any.
+    pub queue: Option<Producer>,
 }
 
 impl Node {
@@ -75,14 +78,29 @@ impl Node {
                 break;
             }
         }
-        let (mu, sigma) = latency.lognormal();
-        // Box-Muller: one standard normal from two uniforms.
-        let u1: f64 = rng.random::<f64>().max(f64::MIN_POSITIVE);
-        let u2: f64 = rng.random();
-        let z = (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos();
-        let ms = (mu + sigma * z).exp().min(600_000.0);
-        Duration::from_secs_f64(ms / 1000.0)
+        sample(&mut rng, &latency)
     }
+
+    /// This service's background work for request `id` (seeded like [`Node::work_for`]).
+    pub fn background_for(&self, id: u64) -> Duration {
+        let Some(bg) = &self.spec.background else {
+            return Duration::ZERO;
+        };
+        let mut h = DefaultHasher::new();
+        (self.seed, &bg.name, id).hash(&mut h);
+        sample(&mut StdRng::seed_from_u64(h.finish()), &bg.latency)
+    }
+}
+
+/// One draw from the log-normal fitted to `latency`.
+fn sample(rng: &mut StdRng, latency: &LatencySpec) -> Duration {
+    let (mu, sigma) = latency.lognormal();
+    // Box-Muller: one standard normal from two uniforms.
+    let u1: f64 = rng.random::<f64>().max(f64::MIN_POSITIVE);
+    let u2: f64 = rng.random();
+    let z = (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos();
+    let ms = (mu + sigma * z).exp().min(600_000.0);
+    Duration::from_secs_f64(ms / 1000.0)
 }
 
 /// The mode-independent body of a hop: queue for a work slot, do this service's own work,
@@ -112,6 +130,9 @@ pub async fn body(node: Arc<Node>, id: u64) -> Result<u32, HopError> {
             Err(_) if call.optional => degraded += 1,
             Err(e) => return Err(e),
         }
+    }
+    if let Some(queue) = &node.queue {
+        wiring::hand_off(&node, queue, id);
     }
     Ok(degraded)
 }

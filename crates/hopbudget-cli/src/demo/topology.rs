@@ -72,6 +72,26 @@ pub struct FaultSpec {
     pub latency: LatencySpec,
 }
 
+/// Background work a service hands over a queue after answering (S11): it runs under its own
+/// deadline, rooted when it is scheduled, and is not cancelled when the response goes out.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackgroundSpec {
+    /// A name for reports (`order-confirmation-email`).
+    pub name: String,
+    /// The work's latency.
+    pub latency: LatencySpec,
+    /// Its own deadline, from the moment it is scheduled.
+    pub deadline_ms: u64,
+    /// Workers consuming the queue.
+    #[serde(default = "one")]
+    pub workers: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
 /// How callers reach a service.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -129,6 +149,9 @@ pub struct ServiceSpec {
     /// Faults.
     #[serde(default)]
     pub faults: Vec<FaultSpec>,
+    /// Background work handed over a queue after a successful answer (S11).
+    #[serde(default)]
+    pub background: Option<BackgroundSpec>,
 }
 
 impl ServiceSpec {
@@ -336,6 +359,21 @@ impl Topology {
                 }
                 share += f.rate;
                 check_latency(&mut issue, &format!("{fat}.latency"), &f.latency);
+            }
+            if let Some(b) = &s.background {
+                check_latency(&mut issue, &format!("{at}.background.latency"), &b.latency);
+                if b.deadline_ms == 0 {
+                    issue(
+                        format!("{at}.background.deadline_ms"),
+                        "must be greater than zero".into(),
+                    );
+                }
+                if b.workers == 0 {
+                    issue(
+                        format!("{at}.background.workers"),
+                        "must be greater than zero".into(),
+                    );
+                }
             }
             if share > 1.0 + 1e-9 {
                 issue(

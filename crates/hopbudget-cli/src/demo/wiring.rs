@@ -30,12 +30,14 @@ use std::time::Duration;
 
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use hopbudget::clock::{SystemClock, WallClock};
+use hopbudget::codec::{self, Carrier};
 use hopbudget::grpc::client::{GrpcClient, GrpcClientLayer};
 use hopbudget::grpc::server::GrpcServerLayer;
 use hopbudget::http::reqwest::{BudgetMiddleware, budget_error};
 use hopbudget::http::server::ServerBudgetLayer;
 use hopbudget::status::{REFUSED_METADATA, REMAINING_MS_HEADER, REQUIRED_MS_HEADER};
-use hopbudget::{BudgetError, Deadline, Outcome, Profile, RequestBudget, Source};
+use hopbudget::{BudgetError, Deadline, HopPolicy, Outcome, Profile, RequestBudget, Source};
 use reqwest_middleware::ClientWithMiddleware;
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
@@ -43,6 +45,8 @@ use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
 use tower::ServiceBuilder;
 
+use super::collector::BackgroundOutcome;
+use super::queue::{Job, Producer};
 use super::services::{self, GrpcNode, HTTP_PATH, Node, REQUEST_ID};
 use super::topology::{Protocol, ServiceSpec, Topology};
 use crate::proto::hop_client::HopClient;
@@ -494,4 +498,62 @@ fn accept_stream(
         });
         Some((accepted, l))
     })
+}
+
+/// Hand background work over the queue (S11). Propagated: the message carries a deadline of
+/// its own, rooted now and linked to the request's budget only for tracing (C12), as an
+/// absolute `deadline-epoch-ms` header; timeouts: no deadline at all.
+pub fn hand_off(node: &Node, queue: &Producer, id: u64) {
+    let Some(bg) = &node.spec.background else {
+        return;
+    };
+    let mut headers = HeaderMap::new();
+    if node.mode == Mode::Propagated {
+        let own = Duration::from_millis(bg.deadline_ms);
+        let budget = match RequestBudget::current() {
+            Some(request) => request.detach(own),
+            None => RequestBudget::local(own, node.profile.policy()),
+        };
+        let stamp = codec::epoch::encode(budget.remaining(), SystemClock.now_unix_ms());
+        headers.insert(codec::QUEUE_DEADLINE_EPOCH_MS, stamp.to_header_value());
+    }
+    node.collector.background_scheduled(id);
+    let job = Job {
+        id,
+        headers,
+        work: node.background_for(id),
+        scheduled: tokio::time::Instant::now(),
+    };
+    if let Err(e) = queue.send(job) {
+        node.collector
+            .background_done(e.0.id, BackgroundOutcome::DroppedExpired);
+    }
+}
+
+/// Consume one queued message. Propagated: check its deadline before any work and drop it
+/// if it passed in the queue (S10), else run it bounded by that deadline; timeouts: run it.
+pub async fn consume(mode: Mode, job: &Job) -> BackgroundOutcome {
+    if mode == Mode::Timeouts {
+        tokio::time::sleep(job.work).await;
+        return BackgroundOutcome::Sent;
+    }
+    let inbound = job
+        .headers
+        .get(codec::QUEUE_DEADLINE_EPOCH_MS)
+        .and_then(|v| {
+            Carrier::Queue
+                .decode(v.as_bytes(), || SystemClock.now_unix_ms())
+                .ok()
+        });
+    let Some(left) = inbound else {
+        return BackgroundOutcome::DroppedExpired;
+    };
+    if left.is_zero() {
+        return BackgroundOutcome::DroppedExpired;
+    }
+    let budget = RequestBudget::from_carrier(Carrier::Queue, left, HopPolicy::DEFAULT);
+    match budget.run(tokio::time::sleep(job.work)).await {
+        Ok(()) => BackgroundOutcome::Sent,
+        Err(_) => BackgroundOutcome::Expired,
+    }
 }
