@@ -57,6 +57,19 @@ fn a_forgetful_hop_resets_the_budget_below_it_and_the_traces_show_it() {
     assert!(remaining.iter().any(|&ms| ms > 1_000), "{remaining:?}");
     assert_eq!(spans[0]["traceId"].as_str().unwrap().len(), 32);
     assert!(!spans[0]["parentSpanId"].as_str().unwrap().is_empty());
+
+    // The file form is what the `otlp` reader (and so `hopbudget audit`) takes.
+    let path = std::env::temp_dir().join(format!("demo-forgetful-{}.jsonl", std::process::id()));
+    std::fs::write(&path, format!("{doc}\n")).unwrap();
+    let requests = hopbudget::observe::otlp::read(&path).unwrap();
+    let _ = std::fs::remove_file(&path);
+    let spans: usize = requests
+        .iter()
+        .flat_map(|r| &r.resource_spans)
+        .flat_map(|r| &r.scope_spans)
+        .map(|s| s.spans.len())
+        .sum();
+    assert_eq!(spans, raw[0].collector.spans().len());
 }
 
 #[test]
