@@ -30,6 +30,7 @@ use std::time::Duration;
 
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use axum::serve::ListenerExt;
 use hopbudget::clock::{SystemClock, WallClock};
 use hopbudget::codec::{self, Carrier};
 use hopbudget::grpc::client::{GrpcClient, GrpcClientLayer};
@@ -395,6 +396,7 @@ pub enum Peer {
 pub fn reqwest_client() -> Result<reqwest::Client, String> {
     reqwest::Client::builder()
         .http2_prior_knowledge()
+        .tcp_nodelay(true)
         .pool_max_idle_per_host(64)
         .build()
         .map_err(|e| format!("cannot build the HTTP client: {e}"))
@@ -479,6 +481,10 @@ pub fn spawn_server(node: Arc<Node>, listener: TcpListener, stop: CancellationTo
             if layered {
                 app = app.layer(ServerBudgetLayer::new(profile));
             }
+            // Small responses must not wait for a delayed ACK (Nagle): 40 ms stalls otherwise.
+            let listener = listener.tap_io(|tcp| {
+                let _ = tcp.set_nodelay(true);
+            });
             tokio::spawn(async move {
                 let _ = axum::serve(listener, app)
                     .with_graceful_shutdown(stop.cancelled_owned())
