@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Duration;
 
-use metrics::{Key, Label, Level, Metadata, Unit};
+use metrics::{Key, Label, Level, Metadata, Recorder, Unit};
 
 use super::HopLabels;
 use crate::context::Source;
@@ -306,66 +306,83 @@ fn shared_table(service: &Arc<str>, route: Route<'_>) -> Keys {
     Keys::Shared(keys)
 }
 
-fn increment(key: &Key) {
-    metrics::with_recorder(|r| r.register_counter(key, &METADATA).increment(1));
+fn increment(r: &dyn Recorder, key: &Key) {
+    r.register_counter(key, &METADATA).increment(1);
 }
 
-fn observe(key: &Key, value: f64) {
-    metrics::with_recorder(|r| r.register_histogram(key, &METADATA).record(value));
+fn observe(r: &dyn Recorder, key: &Key, value: f64) {
+    r.register_histogram(key, &METADATA).record(value);
 }
 
 fn millis(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
+// One `with_recorder` per event, not per metric: each call is a thread-local and a global
+// lookup, which is most of the cost when no recorder is installed.
 pub(super) fn record_arrival(
     keys: &KeyCache,
     low_budget: Duration,
     remaining: Duration,
     source: Source,
 ) {
-    increment(keys.route_key(ARRIVALS_TOTAL, &keys.arrivals));
-    observe(
-        keys.route_key(REMAINING_AT_ARRIVAL_MS, &keys.remaining),
-        millis(remaining),
-    );
-    if source == Source::Fallback {
-        increment(keys.route_key(DEADLINE_MISSING_TOTAL, &keys.missing));
-    }
-    if remaining < low_budget {
-        increment(keys.route_key(LOW_BUDGET_ARRIVALS_TOTAL, &keys.low));
-    }
+    metrics::with_recorder(|r| {
+        increment(r, keys.route_key(ARRIVALS_TOTAL, &keys.arrivals));
+        observe(
+            r,
+            keys.route_key(REMAINING_AT_ARRIVAL_MS, &keys.remaining),
+            millis(remaining),
+        );
+        if source == Source::Fallback {
+            increment(r, keys.route_key(DEADLINE_MISSING_TOTAL, &keys.missing));
+        }
+        if remaining < low_budget {
+            increment(r, keys.route_key(LOW_BUDGET_ARRIVALS_TOTAL, &keys.low));
+        }
+    });
 }
 
 pub(super) fn record_end(keys: &KeyCache, outcome: Outcome) {
-    if outcome == Outcome::Refused {
-        increment(keys.route_key(REFUSED_BEFORE_WORK_TOTAL, &keys.refused));
-    }
-    increment(keys.hops_key(outcome));
+    metrics::with_recorder(|r| {
+        if outcome == Outcome::Refused {
+            increment(r, keys.route_key(REFUSED_BEFORE_WORK_TOTAL, &keys.refused));
+        }
+        increment(r, keys.hops_key(outcome));
+    });
 }
 
 pub(super) fn record_late(keys: &KeyCache, overrun: Duration) {
-    increment(keys.route_key(LATE_WORK_TOTAL, &keys.late));
-    observe(
-        keys.route_key(LATE_WORK_OVERRUN_MS, &keys.overrun),
-        millis(overrun),
-    );
+    metrics::with_recorder(|r| {
+        increment(r, keys.route_key(LATE_WORK_TOTAL, &keys.late));
+        observe(
+            r,
+            keys.route_key(LATE_WORK_OVERRUN_MS, &keys.overrun),
+            millis(overrun),
+        );
+    });
 }
 
 pub(super) fn record_malformed(labels: &HopLabels, header: &str) {
-    let mut l = KeyCache::of(labels).labels();
-    l.push(Label::new("header", header.to_owned()));
-    increment(&Key::from_parts(MALFORMED_HEADERS_TOTAL, l));
+    let key = Key::from_parts(
+        MALFORMED_HEADERS_TOTAL,
+        vec![
+            Label::new("service", labels.service.clone()),
+            Label::new("route", labels.route.clone()),
+            Label::new("header", header.to_owned()),
+        ],
+    );
+    metrics::with_recorder(|r| increment(r, &key));
 }
 
 pub(super) fn record_queue_expired(service: &str, queue: &str) {
-    increment(&Key::from_parts(
+    let key = Key::from_parts(
         QUEUE_EXPIRED_TOTAL,
         vec![
             Label::new("service", service.to_owned()),
             Label::new("queue", queue.to_owned()),
         ],
-    ));
+    );
+    metrics::with_recorder(|r| increment(r, &key));
 }
 
 #[cfg(test)]
