@@ -131,8 +131,10 @@ pub fn run(opts: &DemoOptions) -> Result<(DemoResults, Vec<runner::RunData>), St
     let duration = opts
         .duration
         .unwrap_or_else(|| Duration::from_secs_f64(topo.client.duration_s));
-    if !(rate.is_finite() && rate > 0.0) {
-        return Err(format!("--rate must be above 0 (got {rate})"));
+    if !(rate.is_finite() && rate > 0.0 && rate <= 10_000.0) {
+        return Err(format!(
+            "--rate must be above 0 and at most 10000 (got {rate})"
+        ));
     }
     let mut modes = Vec::new();
     let mut raw = Vec::new();

@@ -21,7 +21,6 @@ use super::queue;
 use super::services::{self, Node, REQUEST_ID};
 use super::topology::Topology;
 use super::wiring::{self, Mode};
-use hopbudget::{HopPolicy, RequestBudget, codec};
 
 /// What one run needs.
 #[derive(Clone, Debug)]
@@ -143,16 +142,8 @@ async fn run_async(topo: &Topology, spec: &RunSpec) -> Result<RunData, String> {
         let mode = spec.mode;
         tasks.push(tokio::spawn(async move {
             collector.client_start(id, Instant::now());
-            let mut req = client.post(&url).header(REQUEST_ID, id);
-            if mode == Mode::Propagated {
-                // The client is the first hop: it forwards its budget less its own margin
-                // and the transit allowance (C2), like every other hop.
-                let own = RequestBudget::local(budget, HopPolicy::DEFAULT);
-                req = req.header(
-                    codec::REQUEST_TIMEOUT_MS,
-                    codec::millis::encode(own.forward()).to_header_value(),
-                );
-            }
+            let req =
+                wiring::client_request(mode, client.post(&url), budget).header(REQUEST_ID, id);
             match tokio::time::timeout(give_up, req.send()).await {
                 Err(_) => {
                     // The client's own timeout fired on its call to the edge.

@@ -1,5 +1,6 @@
 //! The only place where the two modes differ: how a hop is admitted, how it bounds its own
-//! work and its outbound calls, and whether its work survives a caller that went away.
+//! work and its outbound calls, whether its work survives a caller that went away, what the
+//! client sends, and how background work is handed over and consumed.
 //!
 //! - **`timeouts`**: every hop sets its own fresh timeout on each call it makes (the
 //!   topology's `timeout_ms`), sends no deadline, and cancels nothing. The "nothing is
@@ -562,4 +563,22 @@ pub async fn consume(mode: Mode, job: &Job) -> BackgroundOutcome {
         Ok(()) => BackgroundOutcome::Sent,
         Err(_) => BackgroundOutcome::Expired,
     }
+}
+
+/// The client's request to the edge. Propagated: the client is the first hop and forwards
+/// its budget less its own margin and the transit allowance (C2), in `x-request-timeout-ms`;
+/// timeouts: it sends no deadline, only waits for its own timeout.
+pub fn client_request(
+    mode: Mode,
+    req: reqwest::RequestBuilder,
+    budget: Duration,
+) -> reqwest::RequestBuilder {
+    if mode == Mode::Timeouts {
+        return req;
+    }
+    let own = RequestBudget::local(budget, HopPolicy::DEFAULT);
+    req.header(
+        codec::REQUEST_TIMEOUT_MS,
+        codec::millis::encode(own.forward()).to_header_value(),
+    )
 }
