@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use hopbudget::Profile;
 
 /// Print the resolved profile (exit 0) or its problems (exit 2).
-pub(crate) fn check(file: &Path) -> ExitCode {
+pub fn check(file: &Path) -> ExitCode {
     match Profile::load(file) {
         Ok(profile) => {
             let mut out = std::io::stdout().lock();

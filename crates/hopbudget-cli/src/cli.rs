@@ -1,0 +1,222 @@
+//! Command-line parsing and dispatch for the `hopbudget` binary.
+
+use std::collections::HashMap;
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime};
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+use crate::demo::{self, DemoOptions, Mode, Topology};
+use crate::{profile_cmd, serve};
+
+/// End-to-end deadline propagation across service hops.
+#[derive(Debug, Parser)]
+#[command(name = "hopbudget", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Work with adoption profiles.
+    Profile {
+        #[command(subcommand)]
+        command: ProfileCommand,
+    },
+    /// Run the checkout call graph (S7) with per-hop timeouts and with propagated deadlines,
+    /// and compare them side by side.
+    Demo(DemoArgs),
+    /// Run one service of a demo topology alone (one process per host).
+    Serve(ServeArgs),
+}
+
+#[derive(Debug, Subcommand)]
+enum ProfileCommand {
+    /// Validate a profile; print it resolved, or every problem and exit with status 2.
+    Check {
+        /// The profile file (YAML).
+        file: PathBuf,
+    },
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum ModeArg {
+    Timeouts,
+    Propagated,
+    Both,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum OneMode {
+    Timeouts,
+    Propagated,
+}
+
+impl From<OneMode> for Mode {
+    fn from(m: OneMode) -> Self {
+        match m {
+            OneMode::Timeouts => Mode::Timeouts,
+            OneMode::Propagated => Mode::Propagated,
+        }
+    }
+}
+
+#[derive(Debug, clap::Args)]
+struct DemoArgs {
+    /// Topology file (default: the built-in checkout graph, topologies/checkout.yaml).
+    #[arg(long)]
+    topology: Option<PathBuf>,
+    /// Which mode(s) to run.
+    #[arg(long, value_enum, default_value = "both")]
+    mode: ModeArg,
+    /// Arrivals per second (default: the topology's, 40).
+    #[arg(long)]
+    rate: Option<f64>,
+    /// Seconds of arrivals per mode (default: the topology's, 20).
+    #[arg(long)]
+    duration: Option<f64>,
+    /// Also sweep offered load from 0.5x to 3x capacity and chart goodput per mode.
+    #[arg(long)]
+    sweep: bool,
+    /// Seconds of arrivals per sweep point and mode.
+    #[arg(long, default_value_t = 4.0)]
+    sweep_duration: f64,
+    /// This service ignores inbound deadlines and uses its own default (S13); traces are
+    /// written as OTLP JSON.
+    #[arg(long, value_name = "SERVICE")]
+    forgetful: Option<String>,
+    /// Write OTLP JSON traces (one file per mode) even without --forgetful.
+    #[arg(long)]
+    traces: bool,
+    /// Output directory for report.html, results.json, table.txt and traces.
+    #[arg(long, default_value = "target/hopbudget-demo")]
+    out: PathBuf,
+}
+
+#[derive(Debug, clap::Args)]
+struct ServeArgs {
+    /// The service to run.
+    service: String,
+    /// Topology file (default: the built-in checkout graph, topologies/checkout.yaml).
+    #[arg(long)]
+    topology: Option<PathBuf>,
+    /// Listen on 127.0.0.1:PORT instead of the topology's `addr`.
+    #[arg(long)]
+    port: Option<u16>,
+    /// Listen on this address instead of the topology's `addr`.
+    #[arg(long, conflicts_with = "port")]
+    listen: Option<std::net::SocketAddr>,
+    /// Address of a downstream service, NAME=ADDR (repeatable; overrides the topology).
+    #[arg(long, value_name = "NAME=ADDR")]
+    peer: Vec<String>,
+    /// Behaviour of this service.
+    #[arg(long, value_enum, default_value = "propagated")]
+    mode: OneMode,
+    /// Ignore inbound deadlines (S13).
+    #[arg(long)]
+    forgetful: bool,
+}
+
+fn load_topology(path: Option<&PathBuf>) -> Result<Topology, String> {
+    match path {
+        Some(p) => Topology::load(p),
+        None => Topology::builtin(),
+    }
+    .map_err(|e| e.to_string())
+}
+
+/// Parse the command line and run it.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Profile {
+            command: ProfileCommand::Check { file },
+        } => return profile_cmd::check(&file),
+        Command::Demo(args) => run_demo(args),
+        Command::Serve(args) => run_serve(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("hopbudget: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run_demo(args: DemoArgs) -> Result<(), String> {
+    let topology = load_topology(args.topology.as_ref())?;
+    let mut opts = DemoOptions::new(topology);
+    opts.modes = match args.mode {
+        ModeArg::Both => vec![Mode::Timeouts, Mode::Propagated],
+        ModeArg::Timeouts => vec![Mode::Timeouts],
+        ModeArg::Propagated => vec![Mode::Propagated],
+    };
+    opts.rate_per_s = args.rate;
+    if let Some(d) = args.duration {
+        if !(d.is_finite() && d > 0.0 && d <= 3600.0) {
+            return Err(format!(
+                "--duration must be above 0 and at most 3600 (got {d})"
+            ));
+        }
+        opts.duration = Some(Duration::from_secs_f64(d));
+    }
+    if !(args.sweep_duration.is_finite() && args.sweep_duration > 0.0) {
+        return Err(format!(
+            "--sweep-duration must be above 0 (got {})",
+            args.sweep_duration
+        ));
+    }
+    opts.sweep = args.sweep;
+    opts.sweep_duration = Duration::from_secs_f64(args.sweep_duration);
+    opts.forgetful = args.forgetful.clone();
+    opts.progress = std::io::stdout().is_terminal();
+    let (results, raw) = demo::run(&opts)?;
+    print!("{}", demo::report::table(&results));
+    let mut written = demo::report::write_all(&results, &args.out)?;
+    if args.traces || args.forgetful.is_some() {
+        for (m, data) in results.modes.iter().zip(&raw) {
+            let anchor = (tokio::time::Instant::now(), SystemTime::now());
+            let doc = demo::traces::otlp_json(
+                &results.topology,
+                &data.collector.spans(),
+                m.mode.as_str(),
+                anchor,
+            );
+            let path = args
+                .out
+                .join(format!("traces-{}.otlp.jsonl", m.mode.as_str()));
+            std::fs::write(&path, format!("{doc}\n"))
+                .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+            written.push(path);
+        }
+    }
+    println!();
+    for p in written {
+        println!("wrote {}", p.display());
+    }
+    Ok(())
+}
+
+fn run_serve(args: ServeArgs) -> Result<(), String> {
+    let topology = load_topology(args.topology.as_ref())?;
+    let mut peers = HashMap::new();
+    for p in &args.peer {
+        let (name, addr) = serve::parse_peer(p)?;
+        peers.insert(name, addr);
+    }
+    let listen = args.listen.or(args
+        .port
+        .map(|p| std::net::SocketAddr::from(([127, 0, 0, 1], p))));
+    serve::run(&serve::ServeOptions {
+        topology,
+        service: args.service,
+        listen,
+        peers,
+        mode: args.mode.into(),
+        forgetful: args.forgetful,
+    })
+}

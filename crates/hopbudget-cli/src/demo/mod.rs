@@ -1,0 +1,210 @@
+//! `hopbudget demo`: the checkout call graph of scenario S7 as real services on loopback,
+//! run twice over the same seeded arrival schedule, once with per-hop timeouts and once with
+//! propagated deadlines, and compared side by side.
+//!
+//! - [`topology`]: the YAML file describing the graph (built in: `topologies/checkout.yaml`).
+//! - [`services`]: every service as a real gRPC (tonic) or HTTP (axum) server on its own port.
+//! - [`wiring`]: the only module where the two modes differ.
+//! - [`runner`]: one mode's run: services up, open-loop arrivals, drain, stop.
+//! - [`collector`], [`results`]: what is measured and how it is summarised.
+//! - [`report`]: the side-by-side table, the HTML report with charts, the JSON.
+//!
+//! [`run`] is the whole demo as a library call (the integration tests use it).
+
+pub mod collector;
+pub mod queue;
+pub mod report;
+pub mod results;
+pub mod runner;
+pub mod services;
+pub mod topology;
+pub mod traces;
+pub mod wiring;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+pub use results::ModeResult;
+pub use topology::Topology;
+pub use wiring::Mode;
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct DemoOptions {
+    /// The graph.
+    pub topology: Topology,
+    /// Modes to run, in order.
+    pub modes: Vec<Mode>,
+    /// Arrivals per second (default: the topology's).
+    pub rate_per_s: Option<f64>,
+    /// Seconds of arrivals per mode (default: the topology's).
+    pub duration: Option<Duration>,
+    /// Also run the load sweep (0.5x to 3x capacity).
+    pub sweep: bool,
+    /// Seconds of arrivals per sweep point and mode.
+    pub sweep_duration: Duration,
+    /// The service that ignores inbound deadlines (S13).
+    pub forgetful: Option<String>,
+    /// Longest wait for left-behind work after the last client is done.
+    pub drain_limit: Duration,
+    /// Show progress bars (drawn only when stdout is a terminal).
+    pub progress: bool,
+}
+
+impl DemoOptions {
+    /// The defaults for a topology: both modes, its rate and duration, no sweep.
+    pub fn new(topology: Topology) -> Self {
+        Self {
+            topology,
+            modes: vec![Mode::Timeouts, Mode::Propagated],
+            rate_per_s: None,
+            duration: None,
+            sweep: false,
+            sweep_duration: Duration::from_secs(4),
+            forgetful: None,
+            drain_limit: Duration::from_secs(6),
+            progress: false,
+        }
+    }
+}
+
+/// One point of the load sweep.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SweepPoint {
+    /// Offered load as a multiple of the graph's capacity.
+    pub load_factor: f64,
+    /// Offered load, requests per second.
+    pub rate_per_s: f64,
+    /// Goodput per mode, in the order of `DemoResults::modes`.
+    pub goodput_per_s: Vec<(Mode, f64)>,
+    /// Goodput of complete (not degraded) answers per mode.
+    pub full_goodput_per_s: Vec<(Mode, f64)>,
+    /// p99 client latency per mode, ms.
+    pub p99_ms: Vec<(Mode, f64)>,
+}
+
+/// Everything the demo measured.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DemoResults {
+    /// The client budget, ms.
+    pub budget_ms: u64,
+    /// The client timeout, ms.
+    pub client_timeout_ms: u64,
+    /// Capacity of the graph (its bottleneck's), requests per second.
+    pub capacity_per_s: f64,
+    /// The bottleneck service.
+    pub bottleneck: String,
+    /// One result per mode.
+    pub modes: Vec<ModeResult>,
+    /// The load sweep, if run.
+    pub sweep: Vec<SweepPoint>,
+    /// The topology that ran.
+    pub topology: Topology,
+}
+
+impl DemoResults {
+    /// The result of one mode.
+    pub fn mode(&self, mode: Mode) -> Option<&ModeResult> {
+        self.modes.iter().find(|m| m.mode == mode)
+    }
+}
+
+/// Run the demo. Synchronous: it starts its own runtimes (one per run), so call it from
+/// plain code, not from inside a tokio runtime.
+pub fn run(opts: &DemoOptions) -> Result<(DemoResults, Vec<runner::RunData>), String> {
+    let topo = &opts.topology;
+    if let Some(name) = &opts.forgetful
+        && topo.service(name).is_none()
+    {
+        return Err(format!(
+            "--forgetful {name}: no such service in the topology (services: {})",
+            topo.services
+                .iter()
+                .map(|s| s.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    let rate = opts.rate_per_s.unwrap_or(topo.client.rate_per_s);
+    let duration = opts
+        .duration
+        .unwrap_or_else(|| Duration::from_secs_f64(topo.client.duration_s));
+    if !(rate.is_finite() && rate > 0.0 && rate <= 10_000.0) {
+        return Err(format!(
+            "--rate must be above 0 and at most 10000 (got {rate})"
+        ));
+    }
+    let mut modes = Vec::new();
+    let mut raw = Vec::new();
+    for &mode in &opts.modes {
+        let spec = runner::RunSpec {
+            mode,
+            rate_per_s: rate,
+            duration,
+            forgetful: opts.forgetful.clone(),
+            drain_limit: opts.drain_limit,
+            progress: opts.progress,
+            label: format!("{} mode", mode.as_str()),
+        };
+        let data = runner::run(topo, &spec)?;
+        modes.push(results::summarise(
+            topo,
+            mode,
+            opts.forgetful.clone(),
+            rate,
+            duration,
+            &data,
+        ));
+        raw.push(data);
+    }
+    let capacity = topo.capacity_per_s();
+    let mut sweep = Vec::new();
+    if opts.sweep {
+        for factor in [0.5, 1.0, 1.5, 2.0, 3.0] {
+            let rate = capacity * factor;
+            let mut point = SweepPoint {
+                load_factor: factor,
+                rate_per_s: rate,
+                goodput_per_s: Vec::new(),
+                full_goodput_per_s: Vec::new(),
+                p99_ms: Vec::new(),
+            };
+            for &mode in &opts.modes {
+                let spec = runner::RunSpec {
+                    mode,
+                    rate_per_s: rate,
+                    duration: opts.sweep_duration,
+                    forgetful: opts.forgetful.clone(),
+                    drain_limit: Duration::from_secs(1),
+                    progress: opts.progress,
+                    label: format!("sweep {factor}x {}", mode.as_str()),
+                };
+                let data = runner::run(topo, &spec)?;
+                let r = results::summarise(topo, mode, None, rate, opts.sweep_duration, &data);
+                point.goodput_per_s.push((mode, r.goodput_per_s));
+                point.full_goodput_per_s.push((mode, r.full_goodput_per_s));
+                point.p99_ms.push((mode, r.client_latency_ms.p99));
+            }
+            sweep.push(point);
+        }
+    }
+    Ok((
+        DemoResults {
+            budget_ms: topo.client.budget_ms,
+            client_timeout_ms: topo.client.timeout_ms,
+            capacity_per_s: capacity,
+            bottleneck: topo.bottleneck().name.clone(),
+            modes,
+            sweep,
+            topology: topo.clone(),
+        },
+        raw,
+    ))
+}
+
+/// Where the demo writes its files.
+pub fn default_out_dir() -> PathBuf {
+    PathBuf::from("target/hopbudget-demo")
+}

@@ -1,0 +1,57 @@
+//! The background queue of scenario S11: after a successful answer a service hands the
+//! order-confirmation e-mail over an in-process queue; workers consume it.
+//!
+//! The message carries its deadline the way a broker message would, as an absolute
+//! `deadline-epoch-ms` header (a message may wait longer than any clock skew), stamped by
+//! the producer from a budget rooted when the work was scheduled, *not* from the request's
+//! (C12): the e-mail is not cancelled when the response goes out. The consumer checks the
+//! deadline before any work and drops a message that waited past it (S10). How each side
+//! behaves per mode lives in [`super::wiring`] (`hand_off`, `consume`). The queue is in
+//! process so the demo needs nothing installed; a real broker is not wired in yet.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::HeaderMap;
+use tokio::sync::{Semaphore, mpsc};
+use tokio::time::Instant;
+
+use super::collector::Collector;
+use super::topology::BackgroundSpec;
+use super::wiring::{self, Mode};
+
+/// One queued message.
+#[derive(Debug)]
+pub struct Job {
+    /// The request that scheduled it.
+    pub id: u64,
+    /// Message headers (the deadline carrier, in propagated mode).
+    pub headers: HeaderMap,
+    /// How long the work takes.
+    pub work: Duration,
+    /// When it was scheduled.
+    pub scheduled: Instant,
+}
+
+/// The producer side of one service's background queue.
+pub type Producer = mpsc::UnboundedSender<Job>;
+
+/// Start the workers of a background queue; returns the producer side.
+pub fn start(spec: &BackgroundSpec, mode: Mode, collector: Arc<Collector>) -> Producer {
+    let (tx, mut rx) = mpsc::unbounded_channel::<Job>();
+    let slots = Arc::new(Semaphore::new(spec.workers as usize));
+    tokio::spawn(async move {
+        while let Some(job) = rx.recv().await {
+            let Ok(permit) = slots.clone().acquire_owned().await else {
+                return;
+            };
+            let collector = collector.clone();
+            tokio::spawn(async move {
+                let outcome = wiring::consume(mode, &job).await;
+                collector.background_done(job.id, outcome);
+                drop(permit);
+            });
+        }
+    });
+    tx
+}

@@ -1,0 +1,256 @@
+//! Turning one run's records into the figures the report shows and the JSON holds.
+
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+
+use super::runner::RunData;
+use super::topology::Topology;
+use super::wiring::Mode;
+
+/// Latency percentiles, ms.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Percentiles {
+    /// Median.
+    pub p50: f64,
+    /// 99th.
+    pub p99: f64,
+    /// 99.9th.
+    pub p999: f64,
+    /// Largest.
+    pub max: f64,
+}
+
+/// One service's figures for one mode.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct HopResult {
+    /// Service name.
+    pub service: String,
+    /// Requests that reached it.
+    pub arrivals: u64,
+    /// Median budget left at arrival, ms (what the hop read in propagated mode; what the
+    /// client's budget implied, unknown to the hop, in timeouts mode).
+    pub budget_at_arrival_p50_ms: Option<i64>,
+    /// 1st percentile of the same (the short end).
+    pub budget_at_arrival_p1_ms: Option<i64>,
+    /// Completed.
+    pub completed: u64,
+    /// Refused before work (C3).
+    pub refused: u64,
+    /// Expired, or (timeouts) the caller's own timeout fired.
+    pub expired: u64,
+    /// Cancelled: the caller went away.
+    pub cancelled: u64,
+    /// Other failures.
+    pub failed: u64,
+    /// Own work, ms.
+    pub work_ms: f64,
+    /// Own work after the client stopped waiting, ms.
+    pub work_after_give_up_ms: f64,
+}
+
+/// Background work figures (S11).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct BackgroundResult {
+    /// Handed to the queue.
+    pub scheduled: u64,
+    /// Done within its own deadline.
+    pub sent: u64,
+    /// Of those, finished after the client had its answer.
+    pub sent_after_answer: u64,
+    /// Dropped before work: the deadline passed in the queue (S10).
+    pub dropped_expired: u64,
+    /// Expired while running.
+    pub expired: u64,
+}
+
+/// One mode's figures.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ModeResult {
+    /// Mode.
+    pub mode: Mode,
+    /// The service ignoring inbound deadlines, if any.
+    pub forgetful: Option<String>,
+    /// Offered load, requests per second.
+    pub rate_per_s: f64,
+    /// Seconds of arrivals.
+    pub duration_s: f64,
+    /// Requests sent.
+    pub requests: u64,
+    /// Successful answers (any latency).
+    pub ok: u64,
+    /// Successful answers that were degraded (an optional call failed).
+    pub degraded: u64,
+    /// Requests the client gave up on (its timeout fired).
+    pub gave_up: u64,
+    /// Client latency: until the answer, or until the client gave up.
+    pub client_latency_ms: Percentiles,
+    /// Share of requests whose client latency exceeded the budget, %.
+    pub over_budget_pct: f64,
+    /// Successful answers within the budget, per second (degraded ones included).
+    pub goodput_per_s: f64,
+    /// Successful, complete (not degraded) answers within the budget, per second.
+    pub full_goodput_per_s: f64,
+    /// All services' own work, ms.
+    pub work_ms: f64,
+    /// Own work done after the client stopped waiting, summed over services, ms.
+    pub work_after_give_up_ms: f64,
+    /// Edge hop duration (arrival to its answer, even one nobody waited for).
+    pub edge_latency_ms: Percentiles,
+    /// Work intervals still open when the run was stopped (timeouts mode at overload).
+    pub work_cut_off: u64,
+    /// Per service, in call order.
+    pub hops: Vec<HopResult>,
+    /// Background work handed over the queue (S11).
+    pub background: BackgroundResult,
+    /// Client latencies, ms, sorted (for the distribution chart; not in the JSON).
+    #[serde(skip)]
+    pub latencies_ms: Vec<f64>,
+    /// Seconds the run took.
+    pub wall_s: f64,
+}
+
+fn histogram() -> Histogram<u64> {
+    // Microseconds up to 10 minutes, 3 significant digits; construction cannot fail with
+    // these bounds, but fall back to an auto-resizing one rather than panic.
+    Histogram::new_with_bounds(1, 600_000_000, 3)
+        .or_else(|_| Histogram::new(3))
+        .unwrap_or_else(|_| unreachable_histogram())
+}
+
+#[cold]
+fn unreachable_histogram() -> Histogram<u64> {
+    unreachable!("a 3-digit histogram is always valid")
+}
+
+fn percentiles(h: &Histogram<u64>) -> Percentiles {
+    if h.is_empty() {
+        return Percentiles::default();
+    }
+    let ms = |v: u64| v as f64 / 1000.0;
+    Percentiles {
+        p50: ms(h.value_at_quantile(0.5)),
+        p99: ms(h.value_at_quantile(0.99)),
+        p999: ms(h.value_at_quantile(0.999)),
+        max: ms(h.max()),
+    }
+}
+
+fn quantile(sorted: &[i64], q: f64) -> Option<i64> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let i = ((sorted.len() - 1) as f64 * q).round() as usize;
+    sorted.get(i).copied()
+}
+
+/// Summarise one run.
+pub fn summarise(
+    topo: &Topology,
+    mode: Mode,
+    forgetful: Option<String>,
+    rate: f64,
+    duration: Duration,
+    data: &RunData,
+) -> ModeResult {
+    let budget = Duration::from_millis(topo.client.budget_ms);
+    let clients = data.collector.clients();
+    let mut lat = histogram();
+    let mut latencies = Vec::with_capacity(clients.len());
+    let (mut ok, mut degraded, mut gave_up, mut over, mut good, mut full) = (0u64, 0, 0, 0, 0, 0);
+    for c in clients.values() {
+        let Some(end) = c.end else { continue };
+        let d = end - c.start;
+        let _ = lat.record(d.as_micros().max(1) as u64);
+        latencies.push(d.as_secs_f64() * 1000.0);
+        ok += u64::from(c.ok);
+        degraded += u64::from(c.ok && c.degraded);
+        gave_up += u64::from(c.gave_up);
+        if d > budget {
+            over += 1;
+        } else if c.ok {
+            good += 1;
+            full += u64::from(!c.degraded);
+        }
+    }
+    latencies.sort_by(f64::total_cmp);
+    let n = clients.len().max(1) as f64;
+
+    let counts = data.collector.hops();
+    let mut work = vec![0.0f64; topo.services.len()];
+    let mut after = vec![0.0f64; topo.services.len()];
+    for w in data.collector.work_records() {
+        let ms = (w.end - w.start).as_secs_f64() * 1000.0;
+        work[w.service] += ms;
+        let client_end = clients.get(&w.id).and_then(|c| c.end);
+        let wasted = match client_end {
+            Some(end) if w.end > end => (w.end - w.start.max(end)).as_secs_f64() * 1000.0,
+            Some(_) => 0.0,
+            // The client never finished (cannot happen once the run is complete): all waste.
+            None => ms,
+        };
+        after[w.service] += wasted;
+    }
+    let edge_idx = topo.index_of(&topo.edge().name).unwrap_or(0);
+    let mut edge = histogram();
+    for s in data.collector.spans() {
+        if s.service == edge_idx {
+            let _ = edge.record((s.end - s.start).as_micros().max(1) as u64);
+        }
+    }
+    let hops = topo
+        .in_call_order()
+        .into_iter()
+        .filter_map(|s| {
+            let i = topo.index_of(&s.name)?;
+            let c = &counts[i];
+            let mut b = c.budget_at_arrival_ms.clone();
+            b.sort_unstable();
+            Some(HopResult {
+                service: s.name.clone(),
+                arrivals: c.arrivals,
+                budget_at_arrival_p50_ms: quantile(&b, 0.5),
+                budget_at_arrival_p1_ms: quantile(&b, 0.01),
+                completed: c.completed,
+                refused: c.refused,
+                expired: c.expired,
+                cancelled: c.cancelled,
+                failed: c.failed,
+                work_ms: work[i],
+                work_after_give_up_ms: after[i],
+            })
+        })
+        .collect();
+    ModeResult {
+        mode,
+        forgetful,
+        rate_per_s: rate,
+        duration_s: duration.as_secs_f64(),
+        requests: clients.len() as u64,
+        ok,
+        degraded,
+        gave_up,
+        client_latency_ms: percentiles(&lat),
+        over_budget_pct: 100.0 * over as f64 / n,
+        goodput_per_s: good as f64 / duration.as_secs_f64().max(0.001),
+        full_goodput_per_s: full as f64 / duration.as_secs_f64().max(0.001),
+        work_ms: work.iter().sum(),
+        work_after_give_up_ms: after.iter().sum(),
+        edge_latency_ms: percentiles(&edge),
+        work_cut_off: data.cut_off as u64,
+        hops,
+        background: {
+            let b = data.collector.background();
+            BackgroundResult {
+                scheduled: b.scheduled,
+                sent: b.sent,
+                sent_after_answer: b.sent_after_answer,
+                dropped_expired: b.dropped_expired,
+                expired: b.expired,
+            }
+        },
+        latencies_ms: latencies,
+        wall_s: data.wall_s,
+    }
+}

@@ -1,0 +1,231 @@
+//! The topology's services as real servers: gRPC (tonic) or HTTP (axum) on their own ports,
+//! each doing its own sampled work under a concurrency limit and then calling its downstream
+//! services in parallel.
+//!
+//! This module is the same in both modes. Everything that differs between per-hop timeouts
+//! and propagated deadlines (how an inbound request is admitted, how an outbound call is
+//! bounded, whether work survives its caller) lives in [`super::wiring`].
+
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use futures_util::future::join_all;
+use hopbudget::Profile;
+use hopbudget::profile::{ProfileSpec, RouteSpec};
+use rand::{Rng, SeedableRng, rngs::StdRng};
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+
+use super::collector::Collector;
+use super::queue::Producer;
+use super::topology::{LatencySpec, Protocol, ServiceSpec, Topology};
+use super::wiring::{self, HopError, Mode, Peer};
+use crate::proto::hop_server::Hop;
+use crate::proto::{HopReply, HopRequest};
+
+/// The header (and gRPC metadata key) carrying the client's request id.
+pub const REQUEST_ID: &str = "x-demo-request-id";
+/// The gRPC method path every gRPC service serves.
+pub const GRPC_PATH: &str = "/hopbudget.demo.Hop/Call";
+/// The HTTP path every HTTP service serves.
+pub const HTTP_PATH: &str = "/call";
+
+/// One running service.
+#[derive(Debug)]
+pub struct Node {
+    /// Index in the topology.
+    pub idx: usize,
+    /// Its spec.
+    pub spec: ServiceSpec,
+    /// Which mode the run is in.
+    pub mode: Mode,
+    /// Ignore inbound deadlines and use its own default (S13).
+    pub forgetful: bool,
+    /// The concurrency limit on its own work.
+    pub sem: Semaphore,
+    /// Downstream services, aligned with `spec.calls`, with their topology index.
+    pub peers: Vec<(usize, Peer)>,
+    /// Where measurements go.
+    pub collector: Arc<Collector>,
+    /// The adoption profile it runs with in propagated mode (min budget as a route).
+    pub profile: Profile,
+    /// The run's seed.
+    pub seed: u64,
+    /// Where this service hands its background work (S11), if it has any.
+    pub queue: Option<Producer>,
+}
+
+impl Node {
+    /// This service's own work for request `id`: sampled from the log-normal fitted to its
+    /// p50/p99 (or to a fault's), seeded by (seed, service, request) so that both modes see
+    /// exactly the same work for the same request.
+    pub fn work_for(&self, id: u64) -> Duration {
+        let mut h = DefaultHasher::new();
+        (self.seed, &self.spec.name, id).hash(&mut h);
+        let mut rng = StdRng::seed_from_u64(h.finish());
+        let pick: f64 = rng.random();
+        let mut acc = 0.0;
+        let mut latency = self.spec.latency;
+        for f in &self.spec.faults {
+            acc += f.rate;
+            if pick < acc {
+                latency = f.latency;
+                break;
+            }
+        }
+        sample(&mut rng, &latency)
+    }
+
+    /// This service's background work for request `id` (seeded like [`Node::work_for`]).
+    pub fn background_for(&self, id: u64) -> Duration {
+        let Some(bg) = &self.spec.background else {
+            return Duration::ZERO;
+        };
+        let mut h = DefaultHasher::new();
+        (self.seed, &bg.name, id).hash(&mut h);
+        sample(&mut StdRng::seed_from_u64(h.finish()), &bg.latency)
+    }
+}
+
+/// One draw from the log-normal fitted to `latency`.
+fn sample(rng: &mut StdRng, latency: &LatencySpec) -> Duration {
+    let (mu, sigma) = latency.lognormal();
+    // Box-Muller: one standard normal from two uniforms.
+    let u1: f64 = rng.random::<f64>().max(f64::MIN_POSITIVE);
+    let u2: f64 = rng.random();
+    let z = (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos();
+    let ms = (mu + sigma * z).exp().min(600_000.0);
+    Duration::from_secs_f64(ms / 1000.0)
+}
+
+/// The mode-independent body of a hop: queue for a work slot, do this service's own work,
+/// then call every downstream service in parallel. Returns how many optional calls failed.
+pub async fn body(node: Arc<Node>, id: u64) -> Result<u32, HopError> {
+    let cost = node.work_for(id);
+    {
+        let _permit = node
+            .sem
+            .acquire()
+            .await
+            .map_err(|_| HopError::Failed("service is shutting down".into()))?;
+        // After queueing, check again that the work still fits (C3, S2).
+        wiring::before_work(&node)?;
+        let _work = node.collector.work(node.idx, id);
+        wiring::own_work(&node, cost).await?;
+    }
+    let calls = node
+        .peers
+        .iter()
+        .map(|(callee, peer)| wiring::call(&node, *callee, peer, id));
+    let results = join_all(calls).await;
+    let mut degraded = 0;
+    for (result, call) in results.into_iter().zip(&node.spec.calls) {
+        match result {
+            Ok(d) => degraded += d,
+            Err(_) if call.optional => degraded += 1,
+            Err(e) => return Err(e),
+        }
+    }
+    if let Some(queue) = &node.queue {
+        wiring::hand_off(&node, queue, id);
+    }
+    Ok(degraded)
+}
+
+/// The profile a service runs with in propagated mode: its name, and its minimum budget as a
+/// route rule on the path it serves.
+pub fn profile_for(spec: &ServiceSpec) -> Result<Profile, String> {
+    let path = match spec.protocol {
+        Protocol::Grpc => GRPC_PATH,
+        Protocol::Http => HTTP_PATH,
+    };
+    let routes = if spec.min_budget_ms > 0 {
+        vec![RouteSpec {
+            path: path.into(),
+            min_budget_ms: Some(spec.min_budget_ms as i64),
+            mode: Default::default(),
+        }]
+    } else {
+        Vec::new()
+    };
+    let profile_spec = ProfileSpec {
+        service: spec.name.clone(),
+        routes,
+        ..ProfileSpec::default()
+    };
+    Profile::from_spec(profile_spec).map_err(|issues| {
+        issues
+            .iter()
+            .map(|i| format!("{}: {}", i.field, i.reason))
+            .collect::<Vec<_>>()
+            .join("; ")
+    })
+}
+
+/// A bound listener per service, so every address is known before any service starts.
+pub async fn bind_all(
+    topo: &Topology,
+    addr_of: impl Fn(&ServiceSpec) -> SocketAddr,
+) -> std::io::Result<Vec<(TcpListener, SocketAddr)>> {
+    let mut out = Vec::with_capacity(topo.services.len());
+    for s in &topo.services {
+        let l = TcpListener::bind(addr_of(s)).await.map_err(|e| {
+            std::io::Error::new(
+                e.kind(),
+                format!("{}: cannot bind {}: {e}", s.name, addr_of(s)),
+            )
+        })?;
+        let addr = l.local_addr()?;
+        out.push((l, addr));
+    }
+    Ok(out)
+}
+
+/// The gRPC face of a node.
+#[derive(Debug)]
+pub struct GrpcNode(pub Arc<Node>);
+
+#[tonic::async_trait]
+impl Hop for GrpcNode {
+    async fn call(
+        &self,
+        request: tonic::Request<HopRequest>,
+    ) -> Result<tonic::Response<HopReply>, tonic::Status> {
+        let id = request.get_ref().request_id;
+        match wiring::serve(self.0.clone(), id).await {
+            Ok(degraded) => Ok(tonic::Response::new(HopReply {
+                service: self.0.spec.name.clone(),
+                degraded,
+            })),
+            Err(e) => Err(wiring::grpc_status(&self.0, &e)),
+        }
+    }
+}
+
+/// The HTTP face of a node: `POST /call`.
+pub async fn http_call(State(node): State<Arc<Node>>, headers: HeaderMap) -> Response {
+    let Some(id) = headers
+        .get(REQUEST_ID)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+    else {
+        return (
+            StatusCode::BAD_REQUEST,
+            format!("missing or malformed `{REQUEST_ID}` header"),
+        )
+            .into_response();
+    };
+    match wiring::serve(node.clone(), id).await {
+        Ok(degraded) => (
+            StatusCode::OK,
+            axum::Json(serde_json::json!({ "service": node.spec.name, "degraded": degraded })),
+        )
+            .into_response(),
+        Err(e) => wiring::http_response(&node, &e),
+    }
+}

@@ -1,0 +1,18 @@
+//! The `hopbudget` command as a library, so integration tests can run the demo in process.
+//!
+//! - `hopbudget profile check FILE`: validate an adoption profile.
+//! - `hopbudget demo`: the checkout call graph, per-hop timeouts vs propagated deadlines
+//!   ([`demo`]).
+//! - `hopbudget serve SERVICE --topology FILE`: one service of a demo topology alone
+//!   ([`serve`]).
+
+pub mod cli;
+pub mod demo;
+pub mod profile_cmd;
+pub mod serve;
+
+/// The generated gRPC code for `proto/demo.proto`.
+#[allow(missing_docs, unreachable_pub, clippy::all)]
+pub mod proto {
+    tonic::include_proto!("hopbudget.demo");
+}
