@@ -163,6 +163,53 @@ mod stack_with_request_build {
     }
 }
 
+/// The same stacks with the request built inside the loop and carrying one extension already,
+/// as every request does by the time a layer added with axum's `Router::layer` sees it (the
+/// router has inserted `MatchedPath` and `OriginalUri`). The budget's insert then costs one box,
+/// not a new extension map.
+mod stack_routed_request {
+    use super::*;
+
+    #[derive(Clone)]
+    struct RoutedBy(&'static str);
+
+    fn run_routed<S>(bencher: divan::Bencher, mut svc: S)
+    where
+        S: Service<Req>,
+        S::Error: std::fmt::Debug,
+    {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let _enter = rt.enter();
+        bencher.bench_local(|| {
+            let mut req = request("500", "/quote");
+            req.extensions_mut().insert(RoutedBy("/quote"));
+            let _ = svc.ready().now_or_never();
+            svc.call(req).now_or_never().map(|r| r.unwrap())
+        });
+    }
+
+    #[divan::bench]
+    fn bare(b: divan::Bencher) {
+        run_routed(b, Bare);
+    }
+
+    #[divan::bench]
+    fn tower_timeout(b: divan::Bencher) {
+        run_routed(
+            b,
+            tower::timeout::TimeoutLayer::new(Duration::from_millis(500)).layer(Bare),
+        );
+    }
+
+    #[divan::bench]
+    fn hopbudget_server(b: divan::Bencher) {
+        run_routed(b, ServerBudgetLayer::new(Profile::default()).layer(Bare));
+    }
+}
+
 mod refusal {
     use super::*;
 

@@ -88,9 +88,9 @@ impl Source {
 pub struct BudgetId(u64);
 
 impl BudgetId {
-    fn next() -> Self {
+    fn next() -> u64 {
         static NEXT: AtomicU64 = AtomicU64::new(1);
-        BudgetId(NEXT.fetch_add(1, Ordering::Relaxed))
+        NEXT.fetch_add(1, Ordering::Relaxed)
     }
 
     /// The id as a number.
@@ -105,7 +105,9 @@ const CANCELLED: u8 = 2;
 
 #[derive(Debug)]
 struct Inner {
-    id: BudgetId,
+    /// Assigned on first use: most budgets never need one, and a process-wide counter
+    /// touched by every request on every core is a contended cache line. Zero means unset.
+    id: AtomicU64,
     deadline: Deadline,
     source: Source,
     at_arrival: Duration,
@@ -193,7 +195,7 @@ impl RequestBudget {
     ) -> Self {
         Self {
             inner: Arc::new(Inner {
-                id: BudgetId::next(),
+                id: AtomicU64::new(0),
                 at_arrival,
                 deadline,
                 source,
@@ -208,7 +210,20 @@ impl RequestBudget {
 
     /// This budget's id.
     pub fn id(&self) -> BudgetId {
-        self.inner.id
+        let id = self.inner.id.load(Ordering::Relaxed);
+        if id != 0 {
+            return BudgetId(id);
+        }
+        let fresh = BudgetId::next();
+        match self
+            .inner
+            .id
+            .compare_exchange(0, fresh, Ordering::Relaxed, Ordering::Relaxed)
+        {
+            Ok(_) => BudgetId(fresh),
+            // Another thread assigned one first; the spent number is simply skipped.
+            Err(theirs) => BudgetId(theirs),
+        }
     }
 
     /// The deadline.
@@ -445,7 +460,7 @@ impl RequestBudget {
             Source::Detached,
             self.inner.policy,
             None,
-            Some(self.inner.id),
+            Some(self.id()),
         )
     }
 

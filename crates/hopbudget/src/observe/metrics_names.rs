@@ -176,12 +176,11 @@ impl KeyCache {
     /// The keys of `labels`' service and route: the ones `labels` was built with
     /// ([`HopLabels::for_route`]), else the process-wide shared ones.
     pub(super) fn of(labels: &HopLabels) -> Keys {
-        match labels.keys.get() {
+        match labels.keys.as_ref() {
             Some(keys) if keys.matches(labels) => keys.clone(),
             // The public `service` or `route` changed after the keys were remembered.
             Some(_) => shared(&labels.service, Route::Owned(&labels.route)),
-            // Not remembered in `labels`: layers build labels per request, where setting the
-            // `OnceLock` (an atomic compare-and-swap) would cost more than it saves.
+            // Built with `HopLabels::new`: look the keys up in the process-wide table.
             None => shared(&labels.service, Route::Owned(&labels.route)),
         }
     }

@@ -91,7 +91,9 @@ pub struct HopLabels {
     pub protocol: Protocol,
     low_budget: Duration,
     #[cfg(feature = "metrics")]
-    keys: std::sync::OnceLock<metrics_names::Keys>,
+    // Set once, at construction, by `for_route`; `new` leaves it empty. (A `OnceLock` here
+    // cost a `Once` initialisation per request in the layers.)
+    keys: Option<metrics_names::Keys>,
 }
 
 impl HopLabels {
@@ -105,7 +107,7 @@ impl HopLabels {
         let route = route.into();
         Self {
             #[cfg(feature = "metrics")]
-            keys: std::sync::OnceLock::new(),
+            keys: None,
             service,
             route,
             protocol,
@@ -125,7 +127,7 @@ impl HopLabels {
                 route: keys.route().clone(),
                 protocol,
                 low_budget: DEFAULT_LOW_BUDGET,
-                keys: std::sync::OnceLock::from(keys),
+                keys: Some(keys),
             }
         }
         #[cfg(not(feature = "metrics"))]

@@ -31,13 +31,23 @@ pin_project! {
         Full {
             data: Option<Bytes>,
         },
-        // Boxed: only streaming routes pay for the body's and the timer's allocations.
+        // One box holds all of a stream's state, so only streaming routes pay for it and
+        // every other response stays small to move.
         Stream {
-            first: Option<Result<Frame<Bytes>, B::Error>>,
-            body: Pin<Box<B>>,
-            lifetime: Pin<Box<Sleep>>,
-            ended: bool,
+            state: Pin<Box<StreamState<B>>>,
         },
+    }
+}
+
+pin_project! {
+    #[project = StreamStateProj]
+    struct StreamState<B: Body> {
+        first: Option<Result<Frame<Bytes>, B::Error>>,
+        // Already boxed by the layer while it waited for the first frame.
+        body: Pin<Box<B>>,
+        #[pin]
+        lifetime: Sleep,
+        ended: bool,
     }
 }
 
@@ -64,10 +74,12 @@ impl<B: Body> ResponseBody<B> {
     ) -> Self {
         Self {
             kind: Kind::Stream {
-                first,
-                body,
-                lifetime: Box::pin(tokio::time::sleep(lifetime)),
-                ended: false,
+                state: Box::pin(StreamState {
+                    first,
+                    body,
+                    lifetime: tokio::time::sleep(lifetime),
+                    ended: false,
+                }),
             },
         }
     }
@@ -98,12 +110,13 @@ where
         match self.project().kind.project() {
             KindProj::Inner { body } => body.poll_frame(cx),
             KindProj::Full { data } => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
-            KindProj::Stream {
-                first,
-                body,
-                lifetime,
-                ended,
-            } => {
+            KindProj::Stream { state } => {
+                let StreamStateProj {
+                    first,
+                    body,
+                    lifetime,
+                    ended,
+                } = state.as_mut().project();
                 if let Some(first) = first.take() {
                     return Poll::Ready(Some(first));
                 }
@@ -113,7 +126,7 @@ where
                 // After the first chunk the request deadline no longer applies; only the
                 // connection-lifetime limit does. It ends the stream cleanly: the client
                 // got a well-formed, if shortened, stream.
-                if lifetime.as_mut().poll(cx).is_ready() {
+                if lifetime.poll(cx).is_ready() {
                     *ended = true;
                     tracing::debug!("stream lifetime reached; ending the response stream");
                     return Poll::Ready(None);
@@ -131,9 +144,9 @@ where
         match &self.kind {
             Kind::Inner { body } => body.is_end_stream(),
             Kind::Full { data } => data.is_none(),
-            Kind::Stream {
-                first, body, ended, ..
-            } => first.is_none() && (*ended || body.is_end_stream()),
+            Kind::Stream { state } => {
+                state.first.is_none() && (state.ended || state.body.is_end_stream())
+            }
         }
     }
 

@@ -9,9 +9,7 @@ use bytes::Bytes;
 use http::Response;
 use http_body::Body;
 use pin_project_lite::pin_project;
-use tokio::task::futures::TaskLocalFuture;
 use tokio::time::Sleep;
-use tracing::instrument::Instrumented;
 
 use super::ResponseBody;
 use super::service::expired_response;
@@ -29,26 +27,47 @@ pin_project! {
         state: State<F, B>,
         // Created only once the handler has returned `Pending`, as `tower::timeout` does: a
         // handler that answers at once registers no timer.
-        #[pin]
-        sleep: Option<Sleep>,
+        // Boxed as well: only a handler that actually waits pays for it, and the future
+        // everyone else moves around stays small.
+        sleep: Option<Pin<Box<Sleep>>>,
         guard: Option<Guard>,
         _body: PhantomData<fn() -> B>,
+    }
+
+    impl<F, B> PinnedDrop for ResponseFuture<F, B> {
+        fn drop(this: Pin<&mut Self>) {
+            let mut this = this.project();
+            let Some(guard) = this.guard.as_mut() else {
+                return;
+            };
+            // Unfinished and dropped: the client went away (C5). Record it and cancel the tree
+            // first, so the handler's own clean-up already sees the cause; then drop the
+            // handler inside the budget's scope, as tokio's task-local futures do.
+            guard.abandon();
+            if matches!(this.state.as_mut().project(), StateProj::Running { .. }) {
+                let budget = guard.budget.clone();
+                budget.sync_scope(|| this.state.set(State::Done));
+            }
+        }
     }
 }
 
 pin_project! {
     #[project = StateProj]
     enum State<F, B> {
+        // The rare answers the layer makes itself are boxed to keep the common future small.
         Answer {
-            response: Option<Response<Bytes>>,
+            response: Option<Box<Response<Bytes>>>,
         },
+        // The handler's future, polled inside the budget's task-local scope and the hop's
+        // span. Held unwrapped: wrapping it in `TaskLocalFuture` and `Instrumented` cost two
+        // more moves of the whole future per request, which showed up as memcpy.
         Running {
             #[pin]
-            inner: TaskLocalFuture<RequestBudget, Instrumented<F>>,
+            inner: F,
         },
         FirstFrame {
-            parts: Option<http::response::Parts>,
-            body: Option<Pin<Box<B>>>,
+            first: Option<Box<(http::response::Parts, Pin<Box<B>>)>>,
         },
         Done,
     }
@@ -86,6 +105,13 @@ impl Guard {
 
 impl Drop for Guard {
     fn drop(&mut self) {
+        self.abandon();
+    }
+}
+
+impl Guard {
+    /// The request ended without an answer: record it and cancel the budget. Idempotent.
+    fn abandon(&mut self) {
         if let Some(hop) = self.hop.take() {
             // The response future went away unfinished: the client disconnected (C5). If the
             // deadline had already passed, `cancel` records expired instead (C4).
@@ -103,7 +129,7 @@ impl<F, B> ResponseFuture<F, B> {
     pub(super) fn answer(response: Response<Bytes>) -> Self {
         Self {
             state: State::Answer {
-                response: Some(response),
+                response: Some(Box::new(response)),
             },
             sleep: None,
             guard: None,
@@ -112,7 +138,7 @@ impl<F, B> ResponseFuture<F, B> {
     }
 
     pub(super) fn running(
-        inner: TaskLocalFuture<RequestBudget, Instrumented<F>>,
+        inner: F,
         budget: RequestBudget,
         hop: Hop,
         status: HttpStatusMap,
@@ -162,7 +188,7 @@ where
                     let response = response.take();
                     this.state.set(State::Done);
                     match response {
-                        Some(res) => return Poll::Ready(Ok(res.map(ResponseBody::full))),
+                        Some(res) => return Poll::Ready(Ok((*res).map(ResponseBody::full))),
                         None => return Poll::Pending,
                     }
                 }
@@ -170,7 +196,12 @@ where
                     let Some(guard) = this.guard.as_mut() else {
                         return Poll::Pending;
                     };
-                    match inner.poll(cx) {
+                    let polled = {
+                        let _entered = guard.hop.as_ref().map(|hop| hop.span().enter());
+                        let budget = guard.budget.clone();
+                        budget.sync_scope(|| inner.poll(cx))
+                    };
+                    match polled {
                         Poll::Ready(Ok(res)) => {
                             guard.check_late();
                             match guard.stream_lifetime {
@@ -184,8 +215,7 @@ where
                                     // wait for it here, where a 504 can still be sent.
                                     let (parts, body) = res.into_parts();
                                     this.state.set(State::FirstFrame {
-                                        parts: Some(parts),
-                                        body: Some(Box::pin(body)),
+                                        first: Some(Box::new((parts, Box::pin(body)))),
                                     });
                                     continue;
                                 }
@@ -200,11 +230,11 @@ where
                         Poll::Pending => {}
                     }
                 }
-                StateProj::FirstFrame { parts, body } => {
-                    let (Some(guard), Some(inner_body)) = (this.guard.as_mut(), body.as_mut())
-                    else {
+                StateProj::FirstFrame { first: waiting } => {
+                    let (Some(guard), Some(held)) = (this.guard.as_mut(), waiting.as_mut()) else {
                         return Poll::Pending;
                     };
+                    let inner_body = &mut held.1;
                     let lifetime = guard.stream_lifetime.unwrap_or_default();
                     let first = match inner_body.as_mut().poll_frame(cx) {
                         Poll::Ready(first) => Some(first),
@@ -212,9 +242,10 @@ where
                     };
                     if let Some(first) = first {
                         guard.finish(Outcome::Completed);
-                        let (Some(parts), Some(body)) = (parts.take(), body.take()) else {
+                        let Some(held) = waiting.take() else {
                             return Poll::Pending;
                         };
+                        let (parts, body) = *held;
                         this.state.set(State::Done);
                         let body = match first {
                             Some(first) => ResponseBody::stream(Some(first), body, lifetime),
@@ -233,14 +264,10 @@ where
         let Some(guard) = this.guard.as_mut() else {
             return Poll::Pending;
         };
-        if this.sleep.is_none() {
-            this.sleep.set(Some(tokio::time::sleep_until(
-                guard.budget.deadline().instant(),
-            )));
-        }
-        if let Some(sleep) = this.sleep.as_mut().as_pin_mut() {
-            ready!(sleep.poll(cx));
-        }
+        let sleep = this.sleep.get_or_insert_with(|| {
+            Box::pin(tokio::time::sleep_until(guard.budget.deadline().instant()))
+        });
+        ready!(sleep.as_mut().poll(cx));
         // C4, C7: the deadline passed while the handler ran. Mark the tree expired so that
         // spawned children stop, drop the handler, answer with the expiry status.
         guard.budget.expire();

@@ -5,7 +5,6 @@ use bytes::Bytes;
 use http::{HeaderValue, Request, Response, StatusCode};
 use http_body::Body;
 use tower_service::Service;
-use tracing::Instrument;
 
 use super::layer::Shared;
 use super::{ResponseBody, ResponseFuture, ServerBudgetLayer};
@@ -143,7 +142,6 @@ where
             let _entered = hop.span().enter();
             budget.sync_scope(|| self.inner.call(req))
         };
-        let future = budget.scope(future.instrument(hop.span().clone()));
         let stream_lifetime = stream.then(|| profile.stream_lifetime());
         ResponseFuture::running(future, budget, hop, status, stream_lifetime)
     }

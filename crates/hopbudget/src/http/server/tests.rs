@@ -170,3 +170,36 @@ async fn work_returning_after_its_deadline_is_counted_late() {
     let text = handle.render();
     assert!(text.contains("hopbudget_late_work_total"), "{text}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_dropped_handler_sees_its_budget_and_the_cause_while_it_is_dropped() {
+    /// Records, when dropped, the ambient budget's end cause.
+    struct OnDrop(Arc<Mutex<Option<Option<EndCause>>>>);
+    impl Drop for OnDrop {
+        fn drop(&mut self) {
+            *self.0.lock().unwrap() = Some(RequestBudget::current().and_then(|b| b.end_cause()));
+        }
+    }
+    let at_drop = Arc::new(Mutex::new(None));
+    let mut svc = ServiceBuilder::new()
+        .layer(ServerBudgetLayer::new(Profile::default()))
+        .service_fn({
+            let at_drop = at_drop.clone();
+            move |_req: Request<Full<Bytes>>| {
+                let guard = OnDrop(at_drop.clone());
+                async move {
+                    let _guard = guard;
+                    std::future::pending::<()>().await;
+                    Ok::<_, Infallible>(Response::new(Full::new(Bytes::new())))
+                }
+            }
+        });
+    let mut fut = Box::pin(svc.ready().await.unwrap().call(get(Some("1000"))));
+    assert!(futures_util::poll!(fut.as_mut()).is_pending());
+    drop(fut);
+    assert_eq!(
+        *at_drop.lock().unwrap(),
+        Some(Some(EndCause::Cancelled)),
+        "the handler's clean-up runs inside the budget's scope, after the cancel (C5)"
+    );
+}
