@@ -60,6 +60,7 @@
 pub mod budget;
 pub mod clock;
 pub mod codec;
+pub mod config;
 pub mod context;
 pub mod error;
 pub mod fan_out;

@@ -5,8 +5,7 @@
 //! and the reason, and a service with a bad profile does not start. `profiles/default.yaml`
 //! documents every field; `hopbudget profile check FILE` prints the resolved profile.
 
-use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use http::HeaderName;
@@ -171,46 +170,12 @@ impl Default for QueueSpec {
 }
 
 /// One problem with a profile.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Issue {
-    /// The field, as a path (`status.http.expired`, `routes[2].path`).
-    pub field: String,
-    /// What is wrong with it.
-    pub reason: String,
-}
+pub use crate::config::Issue;
 
 /// A rejected profile: every problem found, with the file it came from.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ProfileError {
-    /// The file, or `<inline>` for a profile given as text.
-    pub origin: PathBuf,
-    /// The problems, in field order.
-    pub issues: Vec<Issue>,
-}
+pub type ProfileError = crate::config::ConfigError;
 
-impl fmt::Display for ProfileError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let n = self.issues.len();
-        write!(
-            f,
-            "invalid profile {}: {n} problem{}",
-            self.origin.display(),
-            if n == 1 { "" } else { "s" }
-        )?;
-        for issue in &self.issues {
-            write!(
-                f,
-                "\n  {}: field `{}`: {}",
-                self.origin.display(),
-                issue.field,
-                issue.reason
-            )?;
-        }
-        Ok(())
-    }
-}
-
-impl std::error::Error for ProfileError {}
+const KIND: &str = "profile";
 
 /// One route's resolved settings.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -269,47 +234,18 @@ impl Profile {
     /// Load and validate a profile file.
     pub fn load(path: impl AsRef<Path>) -> Result<Self, ProfileError> {
         let path = path.as_ref();
-        let text = std::fs::read_to_string(path).map_err(|e| ProfileError {
-            origin: path.to_path_buf(),
-            issues: vec![Issue {
-                field: "(file)".into(),
-                reason: format!("cannot read: {e}"),
-            }],
-        })?;
-        Self::from_yaml(&text, path)
+        Self::from_yaml(&crate::config::read_file(KIND, path)?, path)
     }
 
     /// Parse and validate profile text; `origin` names it in errors.
     pub fn from_yaml(text: &str, origin: impl AsRef<Path>) -> Result<Self, ProfileError> {
-        let origin = origin.as_ref().to_path_buf();
-        let fail = |field: String, reason: String| ProfileError {
-            origin: origin.clone(),
-            issues: vec![Issue { field, reason }],
-        };
-        // Parse to a tree first so a structural error can name the field path it is at.
-        let tree: serde_json::Value = if text.trim().is_empty() {
-            serde_json::Value::Object(Default::default())
-        } else {
-            serde_saphyr::from_str(text)
-                .map_err(|e| fail("(yaml)".into(), first_line(&e.to_string())))?
-        };
-        let tree = if tree.is_null() {
-            serde_json::Value::Object(Default::default())
-        } else {
-            tree
-        };
-        let spec: ProfileSpec = serde_path_to_error::deserialize(tree).map_err(|e| {
-            let path = e.path().to_string();
-            fail(
-                if path == "." {
-                    "(top level)".into()
-                } else {
-                    path
-                },
-                e.into_inner().to_string(),
-            )
-        })?;
-        Self::from_spec(spec).map_err(|issues| ProfileError { origin, issues })
+        let origin = origin.as_ref();
+        let spec: ProfileSpec = crate::config::parse_yaml(KIND, text, origin)?;
+        Self::from_spec(spec).map_err(|issues| ProfileError {
+            kind: KIND,
+            origin: origin.to_path_buf(),
+            issues,
+        })
     }
 
     /// Validate a spec, collecting every problem.
@@ -633,10 +569,6 @@ impl Profile {
         self.spec.service = service.into();
         self
     }
-}
-
-fn first_line(s: &str) -> String {
-    s.lines().next().unwrap_or(s).trim().to_owned()
 }
 
 #[cfg(test)]

@@ -7,9 +7,8 @@
 //! field; [`Topology::builtin`] is that file, compiled in.
 
 use std::collections::HashMap;
-use std::fmt;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -194,47 +193,12 @@ pub struct Topology {
     edge: usize,
 }
 
-/// One problem in a topology file.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Issue {
-    /// The field, as a path (`services[3].latency.p99_ms`).
-    pub field: String,
-    /// What is wrong with it.
-    pub reason: String,
-}
+pub use hopbudget::config::Issue;
 
 /// A topology file that cannot be used: every problem, with the file and the field.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TopologyError {
-    /// The file (or `<built-in>`).
-    pub origin: PathBuf,
-    /// The problems.
-    pub issues: Vec<Issue>,
-}
+pub type TopologyError = hopbudget::config::ConfigError;
 
-impl fmt::Display for TopologyError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let n = self.issues.len();
-        write!(
-            f,
-            "invalid topology {}: {n} problem{}",
-            self.origin.display(),
-            if n == 1 { "" } else { "s" }
-        )?;
-        for issue in &self.issues {
-            write!(
-                f,
-                "\n  {}: field `{}`: {}",
-                self.origin.display(),
-                issue.field,
-                issue.reason
-            )?;
-        }
-        Ok(())
-    }
-}
-
-impl std::error::Error for TopologyError {}
+const KIND: &str = "topology";
 
 impl Topology {
     /// The built-in checkout topology.
@@ -245,43 +209,18 @@ impl Topology {
     /// Load and check a topology file.
     pub fn load(path: impl AsRef<Path>) -> Result<Self, TopologyError> {
         let path = path.as_ref();
-        let text = std::fs::read_to_string(path).map_err(|e| TopologyError {
-            origin: path.to_path_buf(),
-            issues: vec![Issue {
-                field: "(file)".into(),
-                reason: format!("cannot read: {e}"),
-            }],
-        })?;
-        Self::from_yaml(&text, path)
+        Self::from_yaml(&hopbudget::config::read_file(KIND, path)?, path)
     }
 
     /// Parse and check topology text; `origin` names it in errors.
     pub fn from_yaml(text: &str, origin: impl AsRef<Path>) -> Result<Self, TopologyError> {
-        let origin = origin.as_ref().to_path_buf();
-        let fail = |field: String, reason: String| TopologyError {
-            origin: origin.clone(),
-            issues: vec![Issue { field, reason }],
-        };
-        let tree: serde_json::Value = serde_saphyr::from_str(text).map_err(|e| {
-            let msg = e.to_string();
-            fail(
-                "(yaml)".into(),
-                msg.lines().next().unwrap_or_default().to_string(),
-            )
-        })?;
-        let topo: Topology = serde_path_to_error::deserialize(tree).map_err(|e| {
-            let path = e.path().to_string();
-            fail(
-                if path == "." {
-                    "(top level)".into()
-                } else {
-                    path
-                },
-                e.into_inner().to_string(),
-            )
-        })?;
-        topo.checked()
-            .map_err(|issues| TopologyError { origin, issues })
+        let origin = origin.as_ref();
+        let topo: Topology = hopbudget::config::parse_yaml(KIND, text, origin)?;
+        topo.checked().map_err(|issues| TopologyError {
+            kind: KIND,
+            origin: origin.to_path_buf(),
+            issues,
+        })
     }
 
     fn checked(mut self) -> Result<Self, Vec<Issue>> {

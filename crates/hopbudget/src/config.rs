@@ -1,0 +1,154 @@
+//! Reading YAML configuration files with errors a person can act on: every problem names the
+//! file, the field (as a path, `status.http.expired`, `routes[2].path`) and the reason.
+//!
+//! The adoption profile uses it, and so does anything else that is configured from YAML (the
+//! demo's topology files). Parsing goes through a generic tree first so that a structural
+//! error (an unknown field, a wrong type) can name the field path it is at; semantic checks
+//! then add every further problem they find.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::de::DeserializeOwned;
+
+/// One problem with a configuration file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Issue {
+    /// The field, as a path (`status.http.expired`, `routes[2].path`).
+    pub field: String,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+impl Issue {
+    /// A problem with `field`.
+    pub fn new(field: impl Into<String>, reason: impl Into<String>) -> Self {
+        Self {
+            field: field.into(),
+            reason: reason.into(),
+        }
+    }
+}
+
+/// A rejected configuration file: every problem found, with the file it came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError {
+    /// What kind of file this is, for the message (`profile`, `topology`).
+    pub kind: &'static str,
+    /// The file, or a name such as `<inline>` for text that came from elsewhere.
+    pub origin: PathBuf,
+    /// The problems, in field order.
+    pub issues: Vec<Issue>,
+}
+
+impl ConfigError {
+    /// An error with one problem.
+    pub fn one(kind: &'static str, origin: impl Into<PathBuf>, issue: Issue) -> Self {
+        Self {
+            kind,
+            origin: origin.into(),
+            issues: vec![issue],
+        }
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = self.issues.len();
+        write!(
+            f,
+            "invalid {} {}: {n} problem{}",
+            self.kind,
+            self.origin.display(),
+            if n == 1 { "" } else { "s" }
+        )?;
+        for issue in &self.issues {
+            write!(
+                f,
+                "\n  {}: field `{}`: {}",
+                self.origin.display(),
+                issue.field,
+                issue.reason
+            )?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// Read a configuration file's text; a file that cannot be read is a `(file)` problem.
+pub fn read_file(kind: &'static str, path: &Path) -> Result<String, ConfigError> {
+    std::fs::read_to_string(path).map_err(|e| {
+        ConfigError::one(
+            kind,
+            path,
+            Issue::new("(file)", format!("cannot read: {e}")),
+        )
+    })
+}
+
+/// Parse YAML text into `T`. Empty text (or only comments) parses as an empty mapping, so a
+/// type whose fields all have defaults accepts it.
+pub fn parse_yaml<T: DeserializeOwned>(
+    kind: &'static str,
+    text: &str,
+    origin: &Path,
+) -> Result<T, ConfigError> {
+    let fail =
+        |field: String, reason: String| ConfigError::one(kind, origin, Issue::new(field, reason));
+    let tree: serde_json::Value = if text.trim().is_empty() {
+        serde_json::Value::Object(Default::default())
+    } else {
+        serde_saphyr::from_str(text).map_err(|e| {
+            let message = e.to_string();
+            fail(
+                "(yaml)".into(),
+                message.lines().next().unwrap_or_default().trim().to_owned(),
+            )
+        })?
+    };
+    let tree = if tree.is_null() {
+        serde_json::Value::Object(Default::default())
+    } else {
+        tree
+    };
+    serde_path_to_error::deserialize(tree).map_err(|e| {
+        let path = e.path().to_string();
+        fail(
+            if path == "." {
+                "(top level)".into()
+            } else {
+                path
+            },
+            e.into_inner().to_string(),
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Doc {
+        #[allow(dead_code)]
+        port: u16,
+    }
+
+    #[test]
+    fn errors_name_file_field_and_reason() {
+        let err = parse_yaml::<Doc>("thing", "port: many\n", Path::new("x.yaml")).unwrap_err();
+        assert_eq!(err.issues[0].field, "port");
+        let text = err.to_string();
+        assert!(
+            text.starts_with("invalid thing x.yaml: 1 problem"),
+            "{text}"
+        );
+        let err = parse_yaml::<Doc>("thing", "a: [\n", Path::new("x.yaml")).unwrap_err();
+        assert_eq!(err.issues[0].field, "(yaml)");
+        let err = read_file("thing", Path::new("/nonexistent/x.yaml")).unwrap_err();
+        assert_eq!(err.issues[0].field, "(file)");
+    }
+}
