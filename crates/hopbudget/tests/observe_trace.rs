@@ -9,17 +9,22 @@ use std::time::Duration;
 use hopbudget::codec::Carrier;
 use hopbudget::observe::{Hop, HopLabels, Protocol};
 use hopbudget::{Deadline, HopPolicy, Outcome, RequestBudget, Source};
+use tracing::Instrument;
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing_subscriber::Layer;
 use tracing_subscriber::layer::{Context, SubscriberExt};
 
 type Fields = BTreeMap<String, String>;
+/// (span, its parent) pairs, in creation order.
+type Parents = Arc<Mutex<Vec<(Id, Option<Id>)>>>;
 
 /// Records every span's fields, as given at creation and recorded later, by span name.
 #[derive(Clone, Default)]
 struct Capture {
     spans: Arc<Mutex<Vec<(Id, String, Fields)>>>,
+    /// Each span's parent, by span id.
+    parents: Parents,
 }
 
 struct Collect<'a>(&'a mut Fields);
@@ -39,8 +44,16 @@ impl Visit for Collect<'_> {
     }
 }
 
-impl<S: tracing::Subscriber> Layer<S> for Capture {
-    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, _: Context<'_, S>) {
+impl<S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>> Layer<S>
+    for Capture
+{
+    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
+        let parent = if attrs.is_contextual() {
+            ctx.current_span().id().cloned()
+        } else {
+            attrs.parent().cloned()
+        };
+        self.parents.lock().unwrap().push((id.clone(), parent));
         let mut fields = Fields::new();
         attrs.record(&mut Collect(&mut fields));
         self.spans
@@ -56,6 +69,24 @@ impl<S: tracing::Subscriber> Layer<S> for Capture {
 }
 
 impl Capture {
+    /// The parent of the first span named `name` is the first span named `parent`.
+    fn is_child_of(&self, name: &str, parent: &str) -> bool {
+        let spans = self.spans.lock().unwrap();
+        let id_of = |n: &str| {
+            spans
+                .iter()
+                .find(|(_, sn, _)| sn == n)
+                .map(|(i, _, _)| i.clone())
+        };
+        let (Some(child), Some(parent)) = (id_of(name), id_of(parent)) else {
+            return false;
+        };
+        let parents = self.parents.lock().unwrap();
+        parents
+            .iter()
+            .any(|(i, p)| *i == child && p.as_ref() == Some(&parent))
+    }
+
     fn hop_fields(&self) -> Vec<Fields> {
         self.spans
             .lock()
@@ -149,7 +180,7 @@ async fn dropped_hop_is_cancelled_and_queue_hop_is_a_consumer() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn handler_events_nest_inside_the_hop_span() {
+async fn handler_spans_nest_inside_the_hop_span() {
     let capture = Capture::default();
     let subscriber = tracing_subscriber::registry().with(capture.clone());
     let _g = tracing::subscriber::set_default(subscriber);
@@ -159,11 +190,72 @@ async fn handler_events_nest_inside_the_hop_span() {
         let _child = tracing::info_span!("handler").entered();
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    .instrument(hop.span().clone())
     .await;
     hop.finish(Outcome::Completed);
-    let spans = capture.spans.lock().unwrap();
-    let names: Vec<_> = spans.iter().map(|(_, n, _)| n.as_str()).collect();
-    assert_eq!(names, ["hop", "handler"]);
+    assert!(capture.is_child_of("handler", "hop"));
+}
+
+/// A handler's own spans are children of the hop span the server layer opened for it, so a
+/// trace shows the handler's work under the hop that carries the `deadline.*` fields.
+#[cfg(all(feature = "http", feature = "grpc"))]
+mod through_the_layers {
+    use std::convert::Infallible;
+
+    use bytes::Bytes;
+    use http_body_util::Empty;
+    use tower::{Layer as _, ServiceExt};
+
+    use super::*;
+
+    async fn handler(
+        _req: http::Request<Empty<Bytes>>,
+    ) -> Result<http::Response<Empty<Bytes>>, Infallible> {
+        let span = tracing::info_span!("handler");
+        async {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            Ok(http::Response::new(Empty::new()))
+        }
+        .instrument(span)
+        .await
+    }
+
+    fn request(path: &str, header: (&str, &str)) -> http::Request<Empty<Bytes>> {
+        http::Request::post(path)
+            .header(header.0, header.1)
+            .body(Empty::new())
+            .unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn http_server_layer() {
+        let capture = Capture::default();
+        let _g =
+            tracing::subscriber::set_default(tracing_subscriber::registry().with(capture.clone()));
+        let svc = hopbudget::http::server::ServerBudgetLayer::new(hopbudget::Profile::default())
+            .layer(tower::service_fn(handler));
+        let res = svc
+            .oneshot(request("/quote", ("x-request-timeout-ms", "300")))
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 200);
+        assert!(capture.is_child_of("handler", "hop"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn grpc_server_layer() {
+        let capture = Capture::default();
+        let _g =
+            tracing::subscriber::set_default(tracing_subscriber::registry().with(capture.clone()));
+        let svc = hopbudget::grpc::server::GrpcServerLayer::new(hopbudget::Profile::default())
+            .layer(tower::service_fn(handler));
+        let res = svc
+            .oneshot(request("/tax.Tax/Quote", ("grpc-timeout", "300m")))
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 200);
+        assert!(capture.is_child_of("handler", "hop"));
+    }
 }
 
 mod otel {

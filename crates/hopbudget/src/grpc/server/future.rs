@@ -196,7 +196,16 @@ where
                 stream,
                 guard,
             } => {
-                if let Poll::Ready(result) = inner.poll(cx) {
+                // The handler runs inside the hop's span, so its own spans and events nest
+                // under the hop that carries the `deadline.*` fields (C14).
+                let polled = {
+                    let _entered = guard
+                        .as_ref()
+                        .and_then(|g| g.hop.as_ref())
+                        .map(|hop| hop.span().enter());
+                    inner.poll(cx)
+                };
+                if let Poll::Ready(result) = polled {
                     let response = result?;
                     let mut guard = guard.take();
                     // A trailers-only response (an error status) is final already.

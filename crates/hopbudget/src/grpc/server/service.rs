@@ -97,7 +97,8 @@ where
         // C3: refuse before the handler runs when the route cannot finish in what is left.
         // The budget was created a moment ago, so its arrival value is what remains.
         let arrived = budget.at_arrival();
-        let min = profile.min_budget(path);
+        let rule = profile.route(path);
+        let min = rule.map_or(profile.policy().refuse_below, |r| r.min_budget);
         if arrived.is_zero() || arrived < min {
             let err = if arrived.is_zero() {
                 // C9: a zero budget is already expired, not merely too small.
@@ -112,10 +113,13 @@ where
                 profile.grpc_status(),
             )));
         }
-        let stream = profile.is_stream(path);
+        let stream = rule.is_some_and(|r| r.mode == crate::profile::RouteMode::Stream);
         req.extensions_mut().insert(budget.clone());
         // Some services do work in `call` itself; give it the ambient budget too.
-        let inner = budget.sync_scope(|| self.inner.call(req));
+        let inner = {
+            let _entered = hop.span().enter();
+            budget.sync_scope(|| self.inner.call(req))
+        };
         let answer_at = budget.deadline().saturating_sub(ANSWER_AHEAD);
         ResponseFuture::running(
             budget.scope(inner),
