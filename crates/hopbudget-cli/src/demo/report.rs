@@ -194,6 +194,25 @@ pub fn table(r: &DemoResults) -> String {
              the work figures count them up to that moment, so they are lower bounds."
         );
     }
+    for m in &r.modes {
+        for o in &m.over_shrunk {
+            let _ = writeln!(
+                out,
+                "\n{}: entry budget too small for this chain depth (S6): {:.0}% of calls to \
+                 {} (depth {}) were refused before work. It needs {} ms and got {} ms \
+                 (median); the chain above it spends about {} ms, so an entry budget of \
+                 about {} ms would let it start. The leaf is not failing; the budget is.",
+                m.mode.as_str(),
+                o.refused_pct,
+                o.leaf,
+                o.depth,
+                o.needs_ms,
+                o.budget_at_arrival_ms,
+                o.entry_budget_needed_ms - o.needs_ms as i64,
+                o.entry_budget_needed_ms
+            );
+        }
+    }
     out
 }
 

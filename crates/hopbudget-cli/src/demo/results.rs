@@ -50,6 +50,83 @@ pub struct HopResult {
     pub work_after_give_up_ms: f64,
 }
 
+/// Scenario S6: most calls to a leaf were refused because the budget that reached it was
+/// below what it needs. Nothing is wrong with the leaf: the entry budget is too small for the
+/// depth of the chain above it, and the deadline is reporting that correctly.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct OverShrunk {
+    /// The leaf.
+    pub leaf: String,
+    /// Hops from the edge to the leaf.
+    pub depth: u32,
+    /// Share of the calls to it refused before work, %.
+    pub refused_pct: f64,
+    /// Median budget left when calls reached it, ms.
+    pub budget_at_arrival_ms: i64,
+    /// What it needs to start (its minimum budget), ms.
+    pub needs_ms: u64,
+    /// The entry budget that would leave it what it needs, given what the chain above it
+    /// spends (median), ms.
+    pub entry_budget_needed_ms: i64,
+}
+
+/// Above this share of refusals at a leaf, the run reports an over-shrunk budget (S6).
+const OVER_SHRUNK_SHARE: f64 = 0.5;
+
+/// Leaves whose calls were mostly refused (S6), from one mode's per-hop figures.
+fn over_shrunk(topo: &Topology, hops: &[HopResult], entry_budget_ms: u64) -> Vec<OverShrunk> {
+    let edge_budget = hops
+        .iter()
+        .find(|h| h.service == topo.edge().name)
+        .and_then(|h| h.budget_at_arrival_p50_ms)
+        .unwrap_or(entry_budget_ms as i64);
+    hops.iter()
+        .filter_map(|h| {
+            let spec = topo.service(&h.service)?;
+            let ended = h.completed + h.refused + h.expired + h.cancelled + h.failed;
+            if !spec.calls.is_empty() || ended == 0 {
+                return None;
+            }
+            let share = h.refused as f64 / ended as f64;
+            if share <= OVER_SHRUNK_SHARE {
+                return None;
+            }
+            // Refused calls may never have been seen by the leaf itself (its caller refused
+            // locally, C3): then its caller's budget at arrival is the best figure there is.
+            let at_leaf = h.budget_at_arrival_p50_ms.or_else(|| {
+                let caller = topo.caller_of(&h.service)?;
+                hops.iter()
+                    .find(|c| c.service == caller.name)?
+                    .budget_at_arrival_p50_ms
+            })?;
+            let spent_above =
+                (edge_budget - at_leaf).max(0) + (entry_budget_ms as i64 - edge_budget).max(0);
+            Some(OverShrunk {
+                leaf: h.service.clone(),
+                depth: depth(topo, &h.service),
+                refused_pct: 100.0 * share,
+                budget_at_arrival_ms: at_leaf,
+                needs_ms: spec.min_budget_ms,
+                entry_budget_needed_ms: spent_above + spec.min_budget_ms as i64,
+            })
+        })
+        .collect()
+}
+
+/// Hops from the edge to `service`.
+fn depth(topo: &Topology, service: &str) -> u32 {
+    let mut depth = 0;
+    let mut name = service.to_owned();
+    while let Some(caller) = topo.caller_of(&name) {
+        depth += 1;
+        name = caller.name.clone();
+        if depth as usize > topo.services.len() {
+            break; // a cycle; the topology check rejects these, so this is only a guard
+        }
+    }
+    depth
+}
+
 /// Background work figures (S11).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct BackgroundResult {
@@ -102,6 +179,10 @@ pub struct ModeResult {
     pub work_cut_off: u64,
     /// Per service, in call order.
     pub hops: Vec<HopResult>,
+    /// Leaves whose calls were mostly refused: the entry budget is too small for the chain
+    /// depth (S6). Empty when none was.
+    #[serde(default)]
+    pub over_shrunk: Vec<OverShrunk>,
     /// Background work handed over the queue (S11).
     pub background: BackgroundResult,
     /// Client latencies, ms, sorted (for the distribution chart; not in the JSON).
@@ -199,7 +280,7 @@ pub fn summarise(
             let _ = edge.record((s.end - s.start).as_micros().max(1) as u64);
         }
     }
-    let hops = topo
+    let hops: Vec<HopResult> = topo
         .in_call_order()
         .into_iter()
         .filter_map(|s| {
@@ -239,6 +320,7 @@ pub fn summarise(
         work_after_give_up_ms: after.iter().sum(),
         edge_latency_ms: percentiles(&edge),
         work_cut_off: data.cut_off as u64,
+        over_shrunk: over_shrunk(topo, &hops, topo.client.budget_ms),
         hops,
         background: {
             let b = data.collector.background();
