@@ -75,6 +75,24 @@ where
         });
 }
 
+/// Runs `svc` once per iteration on a request `make` builds inside the measured loop, as a
+/// real server builds one per request.
+fn run_making<S>(bencher: divan::Bencher, mut svc: S, make: impl Fn() -> Req)
+where
+    S: Service<Req>,
+    S::Error: std::fmt::Debug,
+{
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let _enter = rt.enter();
+    bencher.bench_local(|| {
+        let _ = svc.ready().now_or_never();
+        svc.call(make()).now_or_never().map(|r| r.unwrap())
+    });
+}
+
 mod stack {
     use super::*;
 
@@ -120,22 +138,12 @@ mod stack {
 mod stack_with_request_build {
     use super::*;
 
-    fn run_building<S>(bencher: divan::Bencher, mut svc: S)
+    fn run_building<S>(bencher: divan::Bencher, svc: S)
     where
         S: Service<Req>,
         S::Error: std::fmt::Debug,
     {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()
-            .unwrap();
-        let _enter = rt.enter();
-        bencher.bench_local(|| {
-            let _ = svc.ready().now_or_never();
-            svc.call(request("500", "/quote"))
-                .now_or_never()
-                .map(|r| r.unwrap())
-        });
+        run_making(bencher, svc, || request("500", "/quote"));
     }
 
     #[divan::bench]
@@ -174,21 +182,15 @@ mod stack_routed_request {
     #[derive(Clone)]
     struct RoutedBy;
 
-    fn run_routed<S>(bencher: divan::Bencher, mut svc: S)
+    fn run_routed<S>(bencher: divan::Bencher, svc: S)
     where
         S: Service<Req>,
         S::Error: std::fmt::Debug,
     {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()
-            .unwrap();
-        let _enter = rt.enter();
-        bencher.bench_local(|| {
+        run_making(bencher, svc, || {
             let mut req = request("500", "/quote");
             req.extensions_mut().insert(RoutedBy);
-            let _ = svc.ready().now_or_never();
-            svc.call(req).now_or_never().map(|r| r.unwrap())
+            req
         });
     }
 
