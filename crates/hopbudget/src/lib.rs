@@ -62,6 +62,7 @@ pub mod clock;
 pub mod codec;
 pub mod config;
 pub mod context;
+pub mod degrade;
 pub mod error;
 pub mod fan_out;
 #[cfg(feature = "grpc")]
@@ -70,6 +71,7 @@ pub mod grpc;
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub mod http;
+pub mod learned;
 pub mod observe;
 pub mod profile;
 pub mod retry;

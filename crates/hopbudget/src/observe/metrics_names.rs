@@ -35,9 +35,15 @@ pub const LATE_WORK_TOTAL: &str = "hopbudget_late_work_total";
 pub const LATE_WORK_OVERRUN_MS: &str = "hopbudget_late_work_overrun_ms";
 /// Counter: queue messages dropped as expired. Labels: `service`, `queue`.
 pub const QUEUE_EXPIRED_TOTAL: &str = "hopbudget_queue_expired_total";
+/// Counter: a cheaper path taken because the budget was below the full path's cost.
+/// Labels: `service`, `route`, `path` (the cheaper path's name).
+pub const DEGRADED_TOTAL: &str = "hopbudget_degraded_total";
+/// Counter: read-through cache reads by the choice made (`fresh`, `recomputed`, `stale`,
+/// `refused`). Labels: `service`, `cache`, `choice`.
+pub const CACHE_READS_TOTAL: &str = "hopbudget_cache_reads_total";
 
 /// Every metric hopbudget records: name, Prometheus type, labels.
-pub const METRICS: [(&str, &str, &[&str]); 10] = [
+pub const METRICS: [(&str, &str, &[&str]); 12] = [
     (HOPS_TOTAL, "counter", &["service", "route", "outcome"]),
     (REFUSED_BEFORE_WORK_TOTAL, "counter", &["service", "route"]),
     (DEADLINE_MISSING_TOTAL, "counter", &["service", "route"]),
@@ -52,6 +58,8 @@ pub const METRICS: [(&str, &str, &[&str]); 10] = [
     (LATE_WORK_TOTAL, "counter", &["service", "route"]),
     (LATE_WORK_OVERRUN_MS, "histogram", &["service", "route"]),
     (QUEUE_EXPIRED_TOTAL, "counter", &["service", "queue"]),
+    (DEGRADED_TOTAL, "counter", &["service", "route", "path"]),
+    (CACHE_READS_TOTAL, "counter", &["service", "cache", "choice"]),
 ];
 
 /// Give the current recorder a description and unit for every hopbudget metric, so an
@@ -96,6 +104,14 @@ pub fn describe_metrics() {
     describe_counter!(
         QUEUE_EXPIRED_TOTAL,
         "Queue messages dropped because their deadline had passed."
+    );
+    describe_counter!(
+        DEGRADED_TOTAL,
+        "Cheaper paths taken because the budget was below the full path's cost."
+    );
+    describe_counter!(
+        CACHE_READS_TOTAL,
+        "Read-through cache reads by choice: fresh, recomputed, stale (served because a recompute could not finish in the budget) or refused."
     );
 }
 
@@ -382,6 +398,35 @@ pub(super) fn record_queue_expired(service: &str, queue: &str) {
         ],
     );
     metrics::with_recorder(|r| increment(r, &key));
+}
+
+/// The key of `hopbudget_degraded_total` for one degradation point, built once by its owner.
+pub(crate) fn degraded_key(service: &str, route: &str, path: &str) -> Key {
+    Key::from_parts(
+        DEGRADED_TOTAL,
+        vec![
+            Label::new("service", service.to_owned()),
+            Label::new("route", route.to_owned()),
+            Label::new("path", path.to_owned()),
+        ],
+    )
+}
+
+/// The key of `hopbudget_cache_reads_total` for one cache and choice, built once by its owner.
+pub(crate) fn cache_read_key(service: &str, cache: &str, choice: &'static str) -> Key {
+    Key::from_parts(
+        CACHE_READS_TOTAL,
+        vec![
+            Label::new("service", service.to_owned()),
+            Label::new("cache", cache.to_owned()),
+            Label::from_static_parts("choice", choice),
+        ],
+    )
+}
+
+/// Add one to the counter `key` on the current recorder.
+pub(crate) fn count(key: &Key) {
+    metrics::with_recorder(|r| increment(r, key));
 }
 
 #[cfg(test)]

@@ -36,6 +36,8 @@ use crate::status::Outcome;
 mod metrics_names;
 #[cfg(feature = "metrics")]
 pub use metrics_names::*;
+#[cfg(feature = "metrics")]
+pub(crate) use metrics_names::{cache_read_key, count, degraded_key};
 #[cfg(feature = "otlp")]
 pub mod otlp;
 #[cfg(feature = "prometheus")]
