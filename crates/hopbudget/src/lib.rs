@@ -73,6 +73,9 @@ pub mod grpc;
 pub mod http;
 pub mod learned;
 pub mod observe;
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub mod postgres;
 pub mod profile;
 pub mod retry;
 pub mod status;
