@@ -58,6 +58,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod budget;
+pub mod cache;
 pub mod clock;
 pub mod codec;
 pub mod config;
@@ -77,6 +78,9 @@ pub mod observe;
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub mod postgres;
 pub mod profile;
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub mod redis;
 pub mod retry;
 pub mod status;
 pub mod task;

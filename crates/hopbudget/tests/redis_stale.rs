@@ -1,0 +1,224 @@
+//! The read-through cache against a real Redis: recompute when it fits the budget, serve stale
+//! when it does not, refuse with nothing to serve, and Redis commands bounded by the budget.
+//!
+//! Needs Redis at `REDIS_URL` (default `redis://127.0.0.1:6379`). Without it every test here
+//! fails and says how to start it; it never skips. Keys are unique per test and process.
+#![cfg(feature = "redis")]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use hopbudget::cache::CacheChoice;
+use hopbudget::redis::{CacheError, StaleCache};
+use hopbudget::{BudgetError, HopPolicy, RequestBudget};
+use redis::aio::MultiplexedConnection;
+
+fn url() -> String {
+    std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
+}
+
+async fn connect() -> MultiplexedConnection {
+    let fail = |e: redis::RedisError| -> ! {
+        panic!(
+            "Redis is not reachable at {} ({e}). Start it with `redis-server --daemonize yes \
+             --bind 127.0.0.1 --port 6379 --save '' --appendonly no`, or point REDIS_URL at one.",
+            url()
+        )
+    };
+    let client = redis::Client::open(url()).unwrap_or_else(|e| fail(e));
+    client
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap_or_else(|e| fail(e))
+}
+
+fn key(name: &str) -> String {
+    format!("hopbudget:test:{name}:{}", std::process::id())
+}
+
+fn ms(v: u64) -> Duration {
+    Duration::from_millis(v)
+}
+
+fn budget(v: u64) -> RequestBudget {
+    RequestBudget::local(ms(v), HopPolicy::DEFAULT)
+}
+
+const FRESH: Duration = Duration::from_secs(10);
+const STALE: Duration = Duration::from_secs(60);
+const RECOMPUTE: Duration = Duration::from_millis(250);
+
+async fn cache() -> (StaleCache<MultiplexedConnection>, MultiplexedConnection) {
+    let conn = connect().await;
+    let cache = StaleCache::new(conn.clone(), "catalog", "prices")
+        .fresh_for(FRESH)
+        .stale_for(STALE);
+    (cache, conn)
+}
+
+/// Put `value` under `key` with `ttl` left, as if written `FRESH + STALE - ttl` ago.
+async fn put(conn: &mut MultiplexedConnection, key: &str, value: &str, ttl: Duration) {
+    redis::cmd("SET")
+        .arg(key)
+        .arg(value)
+        .arg("PX")
+        .arg(ttl.as_millis() as u64)
+        .query_async::<()>(conn)
+        .await
+        .unwrap();
+}
+
+async fn stored(conn: &mut MultiplexedConnection, key: &str) -> (Option<String>, i64) {
+    redis::pipe()
+        .cmd("GET")
+        .arg(key)
+        .cmd("PTTL")
+        .arg(key)
+        .query_async(conn)
+        .await
+        .unwrap()
+}
+
+/// A recompute that counts its calls and answers `value`.
+fn counted(
+    calls: &Arc<AtomicUsize>,
+    value: &'static str,
+) -> impl AsyncFnOnce() -> Result<String, std::io::Error> {
+    let calls = calls.clone();
+    async move || {
+        calls.fetch_add(1, Ordering::SeqCst);
+        Ok(value.to_string())
+    }
+}
+
+#[tokio::test]
+async fn a_miss_is_recomputed_when_it_fits_and_written_back() {
+    let (cache, mut conn) = cache().await;
+    let k = key("miss");
+    let _: () = redis::cmd("DEL").arg(&k).query_async(&mut conn).await.unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let got = cache
+        .get(&budget(1_000), &k, RECOMPUTE, counted(&calls, "12.50"))
+        .await
+        .unwrap();
+    assert_eq!((got.value.as_str(), got.choice), ("12.50", CacheChoice::Recomputed));
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    let (value, ttl) = stored(&mut conn, &k).await;
+    assert_eq!(value.as_deref(), Some("12.50"));
+    let full = (FRESH + STALE).as_millis() as i64;
+    assert!(ttl > full - 5_000 && ttl <= full, "ttl {ttl} ms");
+}
+
+#[tokio::test]
+async fn a_fresh_value_is_served_however_thin_the_budget() {
+    let (cache, mut conn) = cache().await;
+    let k = key("fresh");
+    put(&mut conn, &k, "fresh", FRESH + STALE).await;
+    let calls = Arc::new(AtomicUsize::new(0));
+    let got = cache
+        .get(&budget(30), &k, RECOMPUTE, counted(&calls, "new"))
+        .await
+        .unwrap();
+    assert_eq!((got.value.as_str(), got.choice), ("fresh", CacheChoice::Fresh));
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn stale_is_served_when_the_recompute_cannot_finish_in_the_budget() {
+    let (cache, mut conn) = cache().await;
+    let k = key("stale");
+    put(&mut conn, &k, "old", STALE / 2).await; // past its freshness
+    let calls = Arc::new(AtomicUsize::new(0));
+    let got = cache
+        .get(&budget(80), &k, RECOMPUTE, counted(&calls, "new"))
+        .await
+        .unwrap();
+    assert_eq!((got.value.as_str(), got.choice), ("old", CacheChoice::Stale));
+    assert!(got.is_stale(), "marked stale");
+    assert_eq!(calls.load(Ordering::SeqCst), 0, "no recompute was started");
+    assert_eq!(stored(&mut conn, &k).await.0.as_deref(), Some("old"));
+}
+
+#[tokio::test]
+async fn stale_is_recomputed_when_the_budget_covers_it() {
+    let (cache, mut conn) = cache().await;
+    let k = key("refresh");
+    put(&mut conn, &k, "old", STALE / 2).await;
+    let calls = Arc::new(AtomicUsize::new(0));
+    let got = cache
+        .get(&budget(1_000), &k, RECOMPUTE, counted(&calls, "new"))
+        .await
+        .unwrap();
+    assert_eq!((got.value.as_str(), got.choice), ("new", CacheChoice::Recomputed));
+    let (value, ttl) = stored(&mut conn, &k).await;
+    assert_eq!(value.as_deref(), Some("new"));
+    assert!(ttl > STALE.as_millis() as i64, "fresh again: ttl {ttl} ms");
+}
+
+#[tokio::test]
+async fn a_miss_with_no_time_to_recompute_is_refused_before_any_work() {
+    let (cache, mut conn) = cache().await;
+    let k = key("refused");
+    let _: () = redis::cmd("DEL").arg(&k).query_async(&mut conn).await.unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let err = cache
+        .get(&budget(80), &k, RECOMPUTE, counted(&calls, "new"))
+        .await
+        .unwrap_err();
+    match err.budget() {
+        Some(BudgetError::Refused(r)) => assert_eq!(r.required(), RECOMPUTE),
+        other => panic!("{other:?} from {err}"),
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+    assert_eq!(stored(&mut conn, &k).await.0, None);
+}
+
+#[tokio::test]
+async fn a_recompute_that_outlives_the_budget_is_stopped_as_expired() {
+    let (cache, mut conn) = cache().await;
+    let k = key("slow-recompute");
+    let _: () = redis::cmd("DEL").arg(&k).query_async(&mut conn).await.unwrap();
+    let started = Instant::now();
+    let err = cache
+        .get(&budget(300), &k, ms(50), async || {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            Ok::<_, std::io::Error>("late".to_string())
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.budget(), Some(BudgetError::Expired), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(3));
+    assert_eq!(stored(&mut conn, &k).await.0, None, "nothing written");
+}
+
+#[tokio::test]
+async fn redis_commands_are_bounded_by_the_budget() {
+    // A blocking pop on the cache's own multiplexed connection holds that connection on the
+    // server for 5 s: the read's GET queues behind it, and the budget stops the wait.
+    let conn = connect().await;
+    let cache = StaleCache::new(conn.clone(), "catalog", "prices");
+    let mut blocker = conn.clone();
+    let list = key("never-pushed");
+    let blocked = tokio::spawn(async move {
+        redis::cmd("BLPOP")
+            .arg(list)
+            .arg(5)
+            .query_async::<Option<(String, String)>>(&mut blocker)
+            .await
+    });
+    tokio::time::sleep(ms(50)).await;
+    let started = Instant::now();
+    let result = cache
+        .get(&budget(200), &key("bounded"), ms(10), async || {
+            Ok::<_, std::io::Error>("v".to_string())
+        })
+        .await;
+    let took = started.elapsed();
+    match result {
+        Err(CacheError::Budget(BudgetError::Expired)) => {}
+        other => panic!("expected expired, got {other:?}"),
+    }
+    assert!(took < Duration::from_secs(2), "waited {took:?}");
+    blocked.abort();
+}
