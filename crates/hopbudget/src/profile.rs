@@ -6,6 +6,7 @@
 //! documents every field; `hopbudget profile check FILE` prints the resolved profile.
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use http::HeaderName;
@@ -13,6 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::codec::{Carrier, InboundCarriers};
 use crate::context::HopPolicy;
+use crate::learned::{LearnConfig, LearnedThreshold};
 use crate::status::{GrpcCode, GrpcStatusMap, HttpStatusMap};
 
 /// The profile as written in YAML: plain values, before validation. Every field has a default,
@@ -89,6 +91,78 @@ pub struct RouteSpec {
     /// `request` (the default) or `stream`: the deadline covers time to first byte only.
     #[serde(default)]
     pub mode: RouteMode,
+    /// Learn the refuse threshold from the route's own latency: the route then refuses below
+    /// `max(min_budget_ms, learned)` (see [`crate::learned`]). Off when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub learn: Option<LearnSpec>,
+}
+
+/// How a route learns its refuse threshold, as written in YAML.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LearnSpec {
+    /// The quantile of recent latency to refuse below: `p50` (default; refuse work that would
+    /// more likely than not miss), `p99` for strict routes, or any `pN` with 0 < N <= 100.
+    pub quantile: String,
+    /// The sliding window, ms (at least 100; it is cut into 8 slices).
+    pub window_ms: i64,
+    /// Below this many latencies in the window the static threshold applies alone.
+    pub min_samples: i64,
+}
+
+impl Default for LearnSpec {
+    fn default() -> Self {
+        Self {
+            quantile: "p50".into(),
+            window_ms: 60_000,
+            min_samples: 20,
+        }
+    }
+}
+
+/// The smallest learning window: 8 slices of at least 12.5 ms.
+const MIN_LEARN_WINDOW_MS: i64 = 100;
+
+impl LearnSpec {
+    /// Validate into a [`LearnConfig`], reporting problems under `field`.
+    fn resolve(&self, field: &str, issue: &mut dyn FnMut(&str, String)) -> LearnConfig {
+        let quantile = self
+            .quantile
+            .strip_prefix('p')
+            .and_then(|n| n.parse::<f64>().ok())
+            .filter(|n| *n > 0.0 && *n <= 100.0)
+            .map(|n| n / 100.0);
+        if quantile.is_none() {
+            issue(
+                &format!("{field}.quantile"),
+                format!(
+                    "`{}` is not a quantile; write `p50`, `p99` or `pN` with 0 < N <= 100",
+                    self.quantile
+                ),
+            );
+        }
+        if self.window_ms < MIN_LEARN_WINDOW_MS {
+            issue(
+                &format!("{field}.window_ms"),
+                format!(
+                    "must be at least {MIN_LEARN_WINDOW_MS} ms (got {})",
+                    self.window_ms
+                ),
+            );
+        }
+        let min_samples = u32::try_from(self.min_samples).ok().filter(|n| *n > 0);
+        if min_samples.is_none() {
+            issue(
+                &format!("{field}.min_samples"),
+                format!("must be between 1 and {} (got {})", u32::MAX, self.min_samples),
+            );
+        }
+        LearnConfig {
+            quantile: quantile.unwrap_or(0.5),
+            window: Duration::from_millis(self.window_ms.max(MIN_LEARN_WINDOW_MS) as u64),
+            min_samples: min_samples.unwrap_or(1),
+        }
+    }
 }
 
 /// How a route's response is bounded (rule C13).
@@ -181,13 +255,29 @@ const KIND: &str = "profile";
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RouteRule {
     pattern: String,
-    /// The least budget this route starts with.
+    /// The least budget this route starts with (the static threshold).
     pub min_budget: Duration,
     /// How the response is bounded.
     pub mode: RouteMode,
+    /// The learned threshold, when the route has `learn:`; shared by clones of the profile.
+    learned: Option<Arc<LearnedThreshold>>,
 }
 
 impl RouteRule {
+    /// The refuse threshold now: `max(min_budget, learned)` for a learning route, else
+    /// `min_budget` (rule C3).
+    pub fn threshold(&self) -> Duration {
+        self.learned
+            .as_ref()
+            .map_or(self.min_budget, |l| l.threshold())
+    }
+
+    /// The route's learned threshold, if it learns: record each completed request's own
+    /// latency into it.
+    pub fn learned(&self) -> Option<&LearnedThreshold> {
+        self.learned.as_deref()
+    }
+
     /// Whether this rule applies to `path`.
     pub fn matches(&self, path: &str) -> bool {
         match self.pattern.strip_suffix('*') {
@@ -347,10 +437,15 @@ impl Profile {
                     format!("`{}` is listed twice", r.path),
                 );
             }
+            let learned = r.learn.as_ref().map(|l| {
+                let config = l.resolve(&format!("routes[{i}].learn"), &mut issue);
+                Arc::new(LearnedThreshold::new(min_budget, config))
+            });
             routes.push(RouteRule {
                 pattern: r.path.clone(),
                 min_budget,
                 mode: r.mode,
+                learned,
             });
         }
 
@@ -552,10 +647,11 @@ impl Profile {
         self.routes.iter().find(|r| r.matches(path))
     }
 
-    /// The least budget a request to `path` needs to start (rule C3).
+    /// The least budget a request to `path` needs to start (rule C3): the route's
+    /// [`threshold`](RouteRule::threshold), or the profile's `refuse_below_ms`.
     pub fn min_budget(&self, path: &str) -> Duration {
         self.route(path)
-            .map_or(self.policy.refuse_below, |r| r.min_budget)
+            .map_or(self.policy.refuse_below, RouteRule::threshold)
     }
 
     /// Whether `path` is a streaming route (rule C13).
@@ -658,6 +754,68 @@ mod tests {
         assert_eq!(p.min_budget("/other"), Duration::from_millis(10));
         assert!(p.is_stream("/events/orders"));
         assert!(!p.is_stream("/tax"));
+    }
+
+    #[test]
+    fn learn_is_off_unless_a_route_asks_and_validated_field_by_field() {
+        let p = Profile::from_yaml(
+            concat!(
+                "routes:\n",
+                "  - path: /tax\n    min_budget_ms: 40\n    learn: {}\n",
+                "  - path: /pay\n    learn: { quantile: p99, window_ms: 10000, min_samples: 5 }\n",
+                "  - path: /other\n",
+            ),
+            "t.yaml",
+        )
+        .unwrap();
+        let tax = p.route("/tax").unwrap().learned().unwrap();
+        assert_eq!(tax.config(), &LearnConfig::P50);
+        assert_eq!(tax.static_min(), Duration::from_millis(40));
+        let pay = p.route("/pay").unwrap().learned().unwrap().config();
+        assert_eq!(
+            (pay.quantile, pay.window, pay.min_samples),
+            (0.99, Duration::from_secs(10), 5)
+        );
+        assert!(p.route("/other").unwrap().learned().is_none());
+        // Cold start: the static threshold.
+        assert_eq!(p.min_budget("/tax"), Duration::from_millis(40));
+
+        let errs = errors("routes:\n  - path: /c\n    learn: { windw_ms: 5 }\n");
+        assert_eq!(errs[0].0, "routes[0].learn.windw_ms", "{errs:?}");
+        let errs = errors(concat!(
+            "routes:\n",
+            "  - path: /a\n    learn: { quantile: median, window_ms: 50, min_samples: 0 }\n",
+            "  - path: /b\n    learn: { quantile: p150 }\n",
+        ));
+        let fields: Vec<&str> = errs.iter().map(|(f, _)| f.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "routes[0].learn.quantile",
+                "routes[0].learn.window_ms",
+                "routes[0].learn.min_samples",
+                "routes[1].learn.quantile",
+            ],
+            "{errs:?}"
+        );
+        assert!(errs[0].1.contains("`median` is not a quantile"), "{errs:?}");
+        assert!(errs[1].1.contains("at least 100 ms"), "{errs:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_learning_route_refuses_below_what_it_learned_and_clones_share_it() {
+        let p = Profile::from_yaml(
+            "routes:\n  - path: /tax\n    min_budget_ms: 40\n    learn: { window_ms: 8000 }\n",
+            "t.yaml",
+        )
+        .unwrap();
+        let copy = p.clone();
+        for _ in 0..50 {
+            copy.route("/tax").unwrap().learned().unwrap().record(Duration::from_millis(200));
+        }
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let t = p.min_budget("/tax");
+        assert!(t >= Duration::from_millis(200) && t < Duration::from_millis(230), "{t:?}");
     }
 
     #[test]
