@@ -20,6 +20,10 @@
 //! - [`status`]: terminal statuses and their HTTP/gRPC spelling (C10).
 //! - [`retry`]: a `tower::retry` policy that obeys C6.
 //! - [`Profile`]: the adoption profile, validated at start-up (C15).
+//! - [`degrade`]: take a cheaper path when the budget cannot pay for the full one.
+//! - [`cache`]: serve stale when a recompute cannot finish in the budget (store-free; Redis in
+//!   `redis`).
+//! - [`learned`]: a per-route refuse threshold learned from the route's own latency (C3).
 //!
 //! ## Features
 //!
@@ -35,6 +39,8 @@
 //! | `metrics` | counters and histograms through the `metrics` facade |
 //! | `prometheus` | `observe::prometheus`: a Prometheus recorder builder with hopbudget's buckets |
 //! | `otlp` | `observe::otlp`: OpenTelemetry span export to an OTLP JSON file |
+//! | `postgres` | `postgres`: PostgreSQL queries under a statement timeout from the budget, with real cancels |
+//! | `redis` | `redis`: a read-through Redis cache that serves stale when a recompute cannot finish |
 //! | `full` | all of the above |
 //!
 //! ## Example

@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::routing::get;
+use hopbudget::cache::{CacheChoice, CacheReads};
 use hopbudget::codec::Carrier;
+use hopbudget::degrade::Degrade;
 use hopbudget::observe::{self, Hop, HopLabels, Protocol};
 use hopbudget::{Deadline, HopPolicy, Outcome, RequestBudget, Source};
 
@@ -111,6 +113,14 @@ fn drive_hops() {
     let mut moved = tax.clone();
     moved.route = "/moved".into();
     Hop::start(&moved, &budget(300)).finish(Outcome::Completed);
+
+    // A cheaper path taken, and a cache read served stale because a recompute could not
+    // finish in the budget.
+    let thin = budget(100);
+    Degrade::new("tax", "/tax/{id}", "stale-rates").choose(&thin, Duration::from_millis(180));
+    let reads = CacheReads::new("tax", "rates");
+    let span = reads.span("rates:eu", &thin, Duration::from_millis(250));
+    reads.record(&span, CacheChoice::Stale);
 
     // Labels looked up per request from a borrowed route share the keys of earlier ones.
     let service: std::sync::Arc<str> = "tax".into();
@@ -264,6 +274,22 @@ async fn metrics_endpoint_exposes_every_hopbudget_metric() {
             &samples,
             "hopbudget_queue_expired_total",
             &[("service", "billing"), ("queue", "invoices")]
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(
+            &samples,
+            "hopbudget_degraded_total",
+            &[tax[0], tax[1], ("path", "stale-rates")]
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(
+            &samples,
+            "hopbudget_cache_reads_total",
+            &[("service", "tax"), ("cache", "rates"), ("choice", "stale")]
         ),
         Some(1.0)
     );

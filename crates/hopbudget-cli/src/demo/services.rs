@@ -149,6 +149,7 @@ pub fn profile_for(spec: &ServiceSpec) -> Result<Profile, String> {
             path: path.into(),
             min_budget_ms: Some(spec.min_budget_ms as i64),
             mode: Default::default(),
+            learn: None,
         }]
     } else {
         Vec::new()
