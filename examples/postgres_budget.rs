@@ -39,7 +39,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // 2. A report that needs 4 s, with 300 ms left: refused before start.
     let err = pool
-        .query(&budget(300), Duration::from_secs(4), "SELECT pg_sleep(4)", &[])
+        .query(
+            &budget(300),
+            Duration::from_secs(4),
+            "SELECT pg_sleep(4)",
+            &[],
+        )
         .await
         .unwrap_err();
     println!("report:  {err}");

@@ -39,7 +39,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let budget = |ms| RequestBudget::local(MS(ms), HopPolicy::DEFAULT);
 
-    for (what, left) in [("miss", 1_000), ("hit", 80), ("stale", 80), ("stale", 1_000)] {
+    for (what, left) in [
+        ("miss", 1_000),
+        ("hit", 80),
+        ("stale", 80),
+        ("stale", 1_000),
+    ] {
         if what == "stale" {
             tokio::time::sleep(MS(600)).await; // past its freshness
         }
@@ -50,6 +55,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             got.choice.as_str()
         );
     }
-    redis::cmd("DEL").arg(&key).query_async::<()>(&mut conn).await?;
+    redis::cmd("DEL")
+        .arg(&key)
+        .query_async::<()>(&mut conn)
+        .await?;
     Ok(())
 }

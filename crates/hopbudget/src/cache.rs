@@ -126,7 +126,8 @@ impl CacheReads {
         Self {
             #[cfg(feature = "metrics")]
             keys: Arc::new(
-                CacheChoice::ALL.map(|c| crate::observe::cache_read_key(&service, &cache, c.as_str())),
+                CacheChoice::ALL
+                    .map(|c| crate::observe::cache_read_key(&service, &cache, c.as_str())),
             ),
             service,
             cache,
@@ -190,7 +191,10 @@ mod tests {
         let Err(BudgetError::Refused(r)) = plan(&b, COST, Lookup::Missing) else {
             panic!("nothing to serve and no time to recompute")
         };
-        assert_eq!((r.required(), r.remaining()), (COST, Duration::from_millis(99)));
+        assert_eq!(
+            (r.required(), r.remaining()),
+            (COST, Duration::from_millis(99))
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -124,8 +124,8 @@ impl LearnedThreshold {
     /// A threshold that never goes below `static_min` and learns as `config` says.
     /// A window shorter than [`SLICES`] microseconds is lengthened to that.
     pub fn new(static_min: Duration, config: LearnConfig) -> Self {
-        let slice_nanos = (config.window.as_nanos() / SLICES as u128)
-            .clamp(1_000, u64::MAX as u128) as u64;
+        let slice_nanos =
+            (config.window.as_nanos() / SLICES as u128).clamp(1_000, u64::MAX as u128) as u64;
         Self {
             static_min,
             config,
@@ -402,7 +402,11 @@ mod tests {
         tokio::time::advance(Duration::from_secs(1)).await;
         assert!(near(p50.threshold(), ms(10)), "{:?}", p50.threshold());
         // p99 of a 2%-slow mix is the slow path.
-        assert!(near(strict.threshold(), ms(500)), "{:?}", strict.threshold());
+        assert!(
+            near(strict.threshold(), ms(500)),
+            "{:?}",
+            strict.threshold()
+        );
     }
 
     #[tokio::test(start_paused = true)]

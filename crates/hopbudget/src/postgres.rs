@@ -215,7 +215,9 @@ impl BudgetPool {
     /// Take a connection, waiting only while the budget could still cover `cost` (C21).
     async fn checkout(&self, budget: &RequestBudget, cost: Duration) -> Result<Object, QueryError> {
         let reserve = budget.policy().reserve();
-        let last_start = budget.deadline().saturating_sub(cost.saturating_add(reserve));
+        let last_start = budget
+            .deadline()
+            .saturating_sub(cost.saturating_add(reserve));
         tokio::select! {
             biased;
             cause = budget.done() => Err(BudgetError::from(cause).into()),

@@ -154,7 +154,11 @@ impl LearnSpec {
         if min_samples.is_none() {
             issue(
                 &format!("{field}.min_samples"),
-                format!("must be between 1 and {} (got {})", u32::MAX, self.min_samples),
+                format!(
+                    "must be between 1 and {} (got {})",
+                    u32::MAX,
+                    self.min_samples
+                ),
             );
         }
         LearnConfig {
@@ -811,11 +815,18 @@ mod tests {
         .unwrap();
         let copy = p.clone();
         for _ in 0..50 {
-            copy.route("/tax").unwrap().learned().unwrap().record(Duration::from_millis(200));
+            copy.route("/tax")
+                .unwrap()
+                .learned()
+                .unwrap()
+                .record(Duration::from_millis(200));
         }
         tokio::time::advance(Duration::from_secs(1)).await;
         let t = p.min_budget("/tax");
-        assert!(t >= Duration::from_millis(200) && t < Duration::from_millis(230), "{t:?}");
+        assert!(
+            t >= Duration::from_millis(200) && t < Duration::from_millis(230),
+            "{t:?}"
+        );
     }
 
     #[test]

@@ -231,7 +231,8 @@ where
     where
         V: ToRedisArgs + ToSingleRedisArg + Send + Sync,
     {
-        let ttl_ms = u64::try_from((self.fresh_for + self.stale_for).as_millis()).unwrap_or(u64::MAX);
+        let ttl_ms =
+            u64::try_from((self.fresh_for + self.stale_for).as_millis()).unwrap_or(u64::MAX);
         let mut set = ::redis::cmd("SET");
         set.arg(key).arg(value).arg("PX").arg(ttl_ms);
         let write = set.query_async::<()>(conn);

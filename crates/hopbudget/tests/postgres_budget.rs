@@ -104,7 +104,11 @@ async fn wait_running(observer: &tokio_postgres::Client, marker: &str, want: i64
         }
         tokio::time::sleep(ms(50)).await;
     }
-    assert_eq!(running(observer, marker).await, want, "statements `{marker}`");
+    assert_eq!(
+        running(observer, marker).await,
+        want,
+        "statements `{marker}`"
+    );
 }
 
 fn budget_error(r: Result<impl std::fmt::Debug, QueryError>) -> BudgetError {
@@ -149,7 +153,10 @@ async fn the_server_cancels_a_sleep_that_would_outlive_its_budget() {
     assert_eq!(err.budget(), Some(BudgetError::Expired), "{err}");
     // Recognisable through the error chain like every other budget error.
     assert_eq!(BudgetError::find(&err), Some(&BudgetError::Expired));
-    assert!(took < Duration::from_secs(3), "waited {took:?} for a 5 s sleep");
+    assert!(
+        took < Duration::from_secs(3),
+        "waited {took:?} for a 5 s sleep"
+    );
     assert_eq!(running(&observer, &tag).await, 0, "the server stopped it");
     wait_full(&pool).await;
 }
@@ -182,7 +189,11 @@ async fn a_cancelled_budget_sends_a_real_cancel_request() {
     let tag = marker("cancel");
     let b = budget(30_000);
     let query = tokio::spawn({
-        let (pool, b, sql) = (pool.clone(), b.clone(), format!("SELECT pg_sleep(20) /* {tag} */"));
+        let (pool, b, sql) = (
+            pool.clone(),
+            b.clone(),
+            format!("SELECT pg_sleep(20) /* {tag} */"),
+        );
         async move { pool.query(&b, ms(10), &sql, &[]).await }
     });
     wait_running(&observer, &tag, 1).await;
@@ -213,7 +224,13 @@ async fn a_dropped_query_is_cancelled_and_its_connection_returned() {
         held.push(pool.pool().get().await.unwrap());
     }
     for conn in &held {
-        assert_eq!(conn.query_one("SELECT 7", &[]).await.unwrap().get::<_, i32>(0), 7);
+        assert_eq!(
+            conn.query_one("SELECT 7", &[])
+                .await
+                .unwrap()
+                .get::<_, i32>(0),
+            7
+        );
     }
 }
 
@@ -247,7 +264,10 @@ async fn waiting_for_a_connection_stops_when_the_budget_cannot_cover_the_cost() 
     let held = pool.pool().get().await.unwrap_or_else(|e| unreachable(e));
     let started = Instant::now();
     let err = budget_error(pool.query(&budget(300), ms(100), "SELECT 1", &[]).await);
-    assert!(matches!(err, BudgetError::Refused(r) if r.required() == ms(100)), "{err:?}");
+    assert!(
+        matches!(err, BudgetError::Refused(r) if r.required() == ms(100)),
+        "{err:?}"
+    );
     // It gave up when 100 ms + reserve were left, not at the deadline.
     assert!(started.elapsed() < ms(300), "{:?}", started.elapsed());
     drop(held);

@@ -96,13 +96,20 @@ fn counted(
 async fn a_miss_is_recomputed_when_it_fits_and_written_back() {
     let (cache, mut conn) = cache().await;
     let k = key("miss");
-    let _: () = redis::cmd("DEL").arg(&k).query_async(&mut conn).await.unwrap();
+    let _: () = redis::cmd("DEL")
+        .arg(&k)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
     let calls = Arc::new(AtomicUsize::new(0));
     let got = cache
         .get(&budget(1_000), &k, RECOMPUTE, counted(&calls, "12.50"))
         .await
         .unwrap();
-    assert_eq!((got.value.as_str(), got.choice), ("12.50", CacheChoice::Recomputed));
+    assert_eq!(
+        (got.value.as_str(), got.choice),
+        ("12.50", CacheChoice::Recomputed)
+    );
     assert_eq!(calls.load(Ordering::SeqCst), 1);
     let (value, ttl) = stored(&mut conn, &k).await;
     assert_eq!(value.as_deref(), Some("12.50"));
@@ -120,7 +127,10 @@ async fn a_fresh_value_is_served_however_thin_the_budget() {
         .get(&budget(30), &k, RECOMPUTE, counted(&calls, "new"))
         .await
         .unwrap();
-    assert_eq!((got.value.as_str(), got.choice), ("fresh", CacheChoice::Fresh));
+    assert_eq!(
+        (got.value.as_str(), got.choice),
+        ("fresh", CacheChoice::Fresh)
+    );
     assert_eq!(calls.load(Ordering::SeqCst), 0);
 }
 
@@ -134,7 +144,10 @@ async fn stale_is_served_when_the_recompute_cannot_finish_in_the_budget() {
         .get(&budget(80), &k, RECOMPUTE, counted(&calls, "new"))
         .await
         .unwrap();
-    assert_eq!((got.value.as_str(), got.choice), ("old", CacheChoice::Stale));
+    assert_eq!(
+        (got.value.as_str(), got.choice),
+        ("old", CacheChoice::Stale)
+    );
     assert!(got.is_stale(), "marked stale");
     assert_eq!(calls.load(Ordering::SeqCst), 0, "no recompute was started");
     assert_eq!(stored(&mut conn, &k).await.0.as_deref(), Some("old"));
@@ -150,7 +163,10 @@ async fn stale_is_recomputed_when_the_budget_covers_it() {
         .get(&budget(1_000), &k, RECOMPUTE, counted(&calls, "new"))
         .await
         .unwrap();
-    assert_eq!((got.value.as_str(), got.choice), ("new", CacheChoice::Recomputed));
+    assert_eq!(
+        (got.value.as_str(), got.choice),
+        ("new", CacheChoice::Recomputed)
+    );
     let (value, ttl) = stored(&mut conn, &k).await;
     assert_eq!(value.as_deref(), Some("new"));
     assert!(ttl > STALE.as_millis() as i64, "fresh again: ttl {ttl} ms");
@@ -160,7 +176,11 @@ async fn stale_is_recomputed_when_the_budget_covers_it() {
 async fn a_miss_with_no_time_to_recompute_is_refused_before_any_work() {
     let (cache, mut conn) = cache().await;
     let k = key("refused");
-    let _: () = redis::cmd("DEL").arg(&k).query_async(&mut conn).await.unwrap();
+    let _: () = redis::cmd("DEL")
+        .arg(&k)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
     let calls = Arc::new(AtomicUsize::new(0));
     let err = cache
         .get(&budget(80), &k, RECOMPUTE, counted(&calls, "new"))
@@ -178,7 +198,11 @@ async fn a_miss_with_no_time_to_recompute_is_refused_before_any_work() {
 async fn a_recompute_that_outlives_the_budget_is_stopped_as_expired() {
     let (cache, mut conn) = cache().await;
     let k = key("slow-recompute");
-    let _: () = redis::cmd("DEL").arg(&k).query_async(&mut conn).await.unwrap();
+    let _: () = redis::cmd("DEL")
+        .arg(&k)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
     let started = Instant::now();
     let err = cache
         .get(&budget(300), &k, ms(50), async || {

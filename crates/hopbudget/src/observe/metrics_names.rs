@@ -59,7 +59,11 @@ pub const METRICS: [(&str, &str, &[&str]); 12] = [
     (LATE_WORK_OVERRUN_MS, "histogram", &["service", "route"]),
     (QUEUE_EXPIRED_TOTAL, "counter", &["service", "queue"]),
     (DEGRADED_TOTAL, "counter", &["service", "route", "path"]),
-    (CACHE_READS_TOTAL, "counter", &["service", "cache", "choice"]),
+    (
+        CACHE_READS_TOTAL,
+        "counter",
+        &["service", "cache", "choice"],
+    ),
 ];
 
 /// Give the current recorder a description and unit for every hopbudget metric, so an
