@@ -29,7 +29,7 @@ async fn stale_model() -> &'static str {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let recorder = hopbudget::observe::prometheus::builder().build_recorder();
+    let recorder = hopbudget::observe::prometheus::builder()?.build_recorder();
     let handle = recorder.handle();
     metrics::set_global_recorder(recorder)?;
 
@@ -37,7 +37,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     for left in [500, 200, 120, 40] {
         let budget = RequestBudget::local(MS(left), HopPolicy::DEFAULT);
         let (choice, scores) = stale
-            .run(&budget, FULL_MODEL, || full_model(), || stale_model())
+            .run(&budget, FULL_MODEL, full_model, stale_model)
             .await;
         println!(
             "{left:>3} ms left: {:<5} path, {scores}, {} ms to spare",

@@ -28,12 +28,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let cache = StaleCache::new(conn.clone(), "catalog", "prices")
         .fresh_for(MS(500))
         .stale_for(Duration::from_secs(60));
-    let mut version = 0;
-    let mut recompute = || {
-        version += 1;
-        let v = version;
-        async move || {
+    // Each recompute that actually runs makes a new version of the price list.
+    let version = std::sync::atomic::AtomicU32::new(0);
+    let recompute = || {
+        async || {
             tokio::time::sleep(MS(250)).await; // the expensive query behind the cache
+            let v = version.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
             Ok::<_, std::convert::Infallible>(format!("price list v{v}"))
         }
     };
