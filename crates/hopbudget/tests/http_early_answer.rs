@@ -4,11 +4,12 @@
 //!
 //! The client here is a raw TCP socket, so nothing in it hides a reset: it writes the request
 //! head announcing a 1 MiB body, waits until the server's answer has started to arrive, then
-//! writes the whole body in 64 KiB chunks, then reads the response to the end. Before C18 was
-//! kept, the server closed the connection with the body unread and the client's writes failed
-//! with `EPIPE`/`ECONNRESET` (as Node's `http` client reported `write EPIPE` instead of the
-//! 503). Every case runs 30 times. A Node case runs the same exchange through Node's `http`
-//! module when `node` is on `PATH`; with `HOPBUDGET_REQUIRE_SERVICES=1` a missing `node` fails.
+//! writes the whole body in 64 KiB chunks 1 ms apart, then reads the response to the end.
+//! Before C18 was kept, the server closed the connection with the body unread and the client's
+//! writes failed with `EPIPE`/`ECONNRESET` (as Node's `http` client reported `write EPIPE`
+//! instead of the 503). Every case runs 30 times. Two Node cases run the same exchange through
+//! Node's `http` module when `node` is on `PATH`; with `HOPBUDGET_REQUIRE_SERVICES=1` a
+//! missing `node` fails.
 //!
 //! An HTTP/2 case checks the other half of C18: there the layer leaves the unread body to
 //! hyper, which resets only the stream (`RST_STREAM(NO_ERROR)`, RFC 9113 §8.1), and the same
@@ -92,6 +93,9 @@ async fn exchange(addr: std::net::SocketAddr, timeout_header: &str) -> Result<An
         Err(_) => return Err("no answer within 5 s of the head".into()),
     }
 
+    // Paced as a client on a real network would write it: loopback would otherwise take the
+    // whole body into socket buffers at once, and a server that closes after reading only a
+    // part of it would go unnoticed.
     let chunk = vec![b'x'; 64 * 1024];
     let mut written = 0;
     while written < BODY_LEN {
@@ -100,6 +104,7 @@ async fn exchange(addr: std::net::SocketAddr, timeout_header: &str) -> Result<An
             .await
             .map_err(|e| format!("writing the body after {written} bytes: {e}"))?;
         written += chunk.len();
+        tokio::time::sleep(Duration::from_millis(1)).await;
     }
 
     let mut raw = Vec::new();

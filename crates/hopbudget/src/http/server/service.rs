@@ -7,6 +7,7 @@ use http_body::Body;
 use tower_service::Service;
 
 use super::layer::Shared;
+use super::linger;
 use super::{ResponseBody, ResponseFuture, ServerBudgetLayer};
 use crate::clock::SystemClock;
 use crate::codec::{millis, read_inbound};
@@ -56,6 +57,7 @@ impl<S> ServerBudget<S> {
 impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for ServerBudget<S>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    ReqBody: Body + Send + 'static,
     ResBody: Body<Data = Bytes>,
 {
     type Response = Response<ResponseBody<ResBody>>;
@@ -100,7 +102,7 @@ where
                     super::super::OUTCOME_HEADER.clone(),
                     HeaderValue::from_static("malformed"),
                 );
-                return ResponseFuture::answer(res);
+                return ResponseFuture::answer(linger::answer_early(req, res));
             }
         };
         let policy = profile.policy();
@@ -129,12 +131,13 @@ where
             // C9: zero or negative budgets are already expired.
             budget.expire();
             hop.finish(Outcome::Expired);
-            return ResponseFuture::answer(expired_response(&status));
+            return ResponseFuture::answer(linger::answer_early(req, expired_response(&status)));
         }
         if remaining < min_budget {
             // C3: refuse before the handler is entered.
             hop.refuse(min_budget);
-            return ResponseFuture::answer(refused_response(&status, min_budget, remaining));
+            let res = refused_response(&status, min_budget, remaining);
+            return ResponseFuture::answer(linger::answer_early(req, res));
         }
 
         req.extensions_mut().insert(budget.clone());
