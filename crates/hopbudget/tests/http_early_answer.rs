@@ -335,8 +335,9 @@ async fn refusal_reaches_nodes_http_client_body_5ms_late() {
 
 /// HTTP/2 needs nothing from the layer (C18): hyper answers, then resets only the stream with
 /// `RST_STREAM(NO_ERROR)` (RFC 9113 §8.1), which tells the client to stop sending because the
-/// response is complete. The client reads every refusal whole, and the one connection carries
-/// all 30 refusals and then an admitted upload.
+/// response is complete. The client reads every refusal whole, stops sending the body it no
+/// longer needs to, and the one connection carries all 30 refusals and then an admitted
+/// upload.
 #[tokio::test]
 async fn http2_early_answers_reset_only_the_stream() {
     use http_body_util::{BodyExt, StreamBody};
@@ -372,11 +373,19 @@ async fn http2_early_answers_reset_only_the_stream() {
         assert!(res.headers().get("connection").is_none(), "round {round}");
         // Write the body after the answer arrived; once the stream is reset the client
         // stops taking it, which ends this loop early.
+        let mut sent = 0;
         for _ in 0..BODY_LEN / chunk.len() {
             if tx.send(Ok(Frame::data(chunk.clone()))).await.is_err() {
                 break;
             }
+            sent += chunk.len();
         }
+        // The reset told the client to stop; had the layer drained the body here, as it
+        // does on HTTP/1.x, the whole megabyte would have gone out for nothing.
+        assert!(
+            sent < BODY_LEN,
+            "round {round}: the client sent the whole body"
+        );
         let text = res.into_body().collect().await.unwrap().to_bytes();
         assert!(
             std::str::from_utf8(&text).unwrap().contains("200 ms"),
