@@ -79,6 +79,7 @@ pub mod grpc;
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub mod http;
 pub mod learned;
+pub mod lifecycle;
 pub mod observe;
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
