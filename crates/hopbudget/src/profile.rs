@@ -276,10 +276,15 @@ impl RouteRule {
             .map_or(self.min_budget, |l| l.threshold())
     }
 
-    /// The route's learned threshold, if it learns: record each completed request's own
-    /// latency into it.
+    /// The route's learned threshold, if it learns. The server layers (every adapter of
+    /// [`crate::lifecycle`]) record each completed request's latency into it; other code may
+    /// record too.
     pub fn learned(&self) -> Option<&LearnedThreshold> {
         self.learned.as_deref()
+    }
+
+    pub(crate) fn learned_shared(&self) -> Option<&Arc<LearnedThreshold>> {
+        self.learned.as_ref()
     }
 
     /// Whether this rule applies to `path`.

@@ -11,7 +11,7 @@ use crate::clock::{SystemClock, WallClock};
 use crate::codec::{Inbound, MalformedHeader, read_inbound};
 use crate::error::Refused;
 use crate::observe::{self, Hop, HopLabels, Protocol};
-use crate::profile::RouteMode;
+use crate::profile::{RouteMode, RouteRule};
 use crate::{Deadline, Profile, RequestBudget, Source};
 
 /// Everything a server hop reads on every request: the profile, the service name, the wall
@@ -161,7 +161,8 @@ impl HopConfig {
             hop.finish(crate::Outcome::Expired);
             return Admission::Expired;
         }
-        let min = rule.map_or(policy.refuse_below, |r| r.min_budget);
+        // A learning route refuses below max(static, learned) (C3).
+        let min = rule.map_or(policy.refuse_below, RouteRule::threshold);
         if arrived < min {
             hop.refuse(min);
             return Admission::Refused(Refused::new(min, arrived));
@@ -174,7 +175,10 @@ impl HopConfig {
         } else {
             budget
         };
-        Admission::Admitted(HopGuard::new(budget, hop, stream_lifetime))
+        Admission::Admitted(
+            HopGuard::new(budget, hop, stream_lifetime)
+                .learning(rule.and_then(RouteRule::learned_shared)),
+        )
     }
 }
 

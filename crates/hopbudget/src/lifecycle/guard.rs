@@ -1,7 +1,9 @@
 //! The guard a request holds from admission until its answer is complete.
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use crate::learned::LearnedThreshold;
 use crate::observe::Hop;
 use crate::{Outcome, Refused, RequestBudget};
 
@@ -26,6 +28,8 @@ pub struct HopGuard {
     stream_lifetime: Option<Duration>,
     streaming: bool,
     answer: Option<Answer>,
+    /// The route's learned threshold: a completed answer records its latency there.
+    learned: Option<Arc<LearnedThreshold>>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -42,7 +46,16 @@ impl HopGuard {
             stream_lifetime,
             streaming: false,
             answer: None,
+            learned: None,
         }
+    }
+
+    /// Record this request's latency, admission to complete answer, into the route's learned
+    /// threshold when it completes (not when refused, expired or cancelled: those say nothing
+    /// about how long the work takes).
+    pub(crate) fn learning(mut self, learned: Option<&Arc<LearnedThreshold>>) -> Self {
+        self.learned = learned.cloned();
+        self
     }
 
     /// The request's budget.
@@ -128,6 +141,15 @@ impl HopGuard {
                 outcome
             }
         };
+        if let (Some(learned), Outcome::Completed, false) =
+            (&self.learned, outcome, self.streaming)
+        {
+            // The budget was made at admission from one clock read: deadline minus the budget
+            // at arrival is that instant, so learning costs no extra clock read.
+            if let Some(admitted) = deadline.checked_sub(self.budget.at_arrival()) {
+                learned.record_at(now, now.saturating_duration_since(admitted));
+            }
+        }
         // The response is complete: the request's non-detached children end with it. An
         // answer that says the time ran out ends them as expired, so every hop that observes
         // the budget agrees (C4); any other answer ends them as Go ends a handler's context.
