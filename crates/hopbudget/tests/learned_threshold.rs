@@ -123,16 +123,29 @@ async fn the_threshold_follows_the_routes_own_latency_up_and_down() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn refused_and_expired_requests_teach_nothing() {
+async fn only_completed_answers_teach() {
     let profile = Profile::from_yaml(PROFILE, "learned.yaml").unwrap();
-    let work: Work = Arc::new(AtomicU64::new(500));
-    let svc = service(profile.clone(), work);
-    // Every request runs out of budget (504): none of them completed.
+    // Runs out of budget (the layer answers 504 at the deadline)...
+    let slow = service(profile.clone(), Arc::new(AtomicU64::new(500)));
     for _ in 0..30 {
-        assert_eq!(probe(&svc, "/tax", 100).await.0, 504);
+        assert_eq!(probe(&slow, "/tax", 100).await.0, 504);
+    }
+    // ...or answers 504 itself after 300 ms (C17: recorded as expired, not completed).
+    let own_504 = ServiceBuilder::new()
+        .layer(hopbudget::http::server::ServerBudgetLayer::new(
+            profile.clone(),
+        ))
+        .service_fn(|_req: Request<Full<Bytes>>| async {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let mut res = Response::new(Full::new(Bytes::new()));
+            *res.status_mut() = http::StatusCode::GATEWAY_TIMEOUT;
+            Ok::<_, Infallible>(res)
+        });
+    for _ in 0..30 {
+        assert_eq!(probe(&own_504, "/tax", 2_000).await.0, 504);
     }
     tokio::time::advance(Duration::from_secs(1)).await;
     let rule = profile.route("/tax").unwrap();
-    assert_eq!(rule.learned().unwrap().learned(), None);
+    assert_eq!(rule.learned().unwrap().learned(), None, "nothing completed");
     assert_eq!(rule.threshold(), Duration::from_millis(20));
 }

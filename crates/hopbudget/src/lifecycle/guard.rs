@@ -141,8 +141,7 @@ impl HopGuard {
                 outcome
             }
         };
-        if let (Some(learned), Outcome::Completed, false) =
-            (&self.learned, outcome, self.streaming)
+        if let (Some(learned), Outcome::Completed, false) = (&self.learned, outcome, self.streaming)
         {
             // The budget was made at admission from one clock read: deadline minus the budget
             // at arrival is that instant, so learning costs no extra clock read.
