@@ -96,6 +96,23 @@ where
 mod stack {
     use super::*;
 
+    /// The server layer on a route with a static `min_budget_ms`, then on the same route
+    /// learning its threshold (`learn: {}`): the learned threshold's cost per request.
+    #[divan::bench(args = ["static", "learned"])]
+    fn hopbudget_server_route(b: divan::Bencher, rule: &str) {
+        let yaml = match rule {
+            "static" => "routes: [{path: /quote, min_budget_ms: 20}]",
+            _ => "routes: [{path: /quote, min_budget_ms: 20, learn: {}}]",
+        };
+        let profile = Profile::from_yaml(yaml, "bench.yaml").unwrap();
+        run(
+            b,
+            ServerBudgetLayer::new(profile).layer(Bare),
+            "/quote",
+            "500",
+        );
+    }
+
     #[divan::bench]
     fn bare(b: divan::Bencher) {
         run(b, Bare, "/quote", "500");

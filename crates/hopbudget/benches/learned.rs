@@ -45,15 +45,24 @@ fn threshold(b: divan::Bencher) {
     b.bench(|| black_box(&t).threshold());
 }
 
-/// What the first caller in a new slice pays (once per `window / 8`, 7.5 s by default):
-/// the quantile over every bucket of the window.
+/// What the first caller in a new slice pays (once per `window / 8`, 7.5 s by default): the
+/// quantile over every bucket of a full window. Alternating between two slices makes every
+/// call a recompute.
 #[divan::bench]
 fn threshold_recompute(b: divan::Bencher) {
-    let t = warm();
-    let mut now = tokio::time::Instant::now();
+    let t = LearnedThreshold::new(Duration::from_millis(40), LearnConfig::P50);
+    let slice = LearnConfig::P50.window / 8;
+    let start = tokio::time::Instant::now();
+    for s in 0..8u32 {
+        for i in 0..1_000u64 {
+            t.record_at(start + slice * s, Duration::from_micros(1_000 + i * 97));
+        }
+    }
+    let (a, b2) = (start + slice * 7, start + slice * 8);
+    let mut flip = false;
     b.bench_local(|| {
-        now += Duration::from_secs(8); // a new slice every iteration
-        black_box(&t).threshold_at(now)
+        flip = !flip;
+        black_box(&t).threshold_at(if flip { a } else { b2 })
     });
 }
 

@@ -247,8 +247,11 @@ impl LearnedThreshold {
     }
 
     fn slice_no(&self, now: Instant) -> u64 {
-        let since = now.saturating_duration_since(self.origin).as_nanos();
-        (since / u128::from(self.slice_nanos)) as u64
+        // u64 nanoseconds last 584 years, and a u64 division is several times cheaper than
+        // a u128 one on the hot path.
+        let since = now.saturating_duration_since(self.origin);
+        let nanos = u64::try_from(since.as_nanos()).unwrap_or(u64::MAX);
+        nanos / self.slice_nanos
     }
 }
 

@@ -276,6 +276,13 @@ impl RouteRule {
             .map_or(self.min_budget, |l| l.threshold())
     }
 
+    /// The refuse threshold as of `now`, for a caller that has read the clock already.
+    pub fn threshold_at(&self, now: tokio::time::Instant) -> Duration {
+        self.learned
+            .as_ref()
+            .map_or(self.min_budget, |l| l.threshold_at(now))
+    }
+
     /// The route's learned threshold, if it learns. The server layers (every adapter of
     /// [`crate::lifecycle`]) record each completed request's latency into it; other code may
     /// record too.

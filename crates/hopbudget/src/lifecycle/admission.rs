@@ -161,8 +161,15 @@ impl HopConfig {
             hop.finish(crate::Outcome::Expired);
             return Admission::Expired;
         }
-        // A learning route refuses below max(static, learned) (C3).
-        let min = rule.map_or(policy.refuse_below, RouteRule::threshold);
+        // A learning route refuses below max(static, learned) (C3). The budget was made from
+        // one clock read a moment ago; its deadline minus its arrival value is that instant.
+        let min = match rule {
+            None => policy.refuse_below,
+            Some(rule) => match budget.deadline().instant().checked_sub(arrived) {
+                Some(now) => rule.threshold_at(now),
+                None => rule.threshold(),
+            },
+        };
         if arrived < min {
             hop.refuse(min);
             return Admission::Refused(Refused::new(min, arrived));
