@@ -84,6 +84,7 @@
 //! # }
 //! ```
 
+mod answer;
 mod body;
 mod future;
 mod layer;
