@@ -10,7 +10,7 @@ use super::{ResponseBody, ResponseFuture, ServerBudgetLayer, linger};
 use crate::Profile;
 use crate::lifecycle::{Admission, RouteLabel, strip_internal_markers};
 
-/// Middleware that gives each inbound HTTP request its [`RequestBudget`].
+/// Middleware that gives each inbound HTTP request its [`RequestBudget`](crate::RequestBudget).
 ///
 /// Made by [`ServerBudgetLayer`]; see the [module docs](super).
 #[derive(Clone, Debug)]
