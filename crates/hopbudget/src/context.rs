@@ -320,7 +320,7 @@ impl RequestBudget {
         })
     }
 
-    fn recorded_cause(&self) -> Option<EndCause> {
+    pub(crate) fn recorded_cause(&self) -> Option<EndCause> {
         match self.inner.cause.load(Ordering::Acquire) {
             EXPIRED => Some(EndCause::Expired),
             CANCELLED => Some(EndCause::Cancelled),
