@@ -5,8 +5,9 @@
 //!
 //! One real axum service on 127.0.0.1 with a fixed capacity: 4 workers, 20 ms of work each,
 //! so 200 requests per second. A client drives it open-loop (arrivals do not wait for
-//! answers) at 0.5x to 3x capacity, every request carrying the same budget in
-//! `x-request-timeout-ms` and giving up when it is spent. Three configurations, each behind
+//! answers) at 0.5x to 3x capacity, every request giving up when its fixed budget is spent and
+//! telling the server slightly less in `x-request-timeout-ms` (C2: twice the default hop
+//! margin and transit, 12 ms, so that the server's deadline falls before the client leaves). Three configurations, each behind
 //! hopbudget's server layer (propagated deadlines):
 //!
 //! - `no admission`: requests wait for a worker in a plain FIFO semaphore inside the
@@ -14,7 +15,9 @@
 //! - `ConcurrencyLimit`: tower's `ConcurrencyLimit` (4), first come first served, blind to
 //!   deadlines;
 //! - `AdmissionLayer EDF`: hopbudget's admission (4), earliest deadline first, dropping each
-//!   waiter (503) the moment its budget cannot cover the route's cost.
+//!   waiter (503) the moment its budget cannot cover the route's cost (50 ms: the work plus
+//!   room for the answer's trip back);
+//! - `AdmissionLayer adaptive LIFO`: the same with the documented alternative policy.
 //!
 //! Printed per point: goodput (200 answers that arrived within the budget, per second, and
 //! as a share of capacity), the share refused, and the p99 latency of admitted requests
@@ -26,9 +29,9 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::routing::get;
-use hopbudget::Profile;
-use hopbudget::admission::AdmissionLayer;
+use hopbudget::admission::{AdmissionLayer, HttpAnswer, QueuePolicy};
 use hopbudget::http::server::ServerBudgetLayer;
+use hopbudget::{HopPolicy, Profile};
 use tokio::sync::Semaphore;
 use tokio::time::{Instant, MissedTickBehavior};
 use tower::ServiceBuilder;
@@ -39,12 +42,13 @@ const WORK: Duration = Duration::from_millis(20);
 const CAPACITY: f64 = WORKERS as f64 / 0.020;
 const LOADS: [f64; 5] = [0.5, 1.0, 1.5, 2.0, 3.0];
 
-/// The route needs its 20 ms of work plus 10 ms for the answer to travel back: the server
-/// layer refuses arrivals below it, and admission uses it as the route's cost.
+/// The route needs its 20 ms of work plus 30 ms for the answer to travel back on a busy
+/// machine: the server layer refuses arrivals below it, and admission uses it as the route's
+/// cost.
 const PROFILE: &str = "service: overload
 routes:
   - path: /work
-    min_budget_ms: 30
+    min_budget_ms: 50
 admission:
   limit: 4
   queue_bound: 4096
@@ -55,13 +59,15 @@ enum Config {
     NoAdmission,
     ConcurrencyLimit,
     Admission,
+    AdmissionLifo,
 }
 
 impl Config {
-    const ALL: [Config; 3] = [
+    const ALL: [Config; 4] = [
         Config::NoAdmission,
         Config::ConcurrencyLimit,
         Config::Admission,
+        Config::AdmissionLifo,
     ];
 
     fn name(self) -> &'static str {
@@ -69,6 +75,7 @@ impl Config {
             Config::NoAdmission => "no admission",
             Config::ConcurrencyLimit => "ConcurrencyLimit (FIFO)",
             Config::Admission => "AdmissionLayer EDF",
+            Config::AdmissionLifo => "AdmissionLayer adaptive LIFO",
         }
     }
 }
@@ -98,6 +105,19 @@ async fn serve(config: Config, profile: &Profile) -> String {
                 .layer(server)
                 .layer(AdmissionLayer::from_profile(profile).expect("admission section")),
         ),
+        Config::AdmissionLifo => {
+            // The same section with the documented alternative policy.
+            let config = profile
+                .admission()
+                .expect("admission section")
+                .clone()
+                .with_policy(QueuePolicy::AdaptiveLifo {
+                    after: Duration::from_millis(50),
+                });
+            let admission =
+                AdmissionLayer::with_answer(config, HttpAnswer::new(*profile.http_status()));
+            router.layer(ServiceBuilder::new().layer(server).layer(admission))
+        }
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
@@ -125,11 +145,14 @@ struct Point {
 async fn drive(url: &str, rate: f64, budget: Duration, seconds: f64) -> Point {
     let client = reqwest::Client::builder()
         .timeout(budget)
-        .pool_max_idle_per_host(1024)
+        // One multiplexed connection: a request that gives up resets its stream (the server
+        // drops its work, C5) instead of tearing down a connection the next one must rebuild.
+        .http2_prior_knowledge()
         .build()
         .expect("a reqwest client");
     let warmup = Duration::from_millis(500);
     let total = warmup + Duration::from_secs_f64(seconds);
+    let forward = budget.saturating_sub(HopPolicy::DEFAULT.reserve() * 2);
     let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
     tick.set_missed_tick_behavior(MissedTickBehavior::Burst);
     let start = Instant::now();
@@ -139,9 +162,11 @@ async fn drive(url: &str, rate: f64, budget: Duration, seconds: f64) -> Point {
         if sent - start >= total {
             break;
         }
+        // Like any hopbudget client, it tells the server less than it will wait itself (C2):
+        // the server's deadline must fall before the client gives up, transit included.
         let req = client
             .get(url)
-            .header("x-request-timeout-ms", budget.as_millis().to_string());
+            .header("x-request-timeout-ms", forward.as_millis().to_string());
         let measured = sent - start >= warmup;
         calls.push((
             measured,
@@ -212,7 +237,9 @@ async fn main() {
         WORK.as_millis(),
         budget.as_millis()
     );
-    println!("| configuration | load | goodput (req/s) | goodput / capacity | refused | admitted p99 |");
+    println!(
+        "| configuration | load | goodput (req/s) | goodput / capacity | refused | admitted p99 |"
+    );
     println!("|---|---|---|---|---|---|");
     for config in Config::ALL {
         for load in LOADS {

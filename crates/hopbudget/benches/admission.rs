@@ -85,15 +85,18 @@ mod uncontended {
 
     #[divan::bench]
     fn tower_concurrency_limit(b: divan::Bencher) {
-        run(b, tower::limit::ConcurrencyLimitLayer::new(LIMIT).layer(Bare), true);
+        run(
+            b,
+            tower::limit::ConcurrencyLimitLayer::new(LIMIT).layer(Bare),
+            true,
+        );
     }
 
     /// The request's budget is read from its extensions and checked against the cost.
     #[divan::bench]
     fn admission_with_budget(b: divan::Bencher) {
-        let layer = AdmissionLayer::new(
-            AdmissionConfig::new(LIMIT).with_cost(Duration::from_millis(20)),
-        );
+        let layer =
+            AdmissionLayer::new(AdmissionConfig::new(LIMIT).with_cost(Duration::from_millis(20)));
         run(b, layer.layer(Bare), true);
     }
 

@@ -504,14 +504,15 @@ impl Profile {
         }
 
         let admission = spec.admission.as_ref().map(|a| {
-            let count = |field: &str, v: i64, positive: bool, issue: &mut dyn FnMut(&str, String)| {
-                if v < 0 {
-                    issue(field, format!("must not be negative (got {v})"));
-                } else if positive && v == 0 {
-                    issue(field, "must be greater than zero".into());
-                }
-                usize::try_from(v).unwrap_or(0)
-            };
+            let count =
+                |field: &str, v: i64, positive: bool, issue: &mut dyn FnMut(&str, String)| {
+                    if v < 0 {
+                        issue(field, format!("must not be negative (got {v})"));
+                    } else if positive && v == 0 {
+                        issue(field, "must be greater than zero".into());
+                    }
+                    usize::try_from(v).unwrap_or(0)
+                };
             let limit = count("admission.limit", a.limit, true, &mut issue);
             let bound = count("admission.queue_bound", a.queue_bound, false, &mut issue);
             let lifo_after = if a.lifo_after_ms < 0 {
@@ -525,7 +526,9 @@ impl Profile {
             };
             let policy = match a.policy {
                 AdmissionPolicySpec::Edf => QueuePolicy::EarliestDeadlineFirst,
-                AdmissionPolicySpec::AdaptiveLifo => QueuePolicy::AdaptiveLifo { after: lifo_after },
+                AdmissionPolicySpec::AdaptiveLifo => {
+                    QueuePolicy::AdaptiveLifo { after: lifo_after }
+                }
             };
             let mut config = AdmissionConfig::new(limit)
                 .with_queue_bound(bound)
@@ -796,7 +799,10 @@ mod tests {
 
     #[test]
     fn admission_resolves_limit_policy_and_route_costs() {
-        assert!(Profile::default().admission().is_none(), "absent by default");
+        assert!(
+            Profile::default().admission().is_none(),
+            "absent by default"
+        );
         let p = Profile::from_yaml(
             "routes:\n  - path: /tax\n    min_budget_ms: 200\n\
              admission:\n  limit: 8\n  queue_bound: 32\n  policy: adaptive-lifo\n  \

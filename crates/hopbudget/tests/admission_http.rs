@@ -68,13 +68,18 @@ fn call(url: &str, budget_ms: u64) -> tokio::task::JoinHandle<reqwest::Result<re
     tokio::spawn(req.send())
 }
 
-const PROFILE: &str = "service: admission\nadmission:\n  limit: 1\n  routes:\n    - path: /work\n      cost_ms: 50\n";
+const PROFILE: &str =
+    "service: admission\nadmission:\n  limit: 1\n  routes:\n    - path: /work\n      cost_ms: 50\n";
 
 #[tokio::test]
 async fn a_waiter_whose_budget_cannot_cover_the_cost_is_refused_without_running() {
     let s = held_service(&profile(PROFILE)).await;
     let first = call(&s.url, 10_000);
-    assert!(eventually(Duration::from_secs(5), || s.started.lock().unwrap().len() == 1).await);
+    assert!(
+        eventually(Duration::from_secs(5), || s.started.lock().unwrap().len()
+            == 1)
+        .await
+    );
 
     // 300 ms of budget, 50 ms of cost: it waits, and at 250 ms is refused like the server
     // layer's own refusal, never entering the handler.
@@ -88,8 +93,15 @@ async fn a_waiter_whose_budget_cannot_cover_the_cost_is_refused_without_running(
         .unwrap()
         .parse()
         .unwrap();
-    assert!(remaining <= 50, "refused once no more than the cost remained: {remaining}");
-    assert_eq!(s.started.lock().unwrap().len(), 1, "the refused request never ran");
+    assert!(
+        remaining <= 50,
+        "refused once no more than the cost remained: {remaining}"
+    );
+    assert_eq!(
+        s.started.lock().unwrap().len(),
+        1,
+        "the refused request never ran"
+    );
     assert_eq!(s.admission.waiting(), 0);
 
     s.release.add_permits(1);
@@ -101,7 +113,11 @@ async fn a_waiter_whose_budget_cannot_cover_the_cost_is_refused_without_running(
 async fn waiters_run_earliest_deadline_first_over_loopback() {
     let s = held_service(&profile(PROFILE)).await;
     let first = call(&s.url, 30_000);
-    assert!(eventually(Duration::from_secs(5), || s.started.lock().unwrap().len() == 1).await);
+    assert!(
+        eventually(Duration::from_secs(5), || s.started.lock().unwrap().len()
+            == 1)
+        .await
+    );
     let late = call(&s.url, 20_000);
     assert!(eventually(Duration::from_secs(5), || s.admission.waiting() == 1).await);
     let early = call(&s.url, 10_000);
@@ -123,7 +139,11 @@ async fn waiters_run_earliest_deadline_first_over_loopback() {
 async fn a_client_that_goes_away_leaves_the_queue_and_no_slot_leaks() {
     let s = held_service(&profile(PROFILE)).await;
     let first = call(&s.url, 30_000);
-    assert!(eventually(Duration::from_secs(5), || s.started.lock().unwrap().len() == 1).await);
+    assert!(
+        eventually(Duration::from_secs(5), || s.started.lock().unwrap().len()
+            == 1)
+        .await
+    );
     let gone = call(&s.url, 30_000);
     assert!(eventually(Duration::from_secs(5), || s.admission.waiting() == 1).await);
     gone.abort(); // the client closes its connection
@@ -134,11 +154,19 @@ async fn a_client_that_goes_away_leaves_the_queue_and_no_slot_leaks() {
     s.release.add_permits(1);
     assert_eq!(first.await.unwrap().unwrap().status(), 200);
     assert!(eventually(Duration::from_secs(5), || s.admission.available() == 1).await);
-    assert_eq!(s.started.lock().unwrap().len(), 1, "the abandoned request never ran");
+    assert_eq!(
+        s.started.lock().unwrap().len(),
+        1,
+        "the abandoned request never ran"
+    );
 
     // The slot is usable again.
     let again = call(&s.url, 5_000);
-    assert!(eventually(Duration::from_secs(5), || s.started.lock().unwrap().len() == 2).await);
+    assert!(
+        eventually(Duration::from_secs(5), || s.started.lock().unwrap().len()
+            == 2)
+        .await
+    );
     s.release.add_permits(1);
     assert_eq!(again.await.unwrap().unwrap().status(), 200);
 }

@@ -7,7 +7,9 @@ use http::{HeaderName, HeaderValue, Response, StatusCode};
 
 use crate::codec::millis;
 use crate::error::{BudgetError, Refused};
-use crate::status::{HttpStatusMap, Outcome, REFUSED_METADATA, REMAINING_MS_HEADER, REQUIRED_MS_HEADER};
+use crate::status::{
+    HttpStatusMap, Outcome, REFUSED_METADATA, REMAINING_MS_HEADER, REQUIRED_MS_HEADER,
+};
 
 /// Turns a dropped waiter's [`BudgetError`] into what the wrapped service returns.
 pub trait RefusalAnswer<Res, E> {

@@ -119,9 +119,10 @@ use crate::{Deadline, RequestBudget};
 mod tests;
 
 /// In which order waiters get a freed slot.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum QueuePolicy {
     /// Earliest deadline first; equal deadlines in arrival order (C21). The default.
+    #[default]
     EarliestDeadlineFirst,
     /// Arrival order while queueing is brief; newest first once the queue has been non-empty
     /// for `after` without a break, until it empties again (adaptive LIFO). Deadlines still
@@ -130,12 +131,6 @@ pub enum QueuePolicy {
         /// How long the queue must stay non-empty before the newest waiter is served first.
         after: Duration,
     },
-}
-
-impl Default for QueuePolicy {
-    fn default() -> Self {
-        QueuePolicy::EarliestDeadlineFirst
-    }
 }
 
 /// How many requests run at once, how many may wait, in which order, and what each route's

@@ -21,8 +21,8 @@ use std::time::Duration;
 use tokio::time::{Instant, Sleep};
 
 use super::QueuePolicy;
-use crate::error::{BudgetError, Refused};
 use crate::Deadline;
+use crate::error::{BudgetError, Refused};
 
 /// The slots and the waiters, shared by every clone of a layer or semaphore.
 #[derive(Debug)]
@@ -355,8 +355,7 @@ impl Drop for Waiter {
         }
         // The caller went away (C5): leave the queue. If a slot was handed over meanwhile,
         // pass it on rather than leak it.
-        if !self.queue.remove(&self.key) && self.node.state.load(Ordering::Acquire) == GRANTED
-        {
+        if !self.queue.remove(&self.key) && self.node.state.load(Ordering::Acquire) == GRANTED {
             self.queue.release();
         }
     }

@@ -82,9 +82,17 @@ async fn a_waiter_is_dropped_at_the_exact_instant_its_budget_reaches_its_cost() 
     });
     tokio::time::sleep(ms(69)).await;
     settle().await;
-    assert_eq!(sem.waiting(), 1, "still waiting 1 ms before deadline - cost");
+    assert_eq!(
+        sem.waiting(),
+        1,
+        "still waiting 1 ms before deadline - cost"
+    );
     let (result, at) = task.await.unwrap();
-    assert_eq!(at - start, ms(70), "refused at deadline - cost, not a tick later");
+    assert_eq!(
+        at - start,
+        ms(70),
+        "refused at deadline - cost, not a tick later"
+    );
     match result {
         Err(BudgetError::Refused(r)) => {
             assert_eq!(r.required(), ms(30));
@@ -124,7 +132,10 @@ async fn arrival_with_too_little_budget_is_refused_even_with_a_free_slot() {
     }
     assert!(sem.acquire_with(&b, ms(19)).await.is_ok());
     tokio::time::advance(ms(20)).await;
-    assert!(matches!(sem.acquire_with(&b, ms(0)).await, Err(BudgetError::Expired)));
+    assert!(matches!(
+        sem.acquire_with(&b, ms(0)).await,
+        Err(BudgetError::Expired)
+    ));
     assert_eq!(sem.available_permits(), 1);
 }
 
@@ -189,7 +200,10 @@ async fn long_budgets_get_their_share_under_a_flood_of_short_ones() {
         async move {
             let mut short = Vec::new();
             for _ in 0..1_000 {
-                short.push((Instant::now(), waiter(&sem, &log, "short", 40, ms(10), ms(4))));
+                short.push((
+                    Instant::now(),
+                    waiter(&sem, &log, "short", 40, ms(10), ms(4)),
+                ));
                 tokio::time::sleep(ms(1)).await;
             }
             short
@@ -198,10 +212,16 @@ async fn long_budgets_get_their_share_under_a_flood_of_short_ones() {
     tokio::time::sleep(ms(50)).await;
     let mut long = Vec::new();
     for _ in 0..40 {
-        long.push((Instant::now(), waiter(&sem, &log, "long", 400, ms(10), ms(4))));
+        long.push((
+            Instant::now(),
+            waiter(&sem, &log, "long", 400, ms(10), ms(4)),
+        ));
         tokio::time::sleep(ms(9)).await;
     }
-    let served = |tasks: Vec<(Instant, tokio::task::JoinHandle<Result<Instant, BudgetError>>)>,
+    let served = |tasks: Vec<(
+        Instant,
+        tokio::task::JoinHandle<Result<Instant, BudgetError>>,
+    )>,
                   budget: Duration| async move {
         let mut served = 0usize;
         let total = tasks.len();
@@ -222,7 +242,10 @@ async fn long_budgets_get_their_share_under_a_flood_of_short_ones() {
         long_share > 0.0 && long_share >= short_share * 0.5,
         "long {long_share:.2} vs short {short_share:.2}"
     );
-    assert!(short_share > 0.15, "the flood is served too: {short_share:.2}");
+    assert!(
+        short_share > 0.15,
+        "the flood is served too: {short_share:.2}"
+    );
     assert_eq!(sem.available_permits(), 1);
 }
 
@@ -260,7 +283,9 @@ async fn beyond_the_queue_bound_a_newcomer_is_refused_at_once() {
     settle().await;
     let start = Instant::now();
     let b = budget(1_000);
-    assert!(matches!(sem.acquire_with(&b, ms(5)).await, Err(BudgetError::Refused(r)) if r.required() == ms(5)));
+    assert!(
+        matches!(sem.acquire_with(&b, ms(5)).await, Err(BudgetError::Refused(r)) if r.required() == ms(5))
+    );
     assert_eq!(start.elapsed(), Duration::ZERO);
     drop(held);
     queued.await.unwrap().unwrap();
@@ -327,22 +352,33 @@ async fn the_layer_refuses_waiters_without_running_them_and_leaks_no_slot() {
     drop(gone);
     assert_eq!(layer.waiting(), 0);
     assert_eq!(first.await.unwrap().unwrap().status(), 200);
-    assert_eq!(*ran.lock().unwrap(), ["/first"], "refused and gone never ran");
+    assert_eq!(
+        *ran.lock().unwrap(),
+        ["/first"],
+        "refused and gone never ran"
+    );
     assert_eq!(layer.available(), 1, "no slot leaked");
     // With a free slot the request runs.
     let mut svc = svc;
-    let res = svc.ready().await.unwrap().call(req("/slow", 500)).await.unwrap();
+    let res = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(req("/slow", 500))
+        .await
+        .unwrap();
     assert_eq!(res.status(), 200);
 }
 
 #[tokio::test(start_paused = true)]
 async fn the_error_answer_returns_the_budget_error() {
-    let inner = tower::service_fn(|_: http::Request<()>| async {
-        Ok::<_, tower::BoxError>(())
-    });
+    let inner = tower::service_fn(|_: http::Request<()>| async { Ok::<_, tower::BoxError>(()) });
     let svc = AdmissionLayer::with_errors(AdmissionConfig::new(1).with_cost(ms(10))).layer(inner);
     let mut req = http::Request::new(());
     req.extensions_mut().insert(budget(5));
     let err = svc.oneshot(req).await.unwrap_err();
-    assert!(matches!(BudgetError::find(err.as_ref()), Some(BudgetError::Refused(_))));
+    assert!(matches!(
+        BudgetError::find(err.as_ref()),
+        Some(BudgetError::Refused(_))
+    ));
 }
