@@ -26,8 +26,7 @@
 //! - **Bounded.** Beyond `queue_bound` waiters a newcomer is refused at once.
 //!
 //! The budget is the one in the request's extensions (the server layers put a
-//! [`RequestBudget`](crate::RequestBudget) there), else the ambient
-//! [`RequestBudget::current`](crate::RequestBudget::current). A request with no budget at all
+//! [`RequestBudget`] there), else the ambient [`RequestBudget::current`]. A request with no budget at all
 //! is admitted in arrival order with no deadline logic: never refused for time, and ordered
 //! as if its deadline were its arrival, so later arrivals never starve it.
 //!
