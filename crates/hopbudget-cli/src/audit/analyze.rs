@@ -121,7 +121,7 @@ pub(crate) struct OffsetAcc {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct AnalyzeSettings {
     /// How much more than its caller had left a hop may start with before it counts as a
-    /// reset: absorbs clock skew between the services' span timestamps and rounding.
+    /// reset: absorbs millisecond rounding (and skew, if a proxy's span sits between).
     pub(crate) tolerance_ms: i64,
     /// Cap on distinct hops kept.
     pub(crate) max_hops: usize,
@@ -316,17 +316,20 @@ impl Accumulated {
                         self.detached_edges += 1;
                         continue;
                     }
-                    let elapsed = ms_between(p.start_ns, s.start_ns);
-                    let left = prem - elapsed;
+                    // When the caller called, it had at most `prem` less the time from its
+                    // own start to the start of the span the call was made in: both
+                    // timestamps come from the caller's process, so clock skew between hosts
+                    // and queueing before the callee's span opened cannot fake a reset.
+                    let b = &spans[bracket];
+                    let called_after = ms_between(p.start_ns, b.start_ns).max(0);
+                    let left = prem - called_after;
                     let gain = crem - left;
-                    let reset = crem > prem || gain > self.settings.tolerance_ms;
+                    let reset = gain > self.settings.tolerance_ms;
                     if reset {
                         edge.resets += 1;
                     }
                     if hop.source.is_some() && hop.source == kinds.epoch {
-                        let b = &spans[bracket];
-                        let called_after = ms_between(p.start_ns, b.start_ns).max(0);
-                        let sample = prem - called_after - phop.margin_ms.unwrap_or(0) - crem;
+                        let sample = left - phop.margin_ms.unwrap_or(0) - crem;
                         let o = self.offsets.entry((p.service, s.service)).or_default();
                         o.samples += 1;
                         o.min = Some(o.min.map_or(sample, |m| m.min(sample)));
@@ -463,7 +466,7 @@ mod tests {
         acc.trace(&spans, Finish::Complete, &names);
         let b = &acc.hops[&(names.lookup("b").unwrap(), names.lookup("b").unwrap())];
         assert_eq!(b.resets, 1);
-        assert_eq!(b.reset_gain_max, 2_000 - 400);
+        assert_eq!(b.reset_gain_max, 2_000 - 490);
         assert_eq!(b.reset_below.len(), 1);
         let c = &acc.hops[&(names.lookup("c").unwrap(), names.lookup("c").unwrap())];
         assert_eq!((c.resets, c.compared), (0, 1));

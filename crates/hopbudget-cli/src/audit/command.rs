@@ -21,8 +21,9 @@ pub struct AuditArgs {
     #[arg(long, value_name = "FILE")]
     html: Option<PathBuf>,
     /// A hop may start with this much more than its caller had left (ms) before it counts
-    /// as a budget reset; absorbs clock skew between hosts.
-    #[arg(long, default_value_t = 10)]
+    /// as a budget reset; absorbs millisecond rounding. (What the caller had left is
+    /// measured on the caller's own clock, so skew between hosts does not matter.)
+    #[arg(long, default_value_t = 2)]
     tolerance_ms: i64,
     /// Finish a trace once its root arrived and this many later spans were read.
     #[arg(long, default_value_t = 20_000)]

@@ -72,18 +72,31 @@ pub(crate) fn read_path(
             }
         }
     };
+    read_stream(raw, &label, limits, sink, stats, problems);
+}
+
+/// Read one input stream (plain or gzip, detected from its first bytes); `label` names it
+/// in problems.
+pub(crate) fn read_stream(
+    raw: Box<dyn Read + '_>,
+    label: &str,
+    limits: ReadLimits,
+    sink: &mut dyn SpanSink,
+    stats: &mut InputStats,
+    problems: &mut Problems,
+) {
     stats.files += 1;
     let mut buffered = BufReader::with_capacity(256 * 1024, raw);
     let head = match buffered.fill_buf() {
         Ok(b) => b.get(..4).unwrap_or(b).to_vec(),
         Err(e) => {
-            problems.push(Problem::new(&label, None, format!("cannot read: {e}")));
+            problems.push(Problem::new(label, None, format!("cannot read: {e}")));
             return;
         }
     };
     if head.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
         problems.push(Problem::new(
-            &label,
+            label,
             None,
             "zstd-compressed (the Collector's `compression: zstd`): decompress it first, \
              e.g. `zstd -dc FILE | hopbudget audit -`"
@@ -91,7 +104,7 @@ pub(crate) fn read_path(
         ));
         return;
     }
-    let mut reader: Box<dyn BufRead> = if head.starts_with(&[0x1f, 0x8b]) {
+    let mut reader: Box<dyn BufRead + '_> = if head.starts_with(&[0x1f, 0x8b]) {
         // A file exporter may append gzip members one after the other: read them all.
         Box::new(BufReader::with_capacity(
             256 * 1024,
@@ -100,7 +113,7 @@ pub(crate) fn read_path(
     } else {
         Box::new(buffered)
     };
-    read_lines(&mut reader, &label, limits, sink, stats, problems);
+    read_lines(&mut reader, label, limits, sink, stats, problems);
 }
 
 /// Read lines from `reader`; `label` names it in problems.

@@ -93,7 +93,7 @@ impl Problems {
 #[derive(Clone, Debug)]
 pub struct AuditOptions {
     /// A hop may start with this much more than its caller had left before it counts as a
-    /// reset (absorbs clock skew between hosts' span timestamps). Default 10 ms.
+    /// reset (absorbs millisecond rounding). Default 2 ms.
     pub tolerance_ms: i64,
     /// A trace is finished once its root arrived and this many spans of other traces have
     /// been read since its last span. Default 20,000.
@@ -114,7 +114,7 @@ pub struct AuditOptions {
 impl Default for AuditOptions {
     fn default() -> Self {
         Self {
-            tolerance_ms: 10,
+            tolerance_ms: 2,
             settle_spans: 20_000,
             max_open_spans: 250_000,
             max_line_bytes: 64 << 20,
@@ -156,42 +156,84 @@ impl input::SpanSink for Auditor {
     }
 }
 
+/// One audit in progress: feed it inputs, then [`finish`](Self::finish) it.
+struct Session {
+    auditor: Auditor,
+    stats: input::InputStats,
+    problems: Problems,
+    limits: input::ReadLimits,
+    rules: report::FindingRules,
+}
+
+impl Session {
+    fn new(opts: &AuditOptions) -> Self {
+        Self {
+            auditor: Auditor {
+                names: span::Interner::new(10_000),
+                grouper: group::Grouper::new(group::GroupLimits {
+                    settle: opts.settle_spans,
+                    max_open_spans: opts.max_open_spans,
+                }),
+                acc: analyze::Accumulated::new(analyze::AnalyzeSettings {
+                    tolerance_ms: opts.tolerance_ms,
+                    max_hops: 10_000,
+                }),
+            },
+            stats: input::InputStats::default(),
+            problems: Problems::new(opts.max_problems),
+            limits: input::ReadLimits {
+                max_line_bytes: opts.max_line_bytes,
+            },
+            rules: report::FindingRules {
+                spike_min: opts.spike_min,
+                depth_min: opts.depth_min,
+            },
+        }
+    }
+
+    fn finish(self) -> Report {
+        let Auditor {
+            names,
+            mut grouper,
+            mut acc,
+        } = self.auditor;
+        grouper.drain(&mut |spans, how| acc.trace(&spans, how, &names));
+        report::build(report::Inputs {
+            acc: &acc,
+            names: &names,
+            input: self.stats,
+            grouping: grouper.stats,
+            problems: self.problems,
+            rules: self.rules,
+        })
+    }
+}
+
 /// Audit `files` (`-` is standard input), in order, as one stream of spans.
 pub fn run(files: &[PathBuf], opts: &AuditOptions) -> Report {
-    let mut auditor = Auditor {
-        names: span::Interner::new(10_000),
-        grouper: group::Grouper::new(group::GroupLimits {
-            settle: opts.settle_spans,
-            max_open_spans: opts.max_open_spans,
-        }),
-        acc: analyze::Accumulated::new(analyze::AnalyzeSettings {
-            tolerance_ms: opts.tolerance_ms,
-            max_hops: 10_000,
-        }),
-    };
-    let mut stats = input::InputStats::default();
-    let mut problems = Problems::new(opts.max_problems);
-    let limits = input::ReadLimits {
-        max_line_bytes: opts.max_line_bytes,
-    };
+    let mut s = Session::new(opts);
     for file in files {
-        input::read_path(file, limits, &mut auditor, &mut stats, &mut problems);
+        input::read_path(
+            file,
+            s.limits,
+            &mut s.auditor,
+            &mut s.stats,
+            &mut s.problems,
+        );
     }
-    let Auditor {
-        names,
-        mut grouper,
-        mut acc,
-    } = auditor;
-    grouper.drain(&mut |spans, how| acc.trace(&spans, how, &names));
-    report::build(report::Inputs {
-        acc: &acc,
-        names: &names,
-        input: stats,
-        grouping: grouper.stats,
-        problems,
-        rules: report::FindingRules {
-            spike_min: opts.spike_min,
-            depth_min: opts.depth_min,
-        },
-    })
+    s.finish()
+}
+
+/// Audit one stream (plain or gzip); `label` names it in problems.
+pub fn run_reader(label: &str, reader: impl std::io::Read, opts: &AuditOptions) -> Report {
+    let mut s = Session::new(opts);
+    input::read_stream(
+        Box::new(reader),
+        label,
+        s.limits,
+        &mut s.auditor,
+        &mut s.stats,
+        &mut s.problems,
+    );
+    s.finish()
 }
