@@ -69,8 +69,14 @@ fn audit_names_the_forgetful_hop_and_the_reset_below_it_then_finds_nothing_on_cl
         b["hop"].as_str().unwrap().starts_with("warehouse-router"),
         "{json}"
     );
-    assert!(b["related"][0].as_str().unwrap().starts_with("inventory"), "{json}");
-    assert!(b["below"][0].as_str().unwrap().starts_with("reco-scorer"), "{json}");
+    assert!(
+        b["related"][0].as_str().unwrap().starts_with("inventory"),
+        "{json}"
+    );
+    assert!(
+        b["below"][0].as_str().unwrap().starts_with("reco-scorer"),
+        "{json}"
+    );
     assert!(b["value_ms"].as_i64().unwrap() > 1_000, "{json}");
     assert_eq!(report["problems_total"], 0, "{json}");
 
@@ -83,7 +89,10 @@ fn audit_names_the_forgetful_hop_and_the_reset_below_it_then_finds_nothing_on_cl
         "{table}"
     );
     let page = std::fs::read_to_string(&html).unwrap();
-    assert!(page.contains("<span class=\"reset\">warehouse-router"), "{page}");
+    assert!(
+        page.contains("<span class=\"reset\">warehouse-router"),
+        "{page}"
+    );
 
     let clean = demo_traces(None, "clean");
     let (status, table) = audit(&[clean.to_str().unwrap()]);

@@ -25,8 +25,16 @@ fn opts() -> AuditOptions {
 
 #[test]
 fn generated_traces_with_a_forgetful_hop_show_the_break_and_the_spike() {
-    let r = audit::run_reader("gen", &traces(40_000, Some("warehouse-router"))[..], &opts());
-    let kinds: Vec<_> = r.findings.iter().map(|f| (f.kind, f.hop.as_str())).collect();
+    let r = audit::run_reader(
+        "gen",
+        &traces(40_000, Some("warehouse-router"))[..],
+        &opts(),
+    );
+    let kinds: Vec<_> = r
+        .findings
+        .iter()
+        .map(|f| (f.kind, f.hop.as_str()))
+        .collect();
     assert!(
         kinds.contains(&(FindingKind::ChainBreak, "warehouse-router grpc")),
         "{kinds:?}"
@@ -78,7 +86,9 @@ fn a_truncated_file_is_reported_with_its_line_and_the_rest_is_audited() {
     let r = audit::run_reader("cut.jsonl.gz", &gz[..gz.len() / 2], &opts());
     assert!(r.problems_total >= 1, "{:?}", r.problems);
     assert!(
-        r.problems.iter().any(|p| p.to_string().contains("ends early")),
+        r.problems
+            .iter()
+            .any(|p| p.to_string().contains("ends early")),
         "{:?}",
         r.problems
     );
@@ -95,9 +105,18 @@ fn malformed_lines_and_spans_are_named_and_skipped() {
     let r = audit::run_reader("bad.jsonl", text.as_bytes(), &opts());
     let shown: Vec<String> = r.problems.iter().map(ToString::to_string).collect();
     assert_eq!(r.problems_total, 3, "{shown:#?}");
-    assert!(shown[0].starts_with("bad.jsonl:1: span 1: spanId"), "{shown:#?}");
-    assert!(shown[1].starts_with("bad.jsonl:2: not an OTLP JSON"), "{shown:#?}");
-    assert!(shown[2].starts_with("bad.jsonl:3: not an OTLP JSON"), "{shown:#?}");
+    assert!(
+        shown[0].starts_with("bad.jsonl:1: span 1: spanId"),
+        "{shown:#?}"
+    );
+    assert!(
+        shown[1].starts_with("bad.jsonl:2: not an OTLP JSON"),
+        "{shown:#?}"
+    );
+    assert!(
+        shown[2].starts_with("bad.jsonl:3: not an OTLP JSON"),
+        "{shown:#?}"
+    );
     assert_eq!(r.input.bad_lines, 2);
     assert_eq!(r.input.bad_spans, 1);
 }

@@ -50,7 +50,15 @@ async fn audit_finds_the_forgetful_route_in_the_librarys_own_spans() {
                 "/price",
                 get(move || {
                     let (http, tax) = (h1.clone(), t1.clone());
-                    async move { http.get(format!("{tax}/tax")).send().await.unwrap().text().await.unwrap() }
+                    async move {
+                        http.get(format!("{tax}/tax"))
+                            .send()
+                            .await
+                            .unwrap()
+                            .text()
+                            .await
+                            .unwrap()
+                    }
                 }),
             )
             .route(
@@ -58,7 +66,8 @@ async fn audit_finds_the_forgetful_route_in_the_librarys_own_spans() {
                 get(move || {
                     let (http, tax) = (h2.clone(), t2.clone());
                     // S13: a fresh budget of this service's own instead of what is left.
-                    let fresh = RequestBudget::local(Duration::from_secs(2), Profile::default().policy());
+                    let fresh =
+                        RequestBudget::local(Duration::from_secs(2), Profile::default().policy());
                     async move {
                         http.get(format!("{tax}/tax"))
                             .with_extension(fresh)
@@ -78,10 +87,11 @@ async fn audit_finds_the_forgetful_route_in_the_librarys_own_spans() {
     let edge = client(&profile("edge"));
     for route in ["price", "price-forgetful"] {
         for _ in 0..5 {
-            let answer = RequestBudget::local(Duration::from_millis(500), Profile::default().policy())
-                .scope(edge.get(format!("{pricing}/{route}")).send())
-                .await
-                .unwrap();
+            let answer =
+                RequestBudget::local(Duration::from_millis(500), Profile::default().policy())
+                    .scope(edge.get(format!("{pricing}/{route}")).send())
+                    .await
+                    .unwrap();
             assert_eq!(answer.status(), 200);
         }
     }

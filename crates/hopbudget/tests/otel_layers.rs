@@ -3,7 +3,12 @@
 //! the server layers (`ServerBudgetLayer`, `GrpcServerLayer`) make their hop span the child of
 //! the caller's span. A three-hop chain over loopback becomes one trace whose hop spans form
 //! the call chain, which is what `hopbudget audit` needs to rebuild it.
-#![cfg(all(feature = "otel", feature = "reqwest", feature = "axum", feature = "grpc"))]
+#![cfg(all(
+    feature = "otel",
+    feature = "reqwest",
+    feature = "axum",
+    feature = "grpc"
+))]
 
 mod grpc_support;
 
@@ -68,7 +73,10 @@ fn one(spans: Vec<SpanData>, service: &str) -> SpanData {
 }
 
 fn assert_child(child: &SpanData, parent: &SpanData) {
-    assert_eq!(child.span_context.trace_id(), parent.span_context.trace_id());
+    assert_eq!(
+        child.span_context.trace_id(),
+        parent.span_context.trace_id()
+    );
     assert_eq!(child.parent_span_id, parent.span_context.span_id());
 }
 

@@ -59,7 +59,8 @@ fn serve_hop(service: &str, route: &str, protocol: Protocol, headers: &HeaderMap
     let budget = RequestBudget::local(Duration::from_millis(200), HopPolicy::DEFAULT);
     let hop = Hop::start(&labels, &budget);
     let linked = propagation::set_parent(hop.span(), headers);
-    hop.span().in_scope(|| tracing::info!("handler runs in the hop span"));
+    hop.span()
+        .in_scope(|| tracing::info!("handler runs in the hop span"));
     hop.finish(Outcome::Completed);
     linked
 }
@@ -70,7 +71,11 @@ fn assert_child(child: &SpanData, parent: &SpanData) {
         parent.span_context.trace_id(),
         "same trace"
     );
-    assert_eq!(child.parent_span_id, parent.span_context.span_id(), "child of the caller");
+    assert_eq!(
+        child.parent_span_id,
+        parent.span_context.span_id(),
+        "child of the caller"
+    );
     assert!(child.parent_span_is_remote, "the parent came over the wire");
 }
 
@@ -133,7 +138,12 @@ impl HopService for Tax {
         request: tonic::Request<CallRequest>,
     ) -> Result<tonic::Response<CallReply>, tonic::Status> {
         let headers = request.metadata().clone().into_headers();
-        let linked = serve_hop("tax", "/hopbudget.testkit.Hop/Call", Protocol::Grpc, &headers);
+        let linked = serve_hop(
+            "tax",
+            "/hopbudget.testkit.Hop/Call",
+            Protocol::Grpc,
+            &headers,
+        );
         Ok(tonic::Response::new(CallReply {
             tag: linked.to_string(),
             ..CallReply::default()

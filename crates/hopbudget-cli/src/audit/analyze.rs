@@ -374,7 +374,11 @@ impl Accumulated {
 
 fn ms_between(from_ns: u64, to_ns: u64) -> i64 {
     let d = i128::from(to_ns) - i128::from(from_ns);
-    i64::try_from(d.div_euclid(1_000_000)).unwrap_or(if d < 0 { i64::MIN / 2 } else { i64::MAX / 2 })
+    i64::try_from(d.div_euclid(1_000_000)).unwrap_or(if d < 0 {
+        i64::MIN / 2
+    } else {
+        i64::MAX / 2
+    })
 }
 
 fn link(spans: &[Span], index: &HashMap<u64, usize>, i: usize) -> Link {

@@ -77,8 +77,13 @@ impl Gen {
             let mut end = work_end;
             for child in (0..HOPS.len()).filter(|&c| HOPS[c].2 == Some(i)) {
                 let spent = ((call_at - start) / ms) as i64;
-                let child_end =
-                    self.hop(t, child, call_at + 200_000, remaining - spent - MARGIN_MS, id);
+                let child_end = self.hop(
+                    t,
+                    child,
+                    call_at + 200_000,
+                    remaining - spent - MARGIN_MS,
+                    id,
+                );
                 end = end.max(child_end + 100_000);
             }
             if end > deadline {
@@ -122,7 +127,12 @@ fn string(key: &str, v: &str) -> String {
 ///
 /// # Errors
 /// Writing failed, or `forgetful` is not a service of the graph.
-pub fn write(out: &mut dyn Write, spans: u64, forgetful: Option<&str>, seed: u64) -> io::Result<u64> {
+pub fn write(
+    out: &mut dyn Write,
+    spans: u64,
+    forgetful: Option<&str>,
+    seed: u64,
+) -> io::Result<u64> {
     let forgetful = match forgetful {
         None => None,
         Some(name) => Some(HOPS.iter().position(|h| h.0 == name).ok_or_else(|| {

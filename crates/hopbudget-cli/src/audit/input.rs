@@ -149,8 +149,7 @@ pub(crate) fn read_lines(
                     continue;
                 }
                 stats.lines += 1;
-                if let Err(reason) = decode_line(&line, label, number, sink, stats, problems)
-                {
+                if let Err(reason) = decode_line(&line, label, number, sink, stats, problems) {
                     stats.bad_lines += 1;
                     let reason = if ended {
                         reason
@@ -243,8 +242,8 @@ fn decode_line(
     stats: &mut InputStats,
     problems: &mut Problems,
 ) -> Result<(), String> {
-    let request: RequestJson<'_> = serde_json::from_slice(line)
-        .map_err(|e| format!("not an OTLP JSON trace request: {e}"))?;
+    let request: RequestJson<'_> =
+        serde_json::from_slice(line).map_err(|e| format!("not an OTLP JSON trace request: {e}"))?;
     let mut index = 0u64;
     for rs in request.resource_spans {
         let resource_service = rs
@@ -275,7 +274,11 @@ fn decode_line(
     Ok(())
 }
 
-fn convert(span: SpanJson<'_>, service: Option<&str>, names: &mut Interner) -> Result<Span, String> {
+fn convert(
+    span: SpanJson<'_>,
+    service: Option<&str>,
+    names: &mut Interner,
+) -> Result<Span, String> {
     let trace = match &span.trace_id {
         Some(Scalar::Str(s)) => parse_hex_id(s, 16).map_err(|e| format!("traceId: {e}"))?,
         _ => return Err("no traceId".into()),
@@ -606,9 +609,18 @@ mod tests {
         assert_eq!(sink.0.len(), 1);
         let reasons: Vec<String> = problems.shown.iter().map(ToString::to_string).collect();
         assert_eq!(problems.total, 3, "{reasons:?}");
-        assert!(reasons[0].starts_with("t.jsonl:1: not an OTLP JSON"), "{reasons:?}");
-        assert!(reasons[1].contains("t.jsonl:2: span 1: spanId"), "{reasons:?}");
-        assert!(reasons[2].contains("t.jsonl:4:") && reasons[2].contains("truncated"), "{reasons:?}");
+        assert!(
+            reasons[0].starts_with("t.jsonl:1: not an OTLP JSON"),
+            "{reasons:?}"
+        );
+        assert!(
+            reasons[1].contains("t.jsonl:2: span 1: spanId"),
+            "{reasons:?}"
+        );
+        assert!(
+            reasons[2].contains("t.jsonl:4:") && reasons[2].contains("truncated"),
+            "{reasons:?}"
+        );
     }
 
     #[test]

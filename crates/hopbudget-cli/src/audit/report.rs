@@ -8,7 +8,7 @@
 
 use serde::Serialize;
 
-use super::analyze::{Accumulated, HopAcc, HopKey, Histogram};
+use super::analyze::{Accumulated, Histogram, HopAcc, HopKey};
 use super::group::GroupStats;
 use super::input::InputStats;
 use super::span::Interner;
@@ -312,10 +312,7 @@ pub(crate) fn build(i: Inputs<'_>) -> Report {
                 from = names.name(*from),
                 abs = min.abs(),
                 n = o.samples,
-                med = o
-                    .all
-                    .quantile(0.5)
-                    .map_or(0, |v| v as i64 - 1_000_000),
+                med = o.all.quantile(0.5).map_or(0, |v| v as i64 - 1_000_000),
             ),
             example_trace: None,
         });
@@ -343,7 +340,9 @@ pub(crate) fn build(i: Inputs<'_>) -> Report {
         })
         .collect();
     tree.sort_by(|a, b| (&a.parent, &a.child).cmp(&(&b.parent, &b.child)));
-    grouping.traces = grouping.traces.max(acc.traces_complete + acc.traces_partial);
+    grouping.traces = grouping
+        .traces
+        .max(acc.traces_complete + acc.traces_partial);
     let mut problems_shown = problems.shown;
     let mut problems_total = problems.total;
     if names.overflowed > 0 || acc.hops_overflowed > 0 {
@@ -394,12 +393,7 @@ fn hop_findings(
         let carried = h
             .sources
             .iter()
-            .filter(|(s, _)| {
-                !matches!(
-                    names.name(**s),
-                    "fallback" | "none" | "local" | "detached"
-                )
-            })
+            .filter(|(s, _)| !matches!(names.name(**s), "fallback" | "none" | "local" | "detached"))
             .map(|(_, c)| c)
             .sum::<u64>();
         let culprit = if carried * 2 > h.spans {
@@ -545,8 +539,7 @@ pub(crate) fn spike(durations: &Histogram, min: u64) -> Option<(u64, u64)> {
             in_window += sorted[hi_idx].1;
             hi_idx += 1;
         }
-        if best.is_none_or(|(_, c)| in_window > c) && lo >= 10 && lo >= median.saturating_mul(2)
-        {
+        if best.is_none_or(|(_, c)| in_window > c) && lo >= 10 && lo >= median.saturating_mul(2) {
             best = Some((lo, in_window));
         }
         in_window -= sorted[lo_idx].1;
