@@ -192,3 +192,131 @@ proptest! {
         let _ = audit::render::json(&r);
     }
 }
+
+/// One hand-made hop span as OTLP JSON.
+fn hop(
+    trace: u32,
+    id: u32,
+    parent: u32,
+    service: &str,
+    start_ms: u64,
+    attrs: &[(&str, &str)],
+) -> String {
+    let attrs: Vec<String> = attrs
+        .iter()
+        .map(|(k, v)| match v.parse::<i64>() {
+            Ok(n) => format!(r#"{{"key":"{k}","value":{{"intValue":"{n}"}}}}"#),
+            Err(_) => format!(r#"{{"key":"{k}","value":{{"stringValue":"{v}"}}}}"#),
+        })
+        .collect();
+    let parent = if parent == 0 {
+        String::new()
+    } else {
+        format!("{parent:016x}")
+    };
+    let t0 = 1_765_000_000_000_000_000u64 + u64::from(trace) * 1_000_000_000;
+    format!(
+        r#"{{"traceId":"{trace:032x}","spanId":"{id:016x}","parentSpanId":"{parent}","name":"{service}","kind":2,"startTimeUnixNano":"{}","endTimeUnixNano":"{}","attributes":[{},{{"key":"service.name","value":{{"stringValue":"{service}"}}}}]}}"#,
+        t0 + start_ms * 1_000_000,
+        t0 + (start_ms + 10) * 1_000_000,
+        attrs.join(",")
+    )
+}
+
+fn line(spans: &[String]) -> String {
+    format!(
+        r#"{{"resourceSpans":[{{"resource":{{}},"scopeSpans":[{{"spans":[{}]}}]}}]}}"#,
+        spans.join(",")
+    ) + "\n"
+}
+
+#[test]
+fn missing_deadlines_late_work_over_shrunk_chains_and_epoch_skew_are_found() {
+    let mut text = String::new();
+    for t in 1..=20u32 {
+        // edge (400 ms) -> mid -> leaf: the leaf needs 200 ms and is refused with 80 (S6);
+        // mid's deadline came as an epoch instant from a clock 300 ms ahead (S3): it sees
+        // 400 - 5 (edge's margin) - 300 = 95 ms less the time edge spent before calling.
+        let spent = u64::from(t % 3);
+        text += &line(&[
+            hop(
+                t,
+                1,
+                0,
+                "edge",
+                0,
+                &[
+                    ("deadline.remaining_ms", "400"),
+                    ("deadline.source", "relative-ms"),
+                    ("deadline.margin_ms", "5"),
+                    ("deadline.outcome", "completed"),
+                ],
+            ),
+            hop(
+                t,
+                2,
+                1,
+                "mid",
+                spent,
+                &[
+                    ("deadline.remaining_ms", &(95 - spent as i64).to_string()),
+                    ("deadline.source", "epoch-ms"),
+                    ("deadline.margin_ms", "5"),
+                    ("deadline.outcome", "completed"),
+                    ("deadline.overrun_ms", "30"),
+                ],
+            ),
+            hop(
+                t,
+                3,
+                2,
+                "leaf",
+                spent + 1,
+                &[
+                    ("deadline.remaining_ms", "80"),
+                    (
+                        "deadline.source",
+                        if t <= 4 { "fallback" } else { "grpc-timeout" },
+                    ),
+                    ("deadline.outcome", "refused"),
+                    ("deadline.required_ms", "200"),
+                ],
+            ),
+        ]);
+    }
+    let r = audit::run_reader("made.jsonl", text.as_bytes(), &opts());
+    let table = audit::render::table(&r);
+    let find = |kind: FindingKind| {
+        r.findings
+            .iter()
+            .find(|f| f.kind == kind)
+            .unwrap_or_else(|| panic!("no {kind:?}\n{table}"))
+    };
+    let offset = find(FindingKind::ClockOffset);
+    assert_eq!(
+        (offset.hop.as_str(), offset.value_ms),
+        ("edge -> mid", Some(300)),
+        "{table}"
+    );
+    let missing = find(FindingKind::MissingDeadline);
+    assert_eq!(
+        (missing.hop.as_str(), missing.count),
+        ("leaf", 4),
+        "{table}"
+    );
+    let late = find(FindingKind::LateWork);
+    assert_eq!(
+        (late.hop.as_str(), late.count, late.value_ms),
+        ("mid", 20, Some(30)),
+        "{table}"
+    );
+    let shrunk = find(FindingKind::EntryBudgetTooSmall);
+    assert!(
+        shrunk
+            .detail
+            .contains("entry budget too small for this chain depth")
+            && shrunk.detail.contains("about 520 ms"),
+        "{table}"
+    );
+    assert_eq!(r.chain_breaks(), 0, "{table}");
+}
