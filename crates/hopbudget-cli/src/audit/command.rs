@@ -9,9 +9,11 @@ use super::{AuditOptions, render};
 
 /// `hopbudget audit FILE…`.
 #[derive(Debug, clap::Args)]
-#[command(after_help = "Exit status: 1 when a budget reset (chain break, S13) is found; else 3 \
+#[command(
+    after_help = "Exit status: 1 when a budget reset (chain break, S13) is found; else 3 \
     when some input could not be read (each problem is listed with file, line and reason); \
-    else 0. 2 is a usage error.")]
+    else 0. 2 is a usage error."
+)]
 pub struct AuditArgs {
     /// OTLP JSON trace files (one export request per line; gzip is detected); `-` reads
     /// standard input.
