@@ -8,7 +8,7 @@ use tower_service::Service;
 use super::{ResponseBody, ResponseFuture, ServerBudgetLayer, linger};
 use crate::Profile;
 use crate::codec::{MalformedHeader, millis};
-use crate::lifecycle::{Admission, RouteLabel};
+use crate::lifecycle::{Admission, RouteLabel, strip_internal_markers};
 use crate::status::HttpStatusMap;
 
 /// Middleware that gives each inbound HTTP request its [`RequestBudget`].
@@ -89,6 +89,7 @@ where
                 ResponseFuture::answer(linger::answer_early(req, res))
             }
             Admission::Admitted(guard) => {
+                strip_internal_markers(req.headers_mut());
                 req.extensions_mut().insert(guard.budget().clone());
                 // Some services do work in `call` itself; give it the scope and span too.
                 let future = guard.enter(|| self.inner.call(req));
