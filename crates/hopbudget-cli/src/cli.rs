@@ -26,8 +26,8 @@ enum Command {
         #[command(subcommand)]
         command: ProfileCommand,
     },
-    /// Run the checkout call graph (S7) with per-hop timeouts and with propagated deadlines,
-    /// and compare them side by side.
+    /// Run the checkout call graph (S7) with per-hop timeouts (work detached, or dropped with
+    /// its caller) and with propagated deadlines, and compare them side by side (S18).
     Demo(DemoArgs),
     /// Run one service of a demo topology alone (one process per host).
     Serve(ServeArgs),
@@ -42,22 +42,34 @@ enum ProfileCommand {
     },
 }
 
+/// A mode, or all of them (S18).
 #[derive(Clone, Copy, Debug, ValueEnum)]
 enum ModeArg {
+    /// Per-hop fresh timeouts, each handler on a detached task (the seeds' incident).
+    Detached,
+    /// Per-hop fresh timeouts with Rust's drop-cancellation, nothing else.
     Timeouts,
+    /// hopbudget at every hop.
     Propagated,
-    Both,
+    /// All three, in that order.
+    All,
 }
 
+/// One mode.
 #[derive(Clone, Copy, Debug, ValueEnum)]
 enum OneMode {
+    /// Per-hop fresh timeouts, the handler on a detached task.
+    Detached,
+    /// Per-hop fresh timeouts with drop-cancellation.
     Timeouts,
+    /// hopbudget's layers.
     Propagated,
 }
 
 impl From<OneMode> for Mode {
     fn from(m: OneMode) -> Self {
         match m {
+            OneMode::Detached => Mode::Detached,
             OneMode::Timeouts => Mode::Timeouts,
             OneMode::Propagated => Mode::Propagated,
         }
@@ -70,7 +82,7 @@ struct DemoArgs {
     #[arg(long)]
     topology: Option<PathBuf>,
     /// Which mode(s) to run.
-    #[arg(long, value_enum, default_value = "both")]
+    #[arg(long, value_enum, default_value = "all")]
     mode: ModeArg,
     /// Arrivals per second (default: the topology's, 40).
     #[arg(long)]
@@ -151,7 +163,8 @@ fn run_demo(args: DemoArgs) -> Result<(), String> {
     let topology = load_topology(args.topology.as_ref())?;
     let mut opts = DemoOptions::new(topology);
     opts.modes = match args.mode {
-        ModeArg::Both => vec![Mode::Timeouts, Mode::Propagated],
+        ModeArg::All => Mode::ALL.to_vec(),
+        ModeArg::Detached => vec![Mode::Detached],
         ModeArg::Timeouts => vec![Mode::Timeouts],
         ModeArg::Propagated => vec![Mode::Propagated],
     };

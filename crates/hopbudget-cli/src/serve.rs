@@ -111,19 +111,26 @@ pub fn run(opts: &ServeOptions) -> Result<(), String> {
             topo.services.len(),
             Duration::from_millis(topo.client.budget_ms),
         ));
+        let behaviour = opts.mode.behaviour(opts.forgetful);
         let node = Arc::new(Node {
             idx,
-            peers: wiring::peers_for(topo, &spec, opts.mode, &profile, &addrs, &http)?,
+            peers: wiring::peers_for(
+                topo,
+                &spec,
+                behaviour.layers().client,
+                &profile,
+                &addrs,
+                &http,
+            )?,
             sem: Semaphore::new(spec.concurrency as usize),
-            mode: opts.mode,
-            forgetful: opts.forgetful,
             collector: collector.clone(),
             profile,
             seed: topo.client.seed,
             queue: spec
                 .background
                 .as_ref()
-                .map(|bg| queue::start(bg, opts.mode, collector.clone())),
+                .map(|bg| queue::start(bg, behaviour.clone(), collector.clone())),
+            behaviour,
             spec: spec.clone(),
         });
         let bound = listener.local_addr().map_err(|e| e.to_string())?;

@@ -341,20 +341,16 @@ impl HopGuard {
 
 impl Drop for HopGuard {
     fn drop(&mut self) {
-        // Dropped unfinished: the handler future was dropped. A deadline that had passed
-        // makes it an expiry, never a cancellation (C4).
-        let expired = self
+        // Dropped unfinished: the handler future was dropped, by the server layer at the
+        // deadline or because the caller went away. The budget recorded which one ended it
+        // (its end cause: an expiry is never a cancellation, C4); a hop without a budget
+        // (per-hop timeouts) only knows that its caller left.
+        let outcome = self
             .budget
             .as_ref()
-            .is_some_and(|b| b.remaining().is_zero());
-        self.close(
-            if expired {
-                Outcome::Expired
-            } else {
-                Outcome::Cancelled
-            },
-            false,
-        );
+            .and_then(RequestBudget::end_cause)
+            .map_or(Outcome::Cancelled, Outcome::from);
+        self.close(outcome, false);
     }
 }
 

@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use plotters::prelude::*;
 
 use super::DemoResults;
+use super::mode::Mode;
 use super::results::{HopResult, ModeResult};
-use super::wiring::Mode;
 
 fn cell(v: f64) -> String {
     if v >= 100.0 {

@@ -5,9 +5,9 @@ use std::time::Duration;
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
+use super::mode::Mode;
 use super::runner::RunData;
 use super::topology::Topology;
-use super::wiring::Mode;
 
 /// Latency percentiles, ms.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
