@@ -20,6 +20,8 @@ pub mod report;
 pub mod results;
 pub mod runner;
 pub mod services;
+pub mod table;
+pub mod timeline;
 pub mod topology;
 pub mod traces;
 pub mod wiring;
@@ -161,6 +163,12 @@ pub fn run(opts: &DemoOptions) -> Result<(DemoResults, Vec<runner::RunData>), St
             &data,
         ));
         raw.push(data);
+    }
+    // One request, the same in every mode, drawn as a timeline in the report.
+    if let Some(id) = raw.first().and_then(results::pick_request) {
+        for (m, data) in modes.iter_mut().zip(&raw) {
+            m.timeline = results::timeline(topo, data, id);
+        }
     }
     let capacity = topo.capacity_per_s();
     let mut sweep = Vec::new();
