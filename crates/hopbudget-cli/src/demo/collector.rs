@@ -107,9 +107,23 @@ pub struct BackgroundCounts {
     pub expired: u64,
 }
 
+/// What a collector does with each finished hop.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Keep {
+    /// Keep every record (a demo run, which ends).
+    All,
+    /// Keep nothing, so a long-running `serve` does not grow; print one line per hop for
+    /// services whose hops the library does not log (no server layer), named `service`.
+    Nothing {
+        /// Print a line per hop as `service`.
+        log_as: Option<String>,
+    },
+}
+
 /// Everything one run records.
 #[derive(Debug)]
 pub struct Collector {
+    keep: Keep,
     budget: Duration,
     clients: Mutex<HashMap<u64, ClientRec>>,
     hops: Vec<Mutex<HopCounts>>,
@@ -124,6 +138,7 @@ impl Collector {
     /// A collector for `services` services and a client budget.
     pub fn new(services: usize, budget: Duration) -> Self {
         Self {
+            keep: Keep::All,
             budget,
             clients: Mutex::new(HashMap::new()),
             hops: (0..services)
@@ -135,6 +150,20 @@ impl Collector {
             working: AtomicUsize::new(0),
             background: Mutex::new(BackgroundCounts::default()),
         }
+    }
+
+    /// A collector for `hopbudget serve`, which runs until stopped: it keeps no records, and
+    /// with `log_as` prints one line per hop (for a service whose hops the library's server
+    /// layer does not log).
+    pub fn for_serve(services: usize, log_as: Option<String>) -> Self {
+        Self {
+            keep: Keep::Nothing { log_as },
+            ..Self::new(services, Duration::ZERO)
+        }
+    }
+
+    fn keeps(&self) -> bool {
+        self.keep == Keep::All
     }
 
     /// The client sent request `id`.
@@ -178,7 +207,7 @@ impl Collector {
             },
         };
         // Request 0 is the warm-up call; it is not measured.
-        if id != 0 {
+        if id != 0 && self.keeps() {
             let mut h = lock(&self.hops[service]);
             h.arrivals += 1;
             h.budget_at_arrival_ms.push(left);
@@ -222,7 +251,7 @@ impl Collector {
     /// Background work for request `id` was handed to the queue.
     pub fn background_scheduled(&self, id: u64) {
         self.in_flight.fetch_add(1, Ordering::AcqRel);
-        if id != 0 {
+        if id != 0 && self.keeps() {
             lock(&self.background).scheduled += 1;
         }
     }
@@ -230,7 +259,7 @@ impl Collector {
     /// Background work for request `id` ended.
     pub fn background_done(&self, id: u64, outcome: BackgroundOutcome) {
         self.in_flight.fetch_sub(1, Ordering::AcqRel);
-        if id == 0 {
+        if id == 0 || !self.keeps() {
             return;
         }
         let answered = lock(&self.clients).get(&id).and_then(|c| c.end);
@@ -313,7 +342,19 @@ impl HopGuard {
         }
         self.done = true;
         self.collector.in_flight.fetch_sub(1, Ordering::AcqRel);
-        if self.id == 0 {
+        if let Keep::Nothing {
+            log_as: Some(service),
+        } = &self.collector.keep
+        {
+            println!(
+                "hop service={service} request_id={} budget_ms={} outcome={outcome}{} took_ms={:.1}",
+                self.id,
+                self.remaining_ms.map_or("none".into(), |ms| ms.to_string()),
+                if failed { " failed=true" } else { "" },
+                self.start.elapsed().as_secs_f64() * 1000.0
+            );
+        }
+        if self.id == 0 || !self.collector.keeps() {
             return;
         }
         {
@@ -367,7 +408,7 @@ pub struct WorkGuard {
 impl Drop for WorkGuard {
     fn drop(&mut self) {
         self.collector.working.fetch_sub(1, Ordering::AcqRel);
-        if self.id == 0 {
+        if self.id == 0 || !self.collector.keeps() {
             return;
         }
         lock(&self.collector.work).push(WorkRec {

@@ -298,7 +298,11 @@ pub fn peers_for(
 
 /// Serve `node` on `listener` until `stop` is cancelled, behind hopbudget's server layer when
 /// its mode has one.
-pub fn spawn_server(node: Arc<Node>, listener: TcpListener, stop: CancellationToken) {
+pub fn spawn_server(
+    node: Arc<Node>,
+    listener: TcpListener,
+    stop: CancellationToken,
+) -> tokio::task::JoinHandle<()> {
     let layered = node.behaviour.layers().server;
     let profile = node.profile.clone();
     match node.spec.protocol {
@@ -321,7 +325,7 @@ pub fn spawn_server(node: Arc<Node>, listener: TcpListener, stop: CancellationTo
                         .serve_with_incoming_shutdown(incoming, stop.cancelled_owned())
                         .await
                 };
-            });
+            })
         }
         Protocol::Http => {
             let mut app = axum::Router::new()
@@ -338,7 +342,7 @@ pub fn spawn_server(node: Arc<Node>, listener: TcpListener, stop: CancellationTo
                 let _ = axum::serve(listener, app)
                     .with_graceful_shutdown(stop.cancelled_owned())
                     .await;
-            });
+            })
         }
     }
 }
