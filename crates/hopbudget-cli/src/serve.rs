@@ -250,9 +250,9 @@ pub fn run(opts: &ServeOptions) -> Result<(), String> {
         });
         let bound = listener.local_addr().map_err(|e| e.to_string())?;
         let metrics_bound = metrics_listener.local_addr().map_err(|e| e.to_string())?;
-        let (what, reads) = match spec.protocol {
-            Protocol::Grpc => (format!("gRPC {GRPC_PATH}"), "grpc-timeout metadata"),
-            Protocol::Http => (format!("HTTP POST {HTTP_PATH}"), "headers"),
+        let what = match spec.protocol {
+            Protocol::Grpc => format!("gRPC {GRPC_PATH}"),
+            Protocol::Http => format!("HTTP POST {HTTP_PATH}"),
         };
         println!(
             "{} ({}, {} mode) listening on {bound}; metrics on http://{metrics_bound}/metrics; \
@@ -263,7 +263,7 @@ pub fn run(opts: &ServeOptions) -> Result<(), String> {
         );
         if layers.server {
             println!(
-                "{}: serves {what}; reads the budget from {reads} ({})",
+                "{}: serves {what}; reads the budget from {} (the tightest wins)",
                 spec.name,
                 carriers(&profile)
             );
