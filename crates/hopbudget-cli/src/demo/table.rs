@@ -283,9 +283,9 @@ pub fn html(r: &DemoResults) -> String {
         h.push_str("</tr>\n");
         if name.starts_with("work after") {
             for (mode, pct) in late_work_shares(r) {
-                let _ = write!(
+                let _ = writeln!(
                     h,
-                    "<tr class=\"sub\"><th>propagated / {mode}</th><td colspan=\"{}\">{pct:.2}%</td></tr>\n",
+                    "<tr class=\"sub\"><th>propagated / {mode}</th><td colspan=\"{}\">{pct:.2}%</td></tr>",
                     r.modes.len()
                 );
             }
