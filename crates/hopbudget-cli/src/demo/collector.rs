@@ -419,3 +419,32 @@ impl Drop for WorkGuard {
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hopbudget::HopPolicy;
+
+    #[tokio::test]
+    async fn a_hop_dropped_by_its_deadline_is_expired_even_with_time_left_on_the_clock() {
+        // A server layer may end a budget a moment before the clock reaches it (it answers
+        // early by its margin): the budget's end cause, not the clock, says expired (C4).
+        let c = Arc::new(Collector::new(1, Duration::from_millis(500)));
+        let budget = RequestBudget::local(Duration::from_secs(1), HopPolicy::DEFAULT);
+        let guard = c.arrive(0, 1, Some(budget.remaining()), Some(budget.clone()));
+        budget.expire();
+        assert!(!budget.remaining().is_zero());
+        drop(guard);
+        let spans = c.spans();
+        assert_eq!(spans[0].outcome, Outcome::Expired);
+        assert_eq!(c.hops()[0].cancelled, 0);
+
+        // The caller going away with budget left is a cancellation (C5).
+        let budget = RequestBudget::local(Duration::from_secs(1), HopPolicy::DEFAULT);
+        let guard = c.arrive(0, 2, Some(budget.remaining()), Some(budget.clone()));
+        budget.cancel();
+        drop(guard);
+        assert_eq!(c.spans()[1].outcome, Outcome::Cancelled);
+        assert_eq!(c.hops()[0].cancelled, 1);
+    }
+}
