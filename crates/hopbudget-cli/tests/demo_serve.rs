@@ -282,7 +282,7 @@ async fn a_profile_file_sets_the_layers_rules() {
 fn a_bad_profile_is_named_with_file_field_and_reason() {
     let path = std::env::temp_dir().join(format!("serve-bad-profile-{}.yaml", std::process::id()));
     std::fs::write(&path, "hop_margin_ms: -3\n").unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_hopbudget"))
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hopbudget"))
         .args([
             "serve",
             "reco-scorer",
@@ -292,8 +292,17 @@ fn a_bad_profile_is_named_with_file_field_and_reason() {
             TOPOLOGY,
         ])
         .args(["--profile", path.to_str().unwrap()])
-        .output()
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
         .unwrap();
+    // It must refuse to start; a server that started anyway is killed, and the test fails.
+    let until = Instant::now() + Duration::from_secs(10);
+    while child.try_wait().unwrap().is_none() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let out = child.wait_with_output().unwrap();
     let _ = std::fs::remove_file(&path);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
