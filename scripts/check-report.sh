@@ -19,7 +19,7 @@ height=${HEIGHT:-2400}
 
 if ! command -v chromium >/dev/null; then
     if [ "$(id -u)" = 0 ]; then
-        apt-get install -y chromium >/dev/null
+        { apt-get update -qq && apt-get install -y -qq chromium; } >/dev/null
     else
         echo "check-report: chromium not found; install it with: apt-get install -y chromium" >&2
         exit 2

@@ -334,8 +334,10 @@ fn histogram_chart(
             .y_label_area_size(52)
             .build_cartesian_2d(0f64..xmax, 0f64..ymax)
             .map_err(err)?;
+        // No minor grid: with narrow bins it would hide the outlines.
         chart
             .configure_mesh()
+            .light_line_style(WHITE)
             .x_desc(x_desc)
             .y_desc("requests")
             .draw()
