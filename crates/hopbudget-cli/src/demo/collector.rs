@@ -65,7 +65,7 @@ pub struct HopCounts {
     /// Requests that reached the service.
     pub arrivals: u64,
     /// Budget left at arrival, ms: what the hop read (propagated), or what the client's
-    /// budget implied without the hop knowing it (timeouts).
+    /// budget implied without the hop knowing it (no propagation).
     pub budget_at_arrival_ms: Vec<i64>,
     /// Completed.
     pub completed: u64,
@@ -73,7 +73,7 @@ pub struct HopCounts {
     /// before sending, by the server layer on arrival, or by the service after queueing.
     pub refused: u64,
     /// Calls to this service that ended expired, as the caller saw them: the budget ran out
-    /// here or below, or (timeouts mode) a per-hop timeout fired on this call or below it.
+    /// here or below, or (no budget) a per-hop timeout fired on this call or below it.
     pub expired: u64,
     /// The caller went away while budget remained.
     pub cancelled: u64,
@@ -232,7 +232,7 @@ impl Collector {
     }
 
     /// A call to `service` ended expired as its caller saw it: the budget ran out at that hop
-    /// or below it, or (timeouts mode) a caller's own per-hop timeout fired.
+    /// or below it, or (no budget) a caller's own per-hop timeout fired.
     pub fn expired(&self, service: usize) {
         lock(&self.hops[service]).expired += 1;
     }

@@ -30,7 +30,7 @@ pub struct HopResult {
     /// Requests that reached it.
     pub arrivals: u64,
     /// Median budget left at arrival, ms (what the hop read in propagated mode; what the
-    /// client's budget implied, unknown to the hop, in timeouts mode).
+    /// client's budget implied, unknown to the hop, without propagation).
     pub budget_at_arrival_p50_ms: Option<i64>,
     /// 1st percentile of the same (the short end).
     pub budget_at_arrival_p1_ms: Option<i64>,
@@ -175,7 +175,7 @@ pub struct ModeResult {
     pub work_after_give_up_ms: f64,
     /// Edge hop duration (arrival to its answer, even one nobody waited for).
     pub edge_latency_ms: Percentiles,
-    /// Work intervals still open when the run was stopped (timeouts mode at overload).
+    /// Work intervals still open when the run was stopped (detached work at overload).
     pub work_cut_off: u64,
     /// Per service, in call order.
     pub hops: Vec<HopResult>,
