@@ -469,23 +469,35 @@ pub fn html(r: &DemoResults) -> Result<String, String> {
     {
         let _ = writeln!(
             h,
-            "<h2 id=\"chain-break\">The chain break (S13): {name}'s hop durations</h2><p>{name} ignores the \
-             inbound deadline in propagated mode and starts its own default of {} ms; the \
-             work below it then runs until that default, not until the client's budget. The \
-             spike at exactly that default is the signature of a dropped deadline.</p>\
+            "<h2 id=\"chain-break\">The chain break (S13): {name}'s hop durations</h2><p>In \
+             propagated mode {name} ignores the inbound deadline and starts its own default of \
+             {} ms, so the work below it runs against that default, not against the client's \
+             budget; without propagation (detached) the same default bounds it. Hop durations \
+             then pile up against a timeout someone configured instead of the budget: up to \
+             {name}'s default, and in timeouts mode at the client's {} ms, where its giving up \
+             reaches {name} by drop-cancellation. Where work waits long enough the pile-up sits \
+             exactly at the default: the signature of a dropped deadline.</p>\
              <figure>{}</figure>",
             spec.timeout_ms,
+            r.client_timeout_ms,
             histogram_chart(
                 r,
                 &format!("{name}: hop duration, 50 ms bins"),
                 "hop duration (ms)",
                 |m| &m.forgetful_hop_ms,
                 50.0,
-                &[Mark {
-                    at_ms: spec.timeout_ms as f64,
-                    label: format!("{name}'s default timeout {} ms", spec.timeout_ms),
-                    colour: DARK,
-                }],
+                &[
+                    Mark {
+                        at_ms: r.client_timeout_ms as f64,
+                        label: format!("client timeout {} ms", r.client_timeout_ms),
+                        colour: GREY,
+                    },
+                    Mark {
+                        at_ms: spec.timeout_ms as f64,
+                        label: format!("{name}'s default timeout {} ms", spec.timeout_ms),
+                        colour: DARK,
+                    },
+                ],
             )?
         );
     }
