@@ -156,6 +156,8 @@ fn panel(r: &DemoResults, mode: &str, t: &Timeline, end: f64) -> String {
     if t.client_end_ms.is_finite() {
         let (colour, what) = if t.gave_up {
             ("#c0392b", "client gave up")
+        } else if t.ok && t.client_end_ms > budget {
+            ("#e69138", "client answered, late")
         } else if t.ok {
             ("#27ae60", "client answered")
         } else {
