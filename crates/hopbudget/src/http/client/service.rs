@@ -4,8 +4,9 @@ use std::task::{Context, Poll};
 use http::{Request, Response};
 use tower_service::Service;
 
+use super::bound::Bound;
 use super::outbound::Shared;
-use super::{ClientBudgetLayer, ResponseFuture};
+use super::{ClientBudgetLayer, ResponseBody, ResponseFuture};
 use tower::BoxError;
 
 use crate::{Profile, RequestBudget};
@@ -54,7 +55,7 @@ where
     S: Service<Request<ReqBody>, Response = Response<ResBody>>,
     S::Error: Into<BoxError>,
 {
-    type Response = Response<ResBody>;
+    type Response = Response<ResponseBody<ResBody>>;
     type Error = BoxError;
     type Future = ResponseFuture<S::Future>;
 
@@ -64,19 +65,31 @@ where
     }
 
     fn call(&mut self, mut req: Request<ReqBody>) -> Self::Future {
-        let budget = self
-            .shared
-            .budget_for(req.extensions().get::<RequestBudget>());
-        let forward = match budget.admit_forward() {
-            Ok(forward) => forward,
+        // C16: a timeout set by hand in the carrier header narrows this call, never widens it.
+        let per_call = self.shared.hand_set_http(req.headers());
+        let host = host_of(&req);
+        let call = match self.shared.plan(
+            req.extensions().get::<RequestBudget>(),
+            per_call,
+            host.as_deref(),
+        ) {
+            Ok(call) => call,
             // C3: refused (or already ended) before any connection is opened.
             Err(error) => return ResponseFuture::failed(error),
         };
-        self.shared.stamp(req.headers_mut(), forward);
-        // The callee was told `forward`; its reply gets the transit allowance to come back;
-        // the hop margin stays with this hop (S4). So the wait ends at deadline - margin.
-        let wait_until = budget.deadline().saturating_sub(budget.policy().hop_margin);
+        self.shared.stamp_http(req.headers_mut(), &call);
         let status = *self.shared.status();
-        ResponseFuture::running(self.inner.call(req), budget, wait_until, status)
+        let bound = Bound::new(call.budget, call.watched, call.wait_until);
+        ResponseFuture::running(self.inner.call(req), bound, status)
     }
+}
+
+/// The destination host: the URI's, else the `Host` header's (without a port).
+fn host_of<B>(req: &Request<B>) -> Option<String> {
+    if let Some(host) = req.uri().host() {
+        return Some(host.to_owned());
+    }
+    let value = req.headers().get(http::header::HOST)?.to_str().ok()?;
+    let authority: http::uri::Authority = value.parse().ok()?;
+    Some(authority.host().to_owned())
 }
