@@ -94,20 +94,33 @@ impl TrustedHosts {
             .and_then(|h| h.strip_suffix(']'))
             .unwrap_or(host)
             .trim_end_matches('.');
-        let lower = host.to_ascii_lowercase();
-        let ip = lower.parse::<IpAddr>().ok();
+        // Only something that starts like an address is parsed as one (no allocation here:
+        // this runs on every outbound call).
+        let ip = host
+            .bytes()
+            .next()
+            .filter(|b| b.is_ascii_digit() || *b == b':')
+            .and_then(|_| host.parse::<IpAddr>().ok());
         self.patterns.iter().any(|p| match p {
             Pattern::Any => true,
             Pattern::Loopback => match ip {
                 Some(ip) => ip.is_loopback(),
-                None => lower == "localhost" || lower.ends_with(".localhost"),
+                None => {
+                    host.eq_ignore_ascii_case("localhost")
+                        || ends_with_ignore_case(host, ".localhost")
+                }
             },
             Pattern::Private => ip.is_some_and(is_private),
-            Pattern::SingleLabel => ip.is_none() && !lower.is_empty() && !lower.contains('.'),
-            Pattern::Suffix(suffix) => ip.is_none() && lower.ends_with(suffix.as_str()),
-            Pattern::Exact(exact) => *exact == lower,
+            Pattern::SingleLabel => ip.is_none() && !host.is_empty() && !host.contains('.'),
+            Pattern::Suffix(suffix) => ip.is_none() && ends_with_ignore_case(host, suffix),
+            Pattern::Exact(exact) => exact.eq_ignore_ascii_case(host),
         })
     }
+}
+
+fn ends_with_ignore_case(host: &str, suffix: &str) -> bool {
+    host.len() >= suffix.len()
+        && host.as_bytes()[host.len() - suffix.len()..].eq_ignore_ascii_case(suffix.as_bytes())
 }
 
 fn parse_one(raw: &str) -> Result<Pattern, String> {

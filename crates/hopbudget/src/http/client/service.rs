@@ -67,11 +67,10 @@ where
     fn call(&mut self, mut req: Request<ReqBody>) -> Self::Future {
         // C16: a timeout set by hand in the carrier header narrows this call, never widens it.
         let per_call = self.shared.hand_set_http(req.headers());
-        let host = host_of(&req);
         let call = match self.shared.plan(
             req.extensions().get::<RequestBudget>(),
             per_call,
-            host.as_deref(),
+            host_of(&req),
         ) {
             Ok(call) => call,
             // C3: refused (or already ended) before any connection is opened.
@@ -85,11 +84,52 @@ where
 }
 
 /// The destination host: the URI's, else the `Host` header's (without a port).
-fn host_of<B>(req: &Request<B>) -> Option<String> {
+fn host_of<B>(req: &Request<B>) -> Option<&str> {
     if let Some(host) = req.uri().host() {
-        return Some(host.to_owned());
+        return Some(host);
     }
     let value = req.headers().get(http::header::HOST)?.to_str().ok()?;
-    let authority: http::uri::Authority = value.parse().ok()?;
-    Some(authority.host().to_owned())
+    // `host:port`, `[v6]:port`, or a bare host.
+    Some(match value.rfind(':') {
+        Some(i)
+            if !value[i..].contains(']')
+                && (value.starts_with('[') || !value[..i].contains(':')) =>
+        {
+            &value[..i]
+        }
+        _ => value,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::host_of;
+
+    fn host(uri: &str, header: Option<&str>) -> Option<String> {
+        let mut req = http::Request::builder().uri(uri);
+        if let Some(h) = header {
+            req = req.header(http::header::HOST, h);
+        }
+        host_of(&req.body(()).unwrap()).map(str::to_owned)
+    }
+
+    #[test]
+    fn the_host_comes_from_the_uri_else_the_host_header() {
+        assert_eq!(
+            host("http://api.stripe.com:443/x", Some("other")).as_deref(),
+            Some("api.stripe.com")
+        );
+        assert_eq!(
+            host("/x", Some("tax.internal:8080")).as_deref(),
+            Some("tax.internal")
+        );
+        assert_eq!(host("/x", Some("[::1]:80")).as_deref(), Some("[::1]"));
+        assert_eq!(host("/x", Some("[::1]")).as_deref(), Some("[::1]"));
+        assert_eq!(host("/x", Some("payments")).as_deref(), Some("payments"));
+        assert_eq!(
+            host("/x", None),
+            None,
+            "in process: no destination to judge"
+        );
+    }
 }
