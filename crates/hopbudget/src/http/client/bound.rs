@@ -55,7 +55,8 @@ impl Bound {
     /// Why the wait is over, if it is, without registering for a wake-up: checked before
     /// every body frame so that a body that never pauses cannot outrun its deadline.
     pub(crate) fn over_now(&self) -> Option<BudgetError> {
-        if self.watched.is_done() || self.budget.is_done() {
+        // `budget` is `watched` or a child of it, so its end covers the request's end too.
+        if self.budget.is_done() {
             return Some(self.cause());
         }
         self.wait_until.is_expired().then_some(BudgetError::Expired)
