@@ -113,8 +113,11 @@ impl<B: Body> Body for ResponseBody<B> {
                 return Poll::Ready(this.cut_off(&err));
             }
         };
-        if frame.is_none() {
-            // Complete in time: nothing left to bound.
+        if frame
+            .as_ref()
+            .is_none_or(|f| f.as_ref().is_ok_and(Frame::is_trailers))
+        {
+            // Complete in time (the trailers are the last frame): nothing left to bound.
             *this.bound = None;
         }
         if let (Some(Ok(f)), Some(watch)) = (frame.as_mut(), this.watch.as_ref()) {

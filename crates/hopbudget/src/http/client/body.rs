@@ -69,8 +69,11 @@ where
             return Poll::Ready(Some(Err(error.into())));
         }
         if let Poll::Ready(frame) = this.inner.poll_frame(cx) {
-            if frame.is_none() {
-                // Complete in time: nothing left to bound.
+            if frame
+                .as_ref()
+                .is_none_or(|f| f.as_ref().is_ok_and(Frame::is_trailers))
+            {
+                // Complete in time (trailers are the last frame): nothing left to bound.
                 *this.bound = None;
             }
             return Poll::Ready(frame.map(|f| f.map_err(Into::into)));
