@@ -16,6 +16,10 @@ use crate::codec::{Carrier, InboundCarriers};
 use crate::context::HopPolicy;
 use crate::status::{GrpcCode, GrpcStatusMap, HttpStatusMap};
 
+mod trust;
+
+pub use trust::TrustedHosts;
+
 /// The profile as written in YAML: plain values, before validation. Every field has a default,
 /// so a profile file need only name what it changes.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -113,12 +117,18 @@ pub enum RouteMode {
 pub struct OutboundSpec {
     /// `relative-ms` (default, immune to clock skew) or `epoch-ms` (needs trusted clocks).
     pub http: Carrier,
+    /// Hosts that may see deadline headers (rule C19, S16): `*`, the keywords `loopback`,
+    /// `private`, `single-label`, a suffix `*.corp.internal`, or one host name or address.
+    /// Listing hosts replaces the default (loopback, private addresses, names without a dot,
+    /// `*.internal`, `*.local`, `*.svc`, `*.cluster.local`).
+    pub trusted_hosts: Vec<String>,
 }
 
 impl Default for OutboundSpec {
     fn default() -> Self {
         Self {
             http: Carrier::RelativeMs,
+            trusted_hosts: trust::default_patterns(),
         }
     }
 }
@@ -274,6 +284,7 @@ pub struct Profile {
     epoch_header: HeaderName,
     queue_skew: Duration,
     admission: Option<AdmissionConfig>,
+    trusted_hosts: TrustedHosts,
 }
 
 impl Default for Profile {
@@ -444,6 +455,12 @@ impl Profile {
             );
         }
 
+        let trusted_hosts =
+            TrustedHosts::parse(&spec.outbound.trusted_hosts).unwrap_or_else(|(i, reason)| {
+                issue(&format!("outbound.trusted_hosts[{i}]"), reason);
+                TrustedHosts::none()
+            });
+
         let http = &spec.status.http;
         for (field, code) in [
             ("status.http.refused", http.refused),
@@ -603,6 +620,7 @@ impl Profile {
             epoch_header,
             queue_skew,
             admission,
+            trusted_hosts,
             spec,
         })
     }
@@ -658,6 +676,11 @@ impl Profile {
             Carrier::EpochMs => (Carrier::EpochMs, &self.epoch_header),
             _ => (Carrier::RelativeMs, &self.relative_header),
         }
+    }
+
+    /// The hosts outbound calls may send deadline headers to (rule C19, S16).
+    pub fn trusted_hosts(&self) -> &TrustedHosts {
+        &self.trusted_hosts
     }
 
     /// HTTP status mapping.
@@ -738,6 +761,20 @@ mod tests {
                 service: p.service().into(),
                 ..ProfileSpec::default()
             }
+        );
+    }
+
+    #[test]
+    fn a_bad_trusted_host_pattern_is_named() {
+        let errs = errors("outbound:\n  trusted_hosts: [loopback, 'a*b']\n");
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert_eq!(errs[0].0, "outbound.trusted_hosts[1]");
+        assert!(errs[0].1.contains("`a*b`"), "{errs:?}");
+        let p = Profile::from_yaml("outbound: {trusted_hosts: ['*.corp']}", "t").unwrap();
+        assert!(p.trusted_hosts().allows("a.corp"));
+        assert!(
+            !p.trusted_hosts().allows("127.0.0.1"),
+            "a list replaces the default"
         );
     }
 

@@ -1,26 +1,107 @@
-//! What every outbound HTTP call does, whichever client carries it: pick the budget, stamp
-//! the carrier, classify the reply. Shared by the tower layer and the reqwest middleware.
+//! What every outbound call does, whichever client carries it: pick the budget (C8), narrow
+//! it to the call's own timeout (C16), decide whether the destination may see deadline
+//! headers (C19), stamp the carrier, classify the reply. Shared by the HTTP tower layer, the
+//! reqwest middleware and the gRPC client layer.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::{HeaderMap, HeaderValue};
+use http::{HeaderMap, HeaderName, HeaderValue};
 
 use crate::clock::{SystemClock, WallClock};
 use crate::codec::{Carrier, epoch, grpc_timeout, millis};
 use crate::status::{HttpStatusMap, Outcome};
 use crate::{BudgetError, Deadline, Profile, Refused, RequestBudget, Source};
 
-#[derive(Debug)]
+/// Which destinations a client layer sends deadline headers to (C19).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Trust {
+    /// The profile's `outbound.trusted_hosts` decides, by the request's host.
+    Profile,
+    /// Every destination (the layer's owner vouches for it).
+    All,
+    /// No destination: the wait is bounded, nothing is stamped.
+    Nobody,
+}
+
+#[derive(Clone, Debug)]
 pub(crate) struct Shared {
     pub(crate) profile: Profile,
     pub(crate) service: Arc<str>,
+    pub(crate) trust: Trust,
+}
+
+/// One outbound call, planned: the budget it runs under, what the callee is told, how long
+/// this hop waits, and whether the destination may see deadline headers.
+#[derive(Debug)]
+pub(crate) struct Call {
+    /// The request's budget, or a child narrowed to the call's own timeout (C16).
+    pub(crate) budget: RequestBudget,
+    /// The budget whose cancellation aborts the call (the request's; C5, C7).
+    pub(crate) watched: RequestBudget,
+    /// What the callee may use (C2).
+    pub(crate) forward: Duration,
+    /// When this hop stops waiting: the call's deadline minus the hop margin (S4).
+    pub(crate) wait_until: Deadline,
+    /// Whether deadline headers go out (C19).
+    pub(crate) trusted: bool,
 }
 
 impl Shared {
     pub(crate) fn new(profile: Profile) -> Arc<Self> {
         let service = Arc::from(profile.service());
-        Arc::new(Self { profile, service })
+        Arc::new(Self {
+            profile,
+            service,
+            trust: Trust::Profile,
+        })
+    }
+
+    /// A copy of `shared` with another trust mode.
+    pub(crate) fn with_trust(shared: &Arc<Self>, trust: Trust) -> Arc<Self> {
+        let mut copy = Self::clone(shared);
+        copy.trust = trust;
+        Arc::new(copy)
+    }
+
+    /// Whether a call to `host` may carry deadline headers (C19). A request without a host
+    /// (an in-process service, or gRPC, whose channel adds the authority below this layer)
+    /// follows the layer's mark: trusted unless the layer was made `untrusted()`.
+    pub(crate) fn trusts(&self, host: Option<&str>) -> bool {
+        match self.trust {
+            Trust::All => true,
+            Trust::Nobody => false,
+            Trust::Profile => host.is_none_or(|h| self.profile.trusted_hosts().allows(h)),
+        }
+    }
+
+    /// Plan a call: the budget (explicit, ambient or the edge total, C8), narrowed to the
+    /// call's own timeout if the application set one (C16: the tighter wins, never the
+    /// looser), then admitted (C3: refused below the threshold, before any connection).
+    pub(crate) fn plan(
+        &self,
+        explicit: Option<&RequestBudget>,
+        per_call: Option<Duration>,
+        host: Option<&str>,
+    ) -> Result<Call, BudgetError> {
+        let watched = self.budget_for(explicit);
+        let budget = match per_call {
+            Some(timeout) if Deadline::after(timeout) < watched.deadline() => {
+                watched.child_until(Deadline::after(timeout))
+            }
+            _ => watched.clone(),
+        };
+        let forward = budget.admit_forward()?;
+        // The callee was told `forward`; its reply gets the transit allowance to come back;
+        // the hop margin stays with this hop (S4). So the wait ends at deadline - margin.
+        let wait_until = budget.deadline().saturating_sub(budget.policy().hop_margin);
+        Ok(Call {
+            budget,
+            watched,
+            forward,
+            wait_until,
+            trusted: self.trusts(host),
+        })
     }
 
     /// The explicit budget, else the ambient one, else a fresh one from the edge total: a call
@@ -36,7 +117,7 @@ impl Shared {
     }
 
     #[cold]
-    fn fallback(&self) -> RequestBudget {
+    pub(crate) fn fallback(&self) -> RequestBudget {
         let edge_total = self.profile.edge_total();
         tracing::debug!(
             service = %self.service,
@@ -63,6 +144,50 @@ impl Shared {
         let (carrier, name) = self.profile.outbound_http();
         let value = encode(carrier, forward);
         headers.insert(name.clone(), value);
+    }
+
+    /// Stamp the call's forward budget for a trusted destination, or remove every deadline
+    /// header for an untrusted one (C19, S16).
+    pub(crate) fn stamp_http(&self, headers: &mut HeaderMap, call: &Call) {
+        if call.trusted {
+            self.stamp(headers, call.forward);
+        } else {
+            self.strip(headers);
+        }
+    }
+
+    /// A timeout the application put on the request by hand in the profile's outbound
+    /// carrier (C16). A value that does not parse is replaced by the stamp, not trusted.
+    pub(crate) fn hand_set_http(&self, headers: &HeaderMap) -> Option<Duration> {
+        let (carrier, name) = self.profile.outbound_http();
+        let value = headers.get(name)?.as_bytes();
+        match carrier {
+            Carrier::EpochMs => epoch::decode(value, SystemClock.now_unix_ms()).ok(),
+            _ => millis::decode(value).ok(),
+        }
+    }
+
+    /// Remove every header that would tell a third party about this system's deadlines.
+    pub(crate) fn strip(&self, headers: &mut HeaderMap) {
+        let (_, ours) = self.profile.outbound_http();
+        headers.remove(ours);
+        for name in [
+            crate::codec::REQUEST_TIMEOUT_MS,
+            crate::codec::REQUEST_DEADLINE,
+            crate::codec::GRPC_TIMEOUT,
+            crate::codec::CONNECT_TIMEOUT_MS,
+            crate::codec::ENVOY_EXPECTED_RQ_TIMEOUT_MS,
+        ] {
+            headers.remove(name);
+        }
+        let internal: Vec<HeaderName> = headers
+            .keys()
+            .filter(|k| k.as_str().starts_with("x-deadline-"))
+            .cloned()
+            .collect();
+        for name in internal {
+            headers.remove(name);
+        }
     }
 
     pub(crate) fn status(&self) -> &HttpStatusMap {
