@@ -71,7 +71,10 @@ impl BudgetError {
         }
     }
 
-    /// Find a `BudgetError` in an error or anywhere in its source chain.
+    /// Find a `BudgetError` in an error or anywhere in its source chain: a `tower::BoxError`
+    /// from the HTTP or gRPC client layers, or (feature `reqwest`) a
+    /// `reqwest_middleware::Error` from [`BudgetMiddleware`](crate::http::reqwest::BudgetMiddleware),
+    /// whose `Display`-transparent wrapper would otherwise hide it from a plain source walk.
     ///
     /// ```
     /// use hopbudget::BudgetError;
@@ -79,10 +82,20 @@ impl BudgetError {
     /// let boxed: Box<dyn std::error::Error + Send + Sync> = Box::new(BudgetError::Expired);
     /// assert_eq!(BudgetError::find(boxed.as_ref()), Some(&BudgetError::Expired));
     /// ```
+    ///
+    /// The reqwest case is shown in [`http::reqwest`](crate::http::reqwest); the runnable
+    /// `examples/axum_reqwest.rs` matches on it.
     pub fn find<'a>(error: &'a (dyn StdError + 'static)) -> Option<&'a BudgetError> {
         let mut cur: Option<&(dyn StdError + 'static)> = Some(error);
         while let Some(e) = cur {
             if let Some(found) = e.downcast_ref::<BudgetError>() {
+                return Some(found);
+            }
+            #[cfg(feature = "reqwest")]
+            if let Some(found) = e
+                .downcast_ref::<reqwest_middleware::Error>()
+                .and_then(crate::http::reqwest::budget_error)
+            {
                 return Some(found);
             }
             cur = e.source();

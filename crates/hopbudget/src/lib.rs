@@ -62,6 +62,7 @@ pub mod clock;
 pub mod codec;
 pub mod config;
 pub mod context;
+mod downstream;
 pub mod error;
 pub mod fan_out;
 #[cfg(feature = "grpc")]
@@ -78,6 +79,7 @@ pub mod task;
 
 pub use budget::Deadline;
 pub use context::{BudgetId, HopPolicy, RequestBudget, Source};
+pub use downstream::DownstreamError;
 pub use error::{BudgetError, EndCause, Refused};
 pub use profile::Profile;
 pub use status::Outcome;

@@ -23,7 +23,9 @@
 //! [`REFUSED_METADATA`] entry `x-deadline-outcome`
 //! (`refused`, `expired` or `cancelled`); a refusal adds `x-deadline-required-ms` and
 //! `x-deadline-remaining-ms`. [`outcome`] and [`refusal`] read them back from a
-//! `tonic::Status`.
+//! `tonic::Status`, and [`BudgetError::from_grpc`](crate::BudgetError::from_grpc) (or
+//! `BudgetError::try_from(status)`) turns one back into the error, the reverse of
+//! `From<BudgetError> for tonic::Status`.
 //!
 //! ## Interop: the `grpc-timeout` edge cases
 //!
@@ -49,6 +51,7 @@
 //! layer of one protocol installs the budget, the client layer of the other reads it.
 
 pub mod client;
+mod convert;
 pub mod server;
 
 use std::time::Duration;

@@ -9,13 +9,14 @@
 //! retried (C6).
 //!
 //! Deadline failures are `reqwest_middleware::Error::Middleware` wrapping a
-//! [`BudgetError`]; [`budget_error`] finds it.
+//! [`BudgetError`]; [`BudgetError::find`] (or [`budget_error`]) finds it, and
+//! [`DownstreamError`](crate::DownstreamError) hands it on from a handler with `?`.
 //!
 //! # Example
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-//! use hopbudget::http::reqwest::{BudgetMiddleware, budget_error};
+//! use hopbudget::http::reqwest::BudgetMiddleware;
 //! use hopbudget::{BudgetError, Profile};
 //!
 //! let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
@@ -25,7 +26,7 @@
 //! // request, the profile's edge total is (C8).
 //! match client.get("http://127.0.0.1:8080/tax").send().await {
 //!     Ok(res) => println!("{}", res.status()),
-//!     Err(e) if budget_error(&e) == Some(&BudgetError::Expired) => println!("out of time"),
+//!     Err(e) if BudgetError::find(&e) == Some(&BudgetError::Expired) => println!("out of time"),
 //!     Err(e) => return Err(e.into()),
 //! }
 //! # Ok(())
