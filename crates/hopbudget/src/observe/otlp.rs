@@ -11,9 +11,18 @@
 //! under the same names, through `tracing-opentelemetry`.
 //!
 //! One call sets up a process: [`install`] opens the file and sets a global `tracing`
-//! subscriber that exports every span to it. Keep the returned [`OtlpFile`] alive; dropping
-//! it flushes what is buffered. To combine with other layers (logs to stderr, filters), build
-//! an [`OtlpFile`] and add [`OtlpFile::layer`] to your own subscriber.
+//! subscriber that exports spans to it through [`default_filter`]: hopbudget's hop spans and
+//! your own, without the transport crates' internals (one tonic call otherwise exports about
+//! 180 `h2`/`hyper` spans; through the filter, the hops alone). [`install_with`] takes your own
+//! filter. Keep the returned [`OtlpFile`] alive; dropping it flushes what is buffered. To
+//! combine with other layers (logs to stderr), build an [`OtlpFile`] and add
+//! [`OtlpFile::layer`] to your own subscriber, with
+//! `.with_filter(otlp::default_filter())` if you want the same selection.
+//!
+//! [`read`] parses a file back; its types are re-exported in [`proto`], so a reader needs no
+//! `opentelemetry-proto` dependency of its own.
+//!
+//! A whole process exporting its spans: `examples/observability.rs`.
 //!
 //! ```
 //! use std::time::Duration;
@@ -43,15 +52,57 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use opentelemetry::trace::TracerProvider as _;
-use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::transform::common::tonic::ResourceAttributesWithSchema;
 use opentelemetry_proto::transform::trace::tonic::group_spans_by_resource_and_scope;
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
 use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider, SpanData, SpanExporter};
 use tracing_opentelemetry::OpenTelemetryLayer;
+use tracing_subscriber::Layer as _;
+use tracing_subscriber::filter::{LevelFilter, Targets};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::registry::LookupSpan;
+
+use self::proto::ExportTraceServiceRequest;
+
+/// The OTLP types [`read`] returns (from `opentelemetry-proto`), re-exported so that code
+/// reading a trace file needs no dependency of its own.
+///
+/// ```
+/// use hopbudget::observe::otlp::proto::{AnyValue, ExportTraceServiceRequest, KeyValue, Value};
+///
+/// fn int_attribute(request: &ExportTraceServiceRequest, key: &str) -> Option<i64> {
+///     let spans = request.resource_spans.iter().flat_map(|r| &r.scope_spans).flat_map(|s| &s.spans);
+///     spans.flat_map(|s| &s.attributes).find_map(|KeyValue { key: k, value }| match value {
+///         Some(AnyValue { value: Some(Value::IntValue(v)) }) if k == key => Some(*v),
+///         _ => None,
+///     })
+/// }
+/// assert_eq!(int_attribute(&ExportTraceServiceRequest::default(), "deadline.remaining_ms"), None);
+/// ```
+pub mod proto {
+    pub use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    pub use opentelemetry_proto::tonic::common::v1::any_value::Value;
+    pub use opentelemetry_proto::tonic::common::v1::{AnyValue, InstrumentationScope, KeyValue};
+    pub use opentelemetry_proto::tonic::resource::v1::Resource;
+    pub use opentelemetry_proto::tonic::trace::v1::span::{Event, Link, SpanKind};
+    pub use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span, Status};
+}
+
+/// Crates whose spans describe their own machinery (HTTP/2 frames, connection pools, polls of
+/// a service), not a hop: left out by [`default_filter`].
+pub const TRANSPORT_TARGETS: &[&str] = &[
+    "h2",
+    "hyper",
+    "hyper_util",
+    "tonic",
+    "tower",
+    "reqwest",
+    "tokio",
+    "tokio_util",
+    "mio",
+    "want",
+];
 
 /// What went wrong setting up or flushing the OTLP file export.
 #[derive(Debug, thiserror::Error)]
@@ -315,15 +366,65 @@ pub fn read(path: impl AsRef<Path>) -> Result<Vec<ExportTraceServiceRequest>, Ot
         .collect()
 }
 
-/// Export every `tracing` span of this process to `path` as OTLP JSON: open the file and set
-/// the global default subscriber to one that exports to it. Keep the returned [`OtlpFile`]
-/// until the end of `main`; dropping it flushes.
+/// The spans [`install`] exports: every span at every level (hopbudget's `hop` spans, your
+/// own, a `tower_http` trace layer you added), except those of the [`TRANSPORT_TARGETS`],
+/// whose internals would otherwise outnumber the hops a hundred to one.
+///
+/// ```
+/// use tracing::Level;
+/// use hopbudget::observe::otlp::default_filter;
+///
+/// let filter = default_filter();
+/// assert!(filter.would_enable("hopbudget::observe", &Level::INFO));
+/// assert!(filter.would_enable("my_service::orders", &Level::TRACE));
+/// assert!(!filter.would_enable("h2::proto::connection", &Level::TRACE));
+/// assert!(!filter.would_enable("hyper_util::client::legacy", &Level::DEBUG));
+/// ```
+pub fn default_filter() -> Targets {
+    TRANSPORT_TARGETS
+        .iter()
+        .fold(Targets::new().with_default(LevelFilter::TRACE), |f, t| {
+            f.with_target(*t, LevelFilter::OFF)
+        })
+}
+
+/// Export the spans of this process that [`default_filter`] selects to `path` as OTLP JSON:
+/// open the file and set the global default subscriber to one that exports to it. Keep the
+/// returned [`OtlpFile`] until the end of `main`; dropping it flushes.
+///
+/// ```no_run
+/// let _traces = hopbudget::observe::otlp::install("traces.jsonl", "checkout")?;
+/// // ... serve; every hop's span goes to traces.jsonl ...
+/// # Ok::<(), hopbudget::observe::otlp::OtlpError>(())
+/// ```
 ///
 /// # Errors
 /// The file cannot be created, or a global subscriber is already set.
 pub fn install(path: impl AsRef<Path>, service_name: &str) -> Result<OtlpFile, OtlpError> {
+    install_with(path, service_name, default_filter())
+}
+
+/// [`install`] with your own selection of spans, for example only hopbudget's and one crate's:
+///
+/// ```no_run
+/// use tracing_subscriber::filter::{LevelFilter, Targets};
+///
+/// let filter = Targets::new()
+///     .with_target("hopbudget", LevelFilter::TRACE)
+///     .with_target("orders", LevelFilter::INFO);
+/// let _traces = hopbudget::observe::otlp::install_with("traces.jsonl", "orders", filter)?;
+/// # Ok::<(), hopbudget::observe::otlp::OtlpError>(())
+/// ```
+///
+/// # Errors
+/// The file cannot be created, or a global subscriber is already set.
+pub fn install_with(
+    path: impl AsRef<Path>,
+    service_name: &str,
+    filter: Targets,
+) -> Result<OtlpFile, OtlpError> {
     let otlp = OtlpFile::create(path, service_name)?;
-    let subscriber = tracing_subscriber::registry().with(otlp.layer());
+    let subscriber = tracing_subscriber::registry().with(otlp.layer().with_filter(filter));
     tracing::subscriber::set_global_default(subscriber).map_err(|e| {
         OtlpError::new(
             format!(
