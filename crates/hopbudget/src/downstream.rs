@@ -4,8 +4,8 @@
 //! gRPC handler calling HTTP, needs no hand-written error mapping.
 //!
 //! - From a tonic call: `From<tonic::Status>` (feature `grpc`).
-//! - From a reqwest call through `BudgetMiddleware`: `From<reqwest_middleware::Error>`
-//!   (feature `reqwest`).
+//! - From a reqwest call through `BudgetMiddleware`: `From<reqwest_middleware::Error>`, and
+//!   `From<reqwest::Error>` for reading the answer's body (feature `reqwest`).
 //! - From a tower client such as `ClientBudgetLayer`: `From<tower::BoxError>`.
 //! - As an axum answer (feature `axum`): a deadline outcome is answered as
 //!   [`BudgetError`]'s own response (504, 503 + `Retry-After: 0`, 499, with
@@ -114,6 +114,19 @@ impl From<reqwest_middleware::Error> for DownstreamError {
     ///
     /// [`BudgetMiddleware`]: crate::http::reqwest::BudgetMiddleware
     fn from(e: reqwest_middleware::Error) -> Self {
+        let kind = match BudgetError::find(&e) {
+            Some(b) => Kind::Budget(*b),
+            None => Kind::Other(Box::new(e)),
+        };
+        Self { kind }
+    }
+}
+
+#[cfg(feature = "reqwest")]
+impl From<reqwest::Error> for DownstreamError {
+    /// A plain reqwest error, such as reading a body with `text()` after a call went through
+    /// the middleware: a transport failure, unless a [`BudgetError`] is in its chain.
+    fn from(e: reqwest::Error) -> Self {
         let kind = match BudgetError::find(&e) {
             Some(b) => Kind::Budget(*b),
             None => Kind::Other(Box::new(e)),
