@@ -87,7 +87,8 @@ impl GrpcCode {
     }
 }
 
-/// HTTP status codes per terminal status. Defaults follow the contract's table.
+/// HTTP status codes per terminal status. Defaults follow the contract's table
+/// (`docs/contract.md`, "How outcomes are spelled").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct HttpStatusMap {

@@ -1,5 +1,5 @@
-//! Wire codecs: one file per carrier in the contract's table, each turning header bytes into a
-//! relative budget and back.
+//! Wire codecs: one file per carrier in the contract's table (`docs/contract.md`, "On the
+//! wire"), each turning header bytes into a relative budget and back.
 //!
 //! Codecs are pure functions over bytes. They never panic, enforce the carrier's length limits
 //! in both directions, round *down* when encoding (rule C2: the downstream must never be told it
