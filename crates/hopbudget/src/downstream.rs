@@ -1,20 +1,6 @@
-//! One error type for "a call to the next hop failed", whichever client made the call, that a
-//! handler of either protocol can return with `?`: the deadline outcome inside it keeps its
-//! meaning across a protocol shim (rules C4, C10, C11), so an HTTP handler calling gRPC, or a
-//! gRPC handler calling HTTP, needs no hand-written error mapping.
-//!
-//! - From a tonic call: `From<tonic::Status>` (feature `grpc`).
-//! - From a reqwest call through `BudgetMiddleware`: `From<reqwest_middleware::Error>`, and
-//!   `From<reqwest::Error>` for reading the answer's body (feature `reqwest`).
-//! - From a tower client such as `ClientBudgetLayer`: `From<tower::BoxError>`.
-//! - As an axum answer (feature `axum`): a deadline outcome is answered as
-//!   [`BudgetError`]'s own response (504, 503 + `Retry-After: 0`, 499, with
-//!   `x-deadline-outcome`); any other failure is 502 Bad Gateway with the error's message.
-//! - As a gRPC answer (feature `grpc`): `From<DownstreamError> for tonic::Status` spells a
-//!   deadline outcome as `From<BudgetError>` does, passes a downstream's own status through
-//!   unchanged, and reports any other failure as UNAVAILABLE.
-//!
-//! The runnable `examples/shim.rs` uses it in both directions.
+//! [`DownstreamError`]: one error type for a failed call to the next hop, whichever client
+//! made it (rules C4, C10, C11). The conversions are documented on the type, since this module
+//! is private and the type is re-exported at the crate root.
 
 use std::error::Error as StdError;
 use std::fmt;
@@ -24,7 +10,22 @@ use crate::BudgetError;
 type BoxError = Box<dyn StdError + Send + Sync>;
 
 /// A failed call to the next hop: a deadline outcome, a downstream gRPC status, or a transport
-/// failure. See the [module docs](self) for the conversions.
+/// failure. A handler of either protocol returns it with `?`, and the deadline outcome inside
+/// keeps its meaning across a protocol shim (rules C4, C10, C11), so an HTTP handler calling
+/// gRPC, or a gRPC handler calling HTTP, needs no hand-written error mapping.
+///
+/// - From a tonic call: `From<tonic::Status>` (feature `grpc`).
+/// - From a reqwest call through `BudgetMiddleware`: `From<reqwest_middleware::Error>`, and
+///   `From<reqwest::Error>` for reading the answer's body (feature `reqwest`).
+/// - From a tower client such as `ClientBudgetLayer`: `From<tower::BoxError>`.
+/// - As an axum answer (feature `axum`): a deadline outcome is answered as [`BudgetError`]'s
+///   own response (504, 503 + `Retry-After: 0`, 499, with `x-deadline-outcome`); any other
+///   failure is 502 Bad Gateway with the error's message.
+/// - As a gRPC answer (feature `grpc`): `From<DownstreamError> for tonic::Status` spells a
+///   deadline outcome as `From<BudgetError>` does, passes a downstream's own status through
+///   unchanged, and reports any other failure as UNAVAILABLE.
+///
+/// The runnable `examples/shim.rs` uses it in both directions.
 ///
 /// ```
 /// use hopbudget::{BudgetError, DownstreamError};

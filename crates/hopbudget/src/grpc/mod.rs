@@ -76,6 +76,8 @@ fn ms_metadata(d: Duration) -> tonic::metadata::AsciiMetadataValue {
 /// A `tonic::Status` for a budget outcome, spelled with `map` and marked with
 /// `x-deadline-outcome` (and, for a refusal, the required and remaining milliseconds).
 ///
+/// # Examples
+///
 /// ```
 /// use std::time::Duration;
 /// use hopbudget::{BudgetError, Outcome, Refused, status::GrpcStatusMap};
@@ -126,6 +128,8 @@ impl From<BudgetError> for tonic::Status {
 /// The terminal status a `tonic::Status` stands for, if it is a deadline status:
 /// DEADLINE_EXCEEDED is `expired` unless marked `refused` in its metadata, CANCELLED is
 /// `cancelled`. Other codes are application results: `None`.
+///
+/// See the [example](budget_status#examples).
 pub fn outcome(status: &tonic::Status) -> Option<Outcome> {
     let marked = status
         .metadata()
@@ -141,6 +145,8 @@ pub fn outcome(status: &tonic::Status) -> Option<Outcome> {
 
 /// The refusal a `tonic::Status` carries: the required and remaining budget a refuser
 /// stated in its metadata (rule C3), for a caller deciding whether a retry could fit (C6).
+///
+/// See the [example](budget_status#examples).
 pub fn refusal(status: &tonic::Status) -> Option<Refused> {
     if outcome(status) != Some(Outcome::Refused) {
         return None;

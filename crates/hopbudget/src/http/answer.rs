@@ -19,7 +19,15 @@ use crate::status::{HttpStatusMap, Outcome};
 
 /// The HTTP answer for `err`: the status `map` gives its outcome, a one-line plain-text body,
 /// and the `x-deadline-outcome` header; a refusal adds `Retry-After: 0`,
-/// `x-deadline-required-ms` and `x-deadline-remaining-ms` (C3).
+/// `x-deadline-required-ms` and `x-deadline-remaining-ms` (C3). These are the bytes the server
+/// layer sends for its own refusals and expiries, so an upstream hopbudget client classifies a
+/// handler's answer exactly as it would the layer's (C10, C17).
+///
+/// `impl IntoResponse for BudgetError` (feature `axum`) calls this with the contract's default
+/// map (503, 504, 499): a `BudgetError` carries no profile and axum's `into_response` sees no
+/// request. Because hopbudget clients read `x-deadline-outcome` before the status code, callers
+/// classify the answer correctly whatever codes their own profiles use. A service whose profile
+/// changes the codes answers with this function and `profile.http_status()` instead.
 ///
 /// ```
 /// use std::time::Duration;
@@ -71,8 +79,8 @@ pub fn budget_response(err: &BudgetError, map: &HttpStatusMap) -> Response<Bytes
 
 #[cfg(feature = "axum")]
 impl axum::response::IntoResponse for BudgetError {
-    /// [`budget_response`] with the contract's default status map; see the
-    /// [module docs](self) for why and for a profile's own codes.
+    /// [`budget_response`] with the contract's default status map; see
+    /// [`budget_response`] for why, and for answering with a profile's own codes.
     ///
     /// A handler can return `budget.admit(cost)?` straight away; the caller sees the same
     /// refusal the server layer would have sent (runnable: `examples/axum_reqwest.rs`).

@@ -42,6 +42,8 @@ use super::client::{Shared, ended, reply_error};
 use crate::{BudgetError, Profile, RequestBudget};
 
 /// reqwest-middleware [`Middleware`] that carries the request budget onto outbound calls.
+///
+/// See the [module example](crate::http::reqwest#example).
 #[derive(Clone, Debug)]
 pub struct BudgetMiddleware {
     shared: Arc<Shared>,
@@ -49,6 +51,8 @@ pub struct BudgetMiddleware {
 
 impl BudgetMiddleware {
     /// Middleware following `profile`.
+    ///
+    /// See the [module example](crate::http::reqwest#example).
     pub fn new(profile: Profile) -> Self {
         Self {
             shared: Shared::new(profile),
@@ -57,6 +61,8 @@ impl BudgetMiddleware {
 }
 
 /// The deadline outcome inside a reqwest-middleware error, if that is what it is.
+///
+/// See the [module example](crate::http::reqwest#example).
 pub fn budget_error(error: &Error) -> Option<&BudgetError> {
     match error {
         Error::Middleware(e) => e

@@ -24,6 +24,8 @@
 //!
 //! A whole process exporting its spans: `examples/observability.rs`.
 //!
+//! # Examples
+//!
 //! ```
 //! use std::time::Duration;
 //! use hopbudget::observe::{otlp::OtlpFile, Hop, HopLabels, Protocol};
@@ -38,9 +40,39 @@
 //!     let budget = RequestBudget::local(Duration::from_millis(120), HopPolicy::DEFAULT);
 //!     Hop::start(&labels, &budget).finish(Outcome::Completed);
 //! });
+//! assert_eq!(otlp.path(), path.as_path());
+//! otlp.flush()?;
 //! otlp.shutdown()?;
 //! let line = std::fs::read_to_string(&path)?;
 //! assert!(line.contains(r#""key":"deadline.outcome","value":{"stringValue":"completed"}"#));
+//!
+//! // Read it back as OTLP types.
+//! let requests = hopbudget::observe::otlp::read(&path)?;
+//! let span = &requests[0].resource_spans[0].scope_spans[0].spans[0];
+//! assert_eq!(span.name, "/tax");
+//! # std::fs::remove_file(&path)?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! Appending to a file through an exporter you build, and the error for a file that cannot
+//! be opened:
+//!
+//! ```
+//! use hopbudget::observe::otlp::{FileSpanExporter, OtlpFile};
+//!
+//! let path = std::env::temp_dir().join(format!("hopbudget-doc-append-{}.jsonl", std::process::id()));
+//! let exporter = FileSpanExporter::append(&path)?;
+//! assert_eq!(exporter.path(), path.as_path());
+//! // What one exported batch becomes: one `ExportTraceServiceRequest`, one line.
+//! let request = exporter.to_request(Vec::new());
+//! assert_eq!(request.resource_spans.iter().flat_map(|r| &r.scope_spans).flat_map(|s| &s.spans).count(), 0);
+//! let otlp = OtlpFile::with_exporter(exporter, "tax");
+//! let _sdk_provider = otlp.provider(); // for code that makes OpenTelemetry spans directly
+//! otlp.shutdown()?;
+//!
+//! let missing = std::env::temp_dir().join("hopbudget-no-such-dir").join("t.jsonl");
+//! let err = FileSpanExporter::create(&missing).unwrap_err();
+//! assert!(err.to_string().contains("t.jsonl"));
 //! # std::fs::remove_file(&path)?;
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
@@ -73,7 +105,7 @@ use self::proto::ExportTraceServiceRequest;
 ///
 /// fn int_attribute(request: &ExportTraceServiceRequest, key: &str) -> Option<i64> {
 ///     let spans = request.resource_spans.iter().flat_map(|r| &r.scope_spans).flat_map(|s| &s.spans);
-///     spans.flat_map(|s| &s.attributes).find_map(|KeyValue { key: k, value }| match value {
+///     spans.flat_map(|s| &s.attributes).find_map(|KeyValue { key: k, value, .. }| match value {
 ///         Some(AnyValue { value: Some(Value::IntValue(v)) }) if k == key => Some(*v),
 ///         _ => None,
 ///     })
@@ -105,6 +137,8 @@ pub const TRANSPORT_TARGETS: &[&str] = &[
 ];
 
 /// What went wrong setting up or flushing the OTLP file export.
+///
+/// See the [module example](crate::observe::otlp#examples).
 #[derive(Debug, thiserror::Error)]
 #[error("{context}")]
 pub struct OtlpError {
@@ -124,6 +158,8 @@ impl OtlpError {
 
 /// An OpenTelemetry SDK `SpanExporter` that appends each batch to a file as one OTLP JSON
 /// `ExportTraceServiceRequest` per line.
+///
+/// See the [module example](crate::observe::otlp#examples).
 pub struct FileSpanExporter {
     path: PathBuf,
     out: Mutex<Option<BufWriter<File>>>,
@@ -143,6 +179,8 @@ impl FileSpanExporter {
     ///
     /// # Errors
     /// The file cannot be created; the error names it.
+    ///
+    /// See the [module example](crate::observe::otlp#examples).
     pub fn create(path: impl AsRef<Path>) -> Result<Self, OtlpError> {
         Self::open(path.as_ref(), false)
     }
@@ -151,6 +189,8 @@ impl FileSpanExporter {
     ///
     /// # Errors
     /// The file cannot be opened; the error names it.
+    ///
+    /// See the [module example](crate::observe::otlp#examples).
     pub fn append(path: impl AsRef<Path>) -> Result<Self, OtlpError> {
         Self::open(path.as_ref(), true)
     }
@@ -176,11 +216,15 @@ impl FileSpanExporter {
     }
 
     /// The file it writes.
+    ///
+    /// See the [module example](crate::observe::otlp#examples).
     pub fn path(&self) -> &Path {
         &self.path
     }
 
     /// The request one batch becomes: the line [`SpanExporter::export`] writes.
+    ///
+    /// See the [module example](crate::observe::otlp#examples).
     pub fn to_request(&self, batch: Vec<SpanData>) -> ExportTraceServiceRequest {
         ExportTraceServiceRequest {
             resource_spans: group_spans_by_resource_and_scope(batch, &self.resource),
@@ -243,6 +287,8 @@ impl SpanExporter for FileSpanExporter {
 
 /// A tracer provider that exports spans to an OTLP JSON file in the background. Dropping it
 /// flushes and closes the file.
+///
+/// See the [module example](crate::observe::otlp#examples).
 #[derive(Debug)]
 pub struct OtlpFile {
     provider: SdkTracerProvider,
@@ -256,6 +302,8 @@ impl OtlpFile {
     ///
     /// # Errors
     /// The file cannot be created; the error names it.
+    ///
+    /// See the [module example](crate::observe::otlp#examples).
     pub fn create(path: impl AsRef<Path>, service_name: &str) -> Result<Self, OtlpError> {
         let exporter = FileSpanExporter::create(path.as_ref())?;
         Ok(Self::with_exporter(exporter, service_name))
@@ -263,6 +311,8 @@ impl OtlpFile {
 
     /// Like [`create`](Self::create), with an exporter you built (for example with
     /// [`FileSpanExporter::append`]).
+    ///
+    /// See the [module example](crate::observe::otlp#examples).
     pub fn with_exporter(exporter: FileSpanExporter, service_name: &str) -> Self {
         let path = exporter.path().to_owned();
         let provider = SdkTracerProvider::builder()
@@ -282,6 +332,8 @@ impl OtlpFile {
     }
 
     /// A `tracing` layer that turns spans into OpenTelemetry spans exported to the file.
+    ///
+    /// See the [module example](crate::observe::otlp#examples).
     pub fn layer<S>(&self) -> OpenTelemetryLayer<S, SdkTracer>
     where
         S: tracing::Subscriber + for<'span> LookupSpan<'span>,
@@ -290,11 +342,15 @@ impl OtlpFile {
     }
 
     /// The OpenTelemetry tracer provider, for code that creates OpenTelemetry spans directly.
+    ///
+    /// See the [module example](crate::observe::otlp#examples).
     pub fn provider(&self) -> &SdkTracerProvider {
         &self.provider
     }
 
     /// The file spans go to.
+    ///
+    /// See the [module example](crate::observe::otlp#examples).
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -303,6 +359,8 @@ impl OtlpFile {
     ///
     /// # Errors
     /// The export or the write failed; the error names the file.
+    ///
+    /// See the [module example](crate::observe::otlp#examples).
     pub fn flush(&self) -> Result<(), OtlpError> {
         self.provider.force_flush().map_err(|e| {
             OtlpError::new(
@@ -316,6 +374,8 @@ impl OtlpFile {
     ///
     /// # Errors
     /// The export or the write failed; the error names the file.
+    ///
+    /// See the [module example](crate::observe::otlp#examples).
     pub fn shutdown(self) -> Result<(), OtlpError> {
         self.provider.shutdown().map_err(|e| {
             OtlpError::new(
@@ -340,6 +400,8 @@ impl Drop for OtlpFile {
 /// # Errors
 /// The file cannot be read, or a line is not an OTLP JSON trace request; the error names the
 /// file and the line.
+///
+/// See the [module example](crate::observe::otlp#examples).
 pub fn read(path: impl AsRef<Path>) -> Result<Vec<ExportTraceServiceRequest>, OtlpError> {
     let path = path.as_ref();
     let text = std::fs::read_to_string(path).map_err(|e| {
