@@ -5,7 +5,7 @@ use http::{HeaderValue, Request, Response, StatusCode};
 use http_body::Body;
 use tower_service::Service;
 
-use super::{ResponseBody, ResponseFuture, ServerBudgetLayer};
+use super::{ResponseBody, ResponseFuture, ServerBudgetLayer, linger};
 use crate::Profile;
 use crate::codec::{MalformedHeader, millis};
 use crate::lifecycle::{Admission, RouteLabel};
@@ -53,6 +53,7 @@ impl<S> ServerBudget<S> {
 impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for ServerBudget<S>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    ReqBody: Body + Send + 'static,
     ResBody: Body<Data = Bytes>,
 {
     type Response = Response<ResponseBody<ResBody>>;
@@ -74,15 +75,19 @@ where
             None => RouteLabel::Path(path),
         };
         match self.layer.config.admit(req.headers(), route) {
-            Admission::Malformed(malformed) => {
-                ResponseFuture::answer(malformed_response(status, &malformed))
-            }
-            Admission::Expired => ResponseFuture::answer(expired_response(status)),
-            Admission::Refused(refused) => ResponseFuture::answer(refused_response(
-                status,
-                refused.required(),
-                refused.remaining(),
+            // Early answers, before the body was read: on HTTP/1.1 the unread body is drained
+            // so the client reads the answer instead of a reset (C18, S14).
+            Admission::Malformed(malformed) => ResponseFuture::answer(linger::answer_early(
+                req,
+                malformed_response(status, &malformed),
             )),
+            Admission::Expired => {
+                ResponseFuture::answer(linger::answer_early(req, expired_response(status)))
+            }
+            Admission::Refused(refused) => {
+                let res = refused_response(status, refused.required(), refused.remaining());
+                ResponseFuture::answer(linger::answer_early(req, res))
+            }
             Admission::Admitted(guard) => {
                 req.extensions_mut().insert(guard.budget().clone());
                 // Some services do work in `call` itself; give it the scope and span too.
