@@ -9,7 +9,8 @@
 //! - `hopbudget::spawn_blocking`: CPU-bound pricing on tokio's blocking pool; it reads the
 //!   ambient budget and can check it between steps.
 //! - `hopbudget::spawn`: a child task (recommendations, 5 s of work) that the handler does
-//!   not wait for. It carries a child budget and is stopped with the request, not 5 s later.
+//!   not wait for. It carries a child budget and is stopped when the request ends (its answer
+//!   went out), not 5 s later.
 //! - `hopbudget::spawn_detached`: the confirmation e-mail. Its own 30 s budget is rooted when
 //!   it is scheduled, so it is not cancelled when the response goes out, and it keeps the
 //!   link to the request that scheduled it.
@@ -55,7 +56,12 @@ async fn order(budget: RequestBudget) -> Result<String, BudgetError> {
     });
     tokio::spawn(async move {
         match recommendations.await {
-            Ok(Err(stop)) => log(start, format_args!("recommendations stopped: {stop}")),
+            // The request ends when its answer has gone out (or at its deadline, if that
+            // comes first); its children end with it.
+            Ok(Err(stop)) => log(
+                start,
+                format_args!("recommendations stopped with the request ({stop})"),
+            ),
             other => log(start, format_args!("recommendations: {other:?}")),
         }
     });
