@@ -50,6 +50,19 @@ where
 }
 
 /// Spawn a task under a child of `budget`, stopped when it ends.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// use std::time::Duration;
+/// use hopbudget::{BudgetError, HopPolicy, RequestBudget};
+///
+/// let request = RequestBudget::local(Duration::from_secs(10), HopPolicy::DEFAULT);
+/// let task = hopbudget::spawn_with(&request, tokio::time::sleep(Duration::from_secs(60)));
+/// request.cancel(); // the caller went away: no orphan keeps running (C5)
+/// assert_eq!(task.await.unwrap(), Err(BudgetError::Cancelled));
+/// # }
+/// ```
 pub fn spawn_with<F>(budget: &RequestBudget, fut: F) -> JoinHandle<Result<F::Output, BudgetError>>
 where
     F: Future + Send + 'static,
@@ -66,6 +79,26 @@ where
 /// [`RequestBudget::is_done`] between steps. A job whose budget has ended before a blocking
 /// thread picks it up is not run at all, and a job that finishes after its budget ended
 /// reports the end cause rather than a result nobody is waiting for.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use std::time::Duration;
+/// use hopbudget::{BudgetError, HopPolicy, RequestBudget};
+///
+/// let request = RequestBudget::local(Duration::from_millis(100), HopPolicy::DEFAULT);
+/// let job = request
+///     .scope(async {
+///         hopbudget::spawn_blocking(|| {
+///             let budget = RequestBudget::current().expect("ambient in the blocking job");
+///             budget.admit(Duration::from_secs(5))?; // too costly for what is left
+///             Ok::<_, BudgetError>("priced")
+///         })
+///     })
+///     .await;
+/// assert!(matches!(job.await.unwrap(), Ok(Err(BudgetError::Refused(_)))));
+/// # }
+/// ```
 pub fn spawn_blocking<F, R>(f: F) -> JoinHandle<Result<R, BudgetError>>
 where
     F: FnOnce() -> R + Send + 'static,
@@ -162,8 +195,30 @@ impl<F: Future> Future for Bound<F> {
 
 /// Carry a budget into a future that will be polled elsewhere: another executor, a channel
 /// of boxed futures, a library that spawns for you.
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use std::time::Duration;
+/// use hopbudget::{FutureExt, HopPolicy, RequestBudget};
+///
+/// let budget = RequestBudget::local(Duration::from_millis(500), HopPolicy::DEFAULT);
+/// // A plain tokio::spawn would lose the budget; the future carries it instead.
+/// let explicit = tokio::spawn(async { RequestBudget::current().is_some() }.with_budget(&budget));
+/// assert!(explicit.await.unwrap());
+///
+/// let captured = budget
+///     .scope(async { async { RequestBudget::current().is_some() }.with_current_budget() })
+///     .await;
+/// assert!(tokio::spawn(captured).await.unwrap());
+/// # }
+/// ```
 pub trait FutureExt: Future + Sized {
     /// Poll this future with `budget` as the ambient budget.
+    ///
+    /// See the [example](FutureExt#examples).
     fn with_budget(self, budget: &RequestBudget) -> Bound<Self> {
         Bound::Scoped {
             fut: budget.scope(self),
@@ -171,6 +226,8 @@ pub trait FutureExt: Future + Sized {
     }
 
     /// Capture the ambient budget now and carry it into wherever this future is polled.
+    ///
+    /// See the [example](FutureExt#examples).
     fn with_current_budget(self) -> Bound<Self> {
         match RequestBudget::current() {
             Some(budget) => self.with_budget(&budget),
