@@ -27,12 +27,21 @@ type BoxError = Box<dyn StdError + Send + Sync>;
 ///
 /// The runnable `examples/shim.rs` uses it in both directions.
 ///
+/// # Examples
+///
 /// ```
 /// use hopbudget::{BudgetError, DownstreamError};
 ///
 /// let err = DownstreamError::from(BudgetError::Expired);
 /// assert_eq!(err.budget_error(), Some(&BudgetError::Expired));
 /// assert_eq!(err.to_string(), "deadline expired");
+///
+/// // A tonic call's status: a deadline outcome keeps its meaning, others stay as they are.
+/// let err = DownstreamError::from(tonic::Status::deadline_exceeded("late"));
+/// assert_eq!(err.budget_error(), Some(&BudgetError::Expired));
+/// let err = DownstreamError::from(tonic::Status::not_found("no such order"));
+/// assert_eq!(err.grpc_status().map(|s| s.code()), Some(tonic::Code::NotFound));
+/// assert_eq!(tonic::Status::from(err).code(), tonic::Code::NotFound);
 /// ```
 #[derive(Debug)]
 pub struct DownstreamError {
@@ -49,6 +58,8 @@ enum Kind {
 
 impl DownstreamError {
     /// The deadline outcome this failure is, if it is one.
+    ///
+    /// See the [example](Self#examples).
     pub fn budget_error(&self) -> Option<&BudgetError> {
         match &self.kind {
             Kind::Budget(e) => Some(e),
@@ -57,6 +68,8 @@ impl DownstreamError {
     }
 
     /// The downstream's own gRPC status, when it answered one that is not a deadline outcome.
+    ///
+    /// See the [example](Self#examples).
     #[cfg(feature = "grpc")]
     pub fn grpc_status(&self) -> Option<&tonic::Status> {
         match &self.kind {

@@ -187,6 +187,8 @@ impl Default for QueueSpec {
 pub use crate::config::Issue;
 
 /// A rejected profile: every problem found, with the file it came from.
+///
+/// See the [example](Profile#examples), where `Profile::from_spec` returns the problems.
 pub type ProfileError = crate::config::ConfigError;
 
 const KIND: &str = "profile";

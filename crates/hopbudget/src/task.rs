@@ -164,6 +164,8 @@ where
 
 pin_project! {
     /// A future that carries a budget into whatever polls it: see [`FutureExt`].
+    ///
+    /// See the [example](FutureExt#examples).
     #[project = BoundProj]
     #[must_use = "futures do nothing unless polled"]
     #[allow(missing_docs)]

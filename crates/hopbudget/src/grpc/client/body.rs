@@ -34,6 +34,8 @@ pin_project! {
     /// Response body of [`GrpcClient`](super::GrpcClient): the downstream's body with a late
     /// CANCELLED in its trailers relabelled as DEADLINE_EXCEEDED, or an empty body for a
     /// status the layer answered itself.
+    ///
+    /// See the [module example](super#example).
     pub struct ResponseBody<B> {
         #[pin]
         inner: Option<B>,

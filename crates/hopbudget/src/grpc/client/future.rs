@@ -18,6 +18,8 @@ use crate::profile::Profile;
 
 pin_project! {
     /// Response future of [`GrpcClient`](super::GrpcClient).
+    ///
+    /// See the [module example](super#example).
     pub struct ResponseFuture<F> {
         #[pin]
         state: State<F>,

@@ -7,6 +7,8 @@ use crate::profile::Profile;
 
 /// Applies [`GrpcClient`] to a tonic `Channel` or any tower gRPC client service. See the
 /// [module docs](super).
+///
+/// See the [module example](super#example).
 #[derive(Clone, Debug)]
 pub struct GrpcClientLayer {
     pub(super) profile: Arc<Profile>,
@@ -14,6 +16,8 @@ pub struct GrpcClientLayer {
 
 impl GrpcClientLayer {
     /// A layer forwarding budgets with `profile`'s policy, fallback and status codes.
+    ///
+    /// See the [module example](super#example).
     pub fn new(profile: Profile) -> Self {
         Self {
             profile: Arc::new(profile),
@@ -21,6 +25,8 @@ impl GrpcClientLayer {
     }
 
     /// The profile this layer applies.
+    ///
+    /// See the [module example](super#example).
     pub fn profile(&self) -> &Profile {
         &self.profile
     }

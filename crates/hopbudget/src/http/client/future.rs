@@ -20,6 +20,8 @@ pin_project! {
     /// Fails with a boxed [`BudgetError`]: `Refused` before the call started, `Expired` when
     /// the forward budget ran out or the callee answered with its expiry status, `Cancelled`
     /// when the parent budget was cancelled. Dropping the inner future aborts the call.
+    ///
+    /// See the [module example](super#example).
     pub struct ResponseFuture<F> {
         #[pin]
         kind: Kind<F>,
