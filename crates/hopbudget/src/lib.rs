@@ -85,4 +85,4 @@ pub use downstream::DownstreamError;
 pub use error::{BudgetError, EndCause, Refused};
 pub use profile::Profile;
 pub use status::Outcome;
-pub use task::{FutureExt, spawn, spawn_blocking, spawn_detached, spawn_with};
+pub use task::{FutureExt, TaskHandle, spawn, spawn_blocking, spawn_detached, spawn_with};
