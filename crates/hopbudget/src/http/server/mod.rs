@@ -37,6 +37,7 @@
 //!    frame, which the layer waits for before sending the head (so an expiry can still be a
 //!    504). After that the budget itself moves to `stream_lifetime_ms`: the body, the tasks
 //!    feeding it and the calls they make are no longer ended by the request deadline (S12).
+//!
 //! The admission and outcome rules live once in [`lifecycle`](crate::lifecycle), shared with
 //! the gRPC layer and the queue consumer; this module only spells them in HTTP.
 //!
