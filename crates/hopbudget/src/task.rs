@@ -177,6 +177,8 @@ pin_project! {
     /// the handle, as `std::thread::scope` does; a task the runtime dropped at shutdown is
     /// `Cancelled`. Dropping the handle detaches the task, which the budget still bounds.
     ///
+    /// # Examples
+    ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
@@ -193,6 +195,12 @@ pin_project! {
     ///     .flatten()
     ///     .await;
     /// assert!(matches!(checked, Err(BudgetError::Refused(_))));
+    ///
+    /// // Stopping a task by hand reads as a cancellation.
+    /// let slow = hopbudget::spawn_with(&budget, tokio::time::sleep(Duration::from_secs(60)));
+    /// assert!(!slow.is_finished());
+    /// slow.abort();
+    /// assert_eq!(slow.await, Err(BudgetError::Cancelled));
     /// # }
     /// ```
     pub struct TaskHandle<T> {
@@ -215,11 +223,15 @@ impl<T> TaskHandle<T> {
     }
 
     /// Stop the task now, as its budget's end would.
+    ///
+    /// See the [example](Self#examples).
     pub fn abort(&self) {
         self.join.abort();
     }
 
     /// Whether the task has finished.
+    ///
+    /// See the [example](Self#examples).
     pub fn is_finished(&self) -> bool {
         self.join.is_finished()
     }
@@ -231,6 +243,8 @@ where
 {
     /// For a task that returns a `Result` itself: one result, the budget's error converted
     /// into the task's error type.
+    ///
+    /// See the [example](Self#examples).
     pub async fn flatten(self) -> Result<T, E> {
         self.await.map_err(E::from).and_then(|r| r)
     }

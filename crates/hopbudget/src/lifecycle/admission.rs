@@ -206,6 +206,17 @@ const MARKER_PREFIX: &str = "x-deadline-";
 /// ever written on answers, so one arriving on a request was forged or leaked from outside,
 /// and a handler or a client layer below must not mistake it for a real outcome. One pass
 /// over the names, and nothing else unless one is there.
+///
+/// ```
+/// use hopbudget::lifecycle::strip_internal_markers;
+///
+/// let mut headers = http::HeaderMap::new();
+/// headers.insert("x-deadline-outcome", "refused".parse().unwrap()); // forged by a client
+/// headers.insert("x-request-timeout-ms", "300".parse().unwrap());
+/// strip_internal_markers(&mut headers);
+/// assert!(!headers.contains_key("x-deadline-outcome"));
+/// assert_eq!(headers["x-request-timeout-ms"], "300");
+/// ```
 pub fn strip_internal_markers(headers: &mut HeaderMap) {
     if !headers
         .keys()
