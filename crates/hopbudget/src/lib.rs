@@ -36,6 +36,7 @@
 //! | `metrics` | counters and histograms through the `metrics` facade |
 //! | `prometheus` | `observe::prometheus`: a Prometheus recorder builder with hopbudget's buckets |
 //! | `otlp` | `observe::otlp`: OpenTelemetry span export to an OTLP JSON file |
+//! | `otel` | `observe::propagation`: W3C trace context (the installed propagator) across hops |
 //! | `full` | all of the above |
 //!
 //! ## Example

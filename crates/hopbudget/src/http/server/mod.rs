@@ -42,8 +42,9 @@
 //! the gRPC layer and the queue consumer; this module only spells them in HTTP.
 //!
 //! The layer answers with responses, never errors: the inner error type is kept, as in
-//! tower-http's timeout middleware. The route used for the minimum and the trace label is
-//! axum's `MatchedPath` when present (feature `axum`), else the URI path.
+//! tower-http's timeout middleware. The route used for the minimum and the metric label is
+//! axum's `MatchedPath` when present (feature `axum`; apply the layer with `Router::layer`),
+//! else the profile rule matching the path, else `other` (C20).
 //!
 //! # Example
 //!
