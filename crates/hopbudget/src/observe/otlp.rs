@@ -5,7 +5,7 @@
 //! camelCase names, `resourceSpans` → `scopeSpans` → `spans`, hex `traceId`/`spanId`,
 //! timestamps and `intValue`s as decimal strings, attributes as
 //! `{"key": .., "value": {"stringValue" | "intValue" | ..: ..}}`. A collector's `otlpjsonfile`
-//! receiver, `jq`, or [`read`] can read it back.
+//! receiver, `jq`, [`read`] or `hopbudget audit` can read it back.
 //!
 //! The `deadline.*` fields of a hop's span (see [`observe`](super)) arrive as span attributes
 //! under the same names, through `tracing-opentelemetry`.
