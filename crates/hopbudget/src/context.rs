@@ -541,7 +541,7 @@ impl RequestBudget {
 
     /// The cause recorded on this budget or the nearest ancestor that has one, without
     /// recursion however deep the tree is.
-    fn recorded_cause(&self) -> Option<EndCause> {
+    pub(crate) fn recorded_cause(&self) -> Option<EndCause> {
         let own = self.inner.state.load(Ordering::Acquire);
         if own != LIVE {
             return Some(Self::cause_of(own));

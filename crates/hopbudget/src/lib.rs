@@ -21,6 +21,9 @@
 //! - [`status`]: terminal statuses and their HTTP/gRPC spelling (C10).
 //! - [`retry`]: a `tower::retry` policy that obeys C6.
 //! - [`Profile`]: the adoption profile, validated at start-up (C15).
+//! - [`admission`]: deadline-aware admission (C21, S17): a tower layer and a semaphore whose
+//!   waiters are served earliest-deadline-first and dropped, without taking a slot, the moment
+//!   their budget can no longer cover the work.
 //!
 //! ## Features
 //!
@@ -59,6 +62,7 @@
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+pub mod admission;
 pub mod budget;
 pub mod clock;
 pub mod codec;

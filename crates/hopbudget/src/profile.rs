@@ -11,6 +11,7 @@ use std::time::Duration;
 use http::HeaderName;
 use serde::{Deserialize, Serialize};
 
+use crate::admission::{AdmissionConfig, QueuePolicy};
 use crate::codec::{Carrier, InboundCarriers};
 use crate::context::HopPolicy;
 use crate::status::{GrpcCode, GrpcStatusMap, HttpStatusMap};
@@ -51,6 +52,9 @@ pub struct ProfileSpec {
     pub status: StatusSpec,
     /// The queue boundary's message headers.
     pub queue: QueueSpec,
+    /// Deadline-aware admission (C21): absent means no admission layer is configured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admission: Option<AdmissionSpec>,
 }
 
 impl Default for ProfileSpec {
@@ -75,6 +79,7 @@ impl Default for ProfileSpec {
             headers: HeaderSpec::default(),
             status: StatusSpec::default(),
             queue: QueueSpec::default(),
+            admission: None,
         }
     }
 }
@@ -183,6 +188,58 @@ impl Default for QueueSpec {
     }
 }
 
+/// Deadline-aware admission (rule C21): how many requests do their work at once, how many
+/// may wait, in which order, and what each route costs.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AdmissionSpec {
+    /// Requests doing their work at once.
+    pub limit: i64,
+    /// Waiters held at most; beyond it a newcomer is refused at once.
+    pub queue_bound: i64,
+    /// `edf` (earliest deadline first) or `adaptive-lifo`.
+    pub policy: AdmissionPolicySpec,
+    /// For `adaptive-lifo`: how long the queue stays non-empty before the newest waiter is
+    /// served first.
+    pub lifo_after_ms: i64,
+    /// Per-route cost: the budget a request must have left to be worth starting. A route not
+    /// listed costs its `routes[].min_budget_ms`, else `refuse_below_ms`.
+    pub routes: Vec<AdmissionRouteSpec>,
+}
+
+impl Default for AdmissionSpec {
+    fn default() -> Self {
+        Self {
+            limit: 64,
+            queue_bound: 1024,
+            policy: AdmissionPolicySpec::Edf,
+            lifo_after_ms: 100,
+            routes: Vec::new(),
+        }
+    }
+}
+
+/// The order admission serves its waiters in.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AdmissionPolicySpec {
+    /// Earliest deadline first.
+    #[default]
+    Edf,
+    /// Arrival order, newest first once queueing is sustained.
+    AdaptiveLifo,
+}
+
+/// One route's admission cost.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdmissionRouteSpec {
+    /// A request path, or a prefix ending in `*`.
+    pub path: String,
+    /// The budget a request must have left, beyond its wait, to be worth starting.
+    pub cost_ms: i64,
+}
+
 /// One problem with a profile.
 pub use crate::config::Issue;
 
@@ -284,6 +341,7 @@ pub struct Profile {
     relative_header: HeaderName,
     epoch_header: HeaderName,
     queue_skew: Duration,
+    admission: Option<AdmissionConfig>,
 }
 
 impl Default for Profile {
@@ -519,6 +577,79 @@ impl Profile {
             );
         }
 
+        let admission = spec.admission.as_ref().map(|a| {
+            let count =
+                |field: &str, v: i64, positive: bool, issue: &mut dyn FnMut(&str, String)| {
+                    if v < 0 {
+                        issue(field, format!("must not be negative (got {v})"));
+                    } else if positive && v == 0 {
+                        issue(field, "must be greater than zero".into());
+                    }
+                    usize::try_from(v).unwrap_or(0)
+                };
+            let limit = count("admission.limit", a.limit, true, &mut issue);
+            let bound = count("admission.queue_bound", a.queue_bound, false, &mut issue);
+            let lifo_after = if a.lifo_after_ms < 0 {
+                issue(
+                    "admission.lifo_after_ms",
+                    format!("must not be negative (got {})", a.lifo_after_ms),
+                );
+                Duration::ZERO
+            } else {
+                Duration::from_millis(a.lifo_after_ms as u64)
+            };
+            let policy = match a.policy {
+                AdmissionPolicySpec::Edf => QueuePolicy::EarliestDeadlineFirst,
+                AdmissionPolicySpec::AdaptiveLifo => {
+                    QueuePolicy::AdaptiveLifo { after: lifo_after }
+                }
+            };
+            let mut config = AdmissionConfig::new(limit)
+                .with_queue_bound(bound)
+                .with_policy(policy)
+                .with_cost(refuse_below);
+            for (i, r) in a.routes.iter().enumerate() {
+                let field = format!("admission.routes[{i}]");
+                if !r.path.starts_with('/') {
+                    issue(
+                        &format!("{field}.path"),
+                        format!("`{}` must start with `/`", r.path),
+                    );
+                }
+                if a.routes[..i].iter().any(|o| o.path == r.path) {
+                    issue(
+                        &format!("{field}.path"),
+                        format!("`{}` is listed twice", r.path),
+                    );
+                }
+                let cost = if r.cost_ms < 0 {
+                    issue(
+                        &format!("{field}.cost_ms"),
+                        format!("must not be negative (got {})", r.cost_ms),
+                    );
+                    Duration::ZERO
+                } else {
+                    Duration::from_millis(r.cost_ms as u64)
+                };
+                if max > Duration::ZERO && cost > max {
+                    issue(
+                        &format!("{field}.cost_ms"),
+                        format!(
+                            "cost {} ms is above the maximum {} ms: no request could ever start",
+                            cost.as_millis(),
+                            max.as_millis()
+                        ),
+                    );
+                }
+                config = config.with_route(r.path.clone(), cost);
+            }
+            // A route the admission section does not name costs its minimum budget.
+            for r in &routes {
+                config = config.with_route(r.pattern.clone(), r.min_budget);
+            }
+            config
+        });
+
         if !issues.is_empty() {
             return Err(issues);
         }
@@ -545,6 +676,7 @@ impl Profile {
             relative_header,
             epoch_header,
             queue_skew,
+            admission,
             spec,
         })
     }
@@ -645,6 +777,11 @@ impl Profile {
             &self.spec.queue.origin_header,
             self.queue_skew,
         )
+    }
+
+    /// Deadline-aware admission, if the profile has an `admission` section (C21).
+    pub fn admission(&self) -> Option<&AdmissionConfig> {
+        self.admission.as_ref()
     }
 
     /// The first route rule matching `path`, if any.
@@ -766,6 +903,67 @@ mod tests {
         assert_eq!(p.min_budget("/other"), Duration::from_millis(10));
         assert!(p.is_stream("/events/orders"));
         assert!(!p.is_stream("/tax"));
+    }
+
+    #[test]
+    fn admission_resolves_limit_policy_and_route_costs() {
+        assert!(
+            Profile::default().admission().is_none(),
+            "absent by default"
+        );
+        let p = Profile::from_yaml(
+            "routes:\n  - path: /tax\n    min_budget_ms: 200\n\
+             admission:\n  limit: 8\n  queue_bound: 32\n  policy: adaptive-lifo\n  \
+             lifo_after_ms: 40\n  routes:\n    - path: /quote/*\n      cost_ms: 25\n",
+            "t.yaml",
+        )
+        .unwrap();
+        let a = p.admission().expect("configured");
+        assert_eq!((a.limit(), a.queue_bound()), (8, 32));
+        assert_eq!(
+            a.policy(),
+            QueuePolicy::AdaptiveLifo {
+                after: Duration::from_millis(40)
+            }
+        );
+        assert_eq!(a.cost_for(Some("/quote/eu")), Duration::from_millis(25));
+        // Not named by admission: the route's min_budget_ms, else refuse_below_ms.
+        assert_eq!(a.cost_for(Some("/tax")), Duration::from_millis(200));
+        assert_eq!(a.cost_for(Some("/other")), Duration::from_millis(10));
+        let defaults = Profile::from_yaml("admission: {}\n", "t.yaml").unwrap();
+        let d = defaults.admission().unwrap();
+        assert_eq!((d.limit(), d.queue_bound()), (64, 1024));
+        assert_eq!(d.policy(), QueuePolicy::EarliestDeadlineFirst);
+    }
+
+    #[test]
+    fn admission_problems_name_their_field() {
+        let errs = errors(
+            "max_ms: 1000\nadmission:\n  limit: 0\n  queue_bound: -1\n  lifo_after_ms: -3\n  \
+             routes:\n    - path: tax\n      cost_ms: 5000\n    - path: tax\n      cost_ms: -1\n",
+        );
+        let fields: Vec<&str> = errs.iter().map(|(f, _)| f.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "admission.limit",
+                "admission.queue_bound",
+                "admission.lifo_after_ms",
+                "admission.routes[0].path",
+                "admission.routes[0].cost_ms",
+                "admission.routes[1].path",
+                "admission.routes[1].path",
+                "admission.routes[1].cost_ms",
+            ],
+            "{errs:?}"
+        );
+        assert!(errs[0].1.contains("greater than zero"));
+        assert!(errs[4].1.contains("above the maximum"));
+        assert!(errs[6].1.contains("listed twice"));
+        let errs = errors("admission:\n  policy: random\n");
+        assert_eq!(errs[0].0, "admission.policy", "{errs:?}");
+        let errs = errors("admission:\n  limt: 4\n");
+        assert!(errs[0].1.contains("unknown field `limt`"), "{errs:?}");
     }
 
     #[test]
