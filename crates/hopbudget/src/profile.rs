@@ -190,6 +190,8 @@ impl Default for QueueSpec {
 
 /// Deadline-aware admission (rule C21): how many requests do their work at once, how many
 /// may wait, in which order, and what each route costs.
+///
+/// See the [module example](crate::admission#example).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AdmissionSpec {
@@ -220,6 +222,8 @@ impl Default for AdmissionSpec {
 }
 
 /// The order admission serves its waiters in.
+///
+/// See the [module example](crate::admission#example).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum AdmissionPolicySpec {
@@ -231,6 +235,8 @@ pub enum AdmissionPolicySpec {
 }
 
 /// One route's admission cost.
+///
+/// See the [module example](crate::admission#example).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AdmissionRouteSpec {
@@ -780,6 +786,8 @@ impl Profile {
     }
 
     /// Deadline-aware admission, if the profile has an `admission` section (C21).
+    ///
+    /// See the [module example](crate::admission#example).
     pub fn admission(&self) -> Option<&AdmissionConfig> {
         self.admission.as_ref()
     }
