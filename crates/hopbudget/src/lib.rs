@@ -4,8 +4,9 @@
 //! every hop it passes through learns how much is left, forwards slightly less, refuses work it
 //! cannot finish, and stops its children when the time is up or the caller is gone.
 //!
-//! The rules this crate implements are numbered C1-C15 in the project's contract
-//! (`shared/design/contract.md`); the docs cite them.
+//! The behaviour is specified as numbered rules (C1-C21) and scenarios (S1-S18) in
+//! `docs/contract.md` in the repository; the docs cite them by number, and each entry there
+//! names the modules and tests behind it.
 //!
 //! ## The pieces
 //!
@@ -67,6 +68,7 @@ pub mod clock;
 pub mod codec;
 pub mod config;
 pub mod context;
+mod downstream;
 pub mod error;
 pub mod fan_out;
 #[cfg(feature = "grpc")]
@@ -84,6 +86,7 @@ pub mod task;
 
 pub use budget::Deadline;
 pub use context::{BudgetId, HopPolicy, RequestBudget, Source};
+pub use downstream::DownstreamError;
 pub use error::{BudgetError, EndCause, Refused};
 pub use profile::Profile;
 pub use status::Outcome;

@@ -22,6 +22,8 @@ pub use trust::TrustedHosts;
 
 /// The profile as written in YAML: plain values, before validation. Every field has a default,
 /// so a profile file need only name what it changes.
+///
+/// See the [example](Profile#examples).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ProfileSpec {
@@ -87,6 +89,8 @@ impl Default for ProfileSpec {
 }
 
 /// One route's settings.
+///
+/// See the [example](Profile#examples).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RouteSpec {
@@ -101,6 +105,8 @@ pub struct RouteSpec {
 }
 
 /// How a route's response is bounded (rule C13).
+///
+/// See the [example](Profile#examples).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum RouteMode {
@@ -112,6 +118,8 @@ pub enum RouteMode {
 }
 
 /// Outbound encodings.
+///
+/// See the [example](Profile#examples).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct OutboundSpec {
@@ -134,6 +142,8 @@ impl Default for OutboundSpec {
 }
 
 /// Header names of the HTTP carriers; gRPC, Connect and Envoy names are fixed by their specs.
+///
+/// See the [example](Profile#examples).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct HeaderSpec {
@@ -153,6 +163,8 @@ impl Default for HeaderSpec {
 }
 
 /// Status mapping.
+///
+/// See the [example](Profile#examples).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct StatusSpec {
@@ -163,6 +175,8 @@ pub struct StatusSpec {
 }
 
 /// Queue message headers.
+///
+/// See the [example](Profile#examples).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct QueueSpec {
@@ -186,6 +200,8 @@ impl Default for QueueSpec {
 
 /// Deadline-aware admission (rule C21): how many requests do their work at once, how many
 /// may wait, in which order, and what each route costs.
+///
+/// See the [module example](crate::admission#example).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AdmissionSpec {
@@ -216,6 +232,8 @@ impl Default for AdmissionSpec {
 }
 
 /// The order admission serves its waiters in.
+///
+/// See the [module example](crate::admission#example).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum AdmissionPolicySpec {
@@ -227,6 +245,8 @@ pub enum AdmissionPolicySpec {
 }
 
 /// One route's admission cost.
+///
+/// See the [module example](crate::admission#example).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AdmissionRouteSpec {
@@ -240,11 +260,15 @@ pub struct AdmissionRouteSpec {
 pub use crate::config::Issue;
 
 /// A rejected profile: every problem found, with the file it came from.
+///
+/// See the [example](Profile#examples), where `Profile::from_spec` returns the problems.
 pub type ProfileError = crate::config::ConfigError;
 
 const KIND: &str = "profile";
 
 /// One route's resolved settings.
+///
+/// See the [example](Profile#examples).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RouteRule {
     pattern: String,
@@ -256,6 +280,8 @@ pub struct RouteRule {
 
 impl RouteRule {
     /// Whether this rule applies to `path`.
+    ///
+    /// See the [example](Profile#examples).
     pub fn matches(&self, path: &str) -> bool {
         match self.pattern.strip_suffix('*') {
             Some(prefix) => path.starts_with(prefix),
@@ -264,12 +290,60 @@ impl RouteRule {
     }
 
     /// The path or prefix pattern.
+    ///
+    /// See the [example](Profile#examples).
     pub fn pattern(&self) -> &str {
         &self.pattern
     }
 }
 
 /// A validated adoption profile, ready for layers to use.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use hopbudget::codec::Carrier;
+/// use hopbudget::profile::{Profile, ProfileSpec, RouteMode, RouteSpec};
+///
+/// // From YAML (a file: `Profile::load("profiles/default.yaml")`); it names only what changes.
+/// let profile = Profile::from_yaml(
+///     "service: tax\n\
+///      hop_margin_ms: 10\n\
+///      routes:\n\
+///        - {path: /tax, min_budget_ms: 200}\n\
+///        - {path: /events/*, mode: stream}\n",
+///     "tax.yaml",
+/// )?;
+/// assert_eq!(profile.service(), "tax");
+/// assert_eq!(profile.policy().hop_margin, Duration::from_millis(10));
+/// assert_eq!(profile.min_budget("/tax"), Duration::from_millis(200));
+/// assert!(profile.is_stream("/events/orders"));
+/// let rule = profile.route("/events/orders").expect("the prefix matches");
+/// assert_eq!((rule.pattern(), rule.mode), ("/events/*", RouteMode::Stream));
+/// assert!(rule.matches("/events/x") && !rule.matches("/tax"));
+///
+/// // The documented defaults, readable one by one.
+/// assert_eq!(profile.edge_total(), Duration::from_millis(1_000));
+/// assert!(profile.max() >= profile.edge_total());
+/// assert!(profile.stream_lifetime() > Duration::ZERO && profile.low_budget() > Duration::ZERO);
+/// assert_eq!(profile.outbound_http().0, Carrier::RelativeMs);
+/// assert_eq!(profile.http_status().expired, 504);
+/// assert_eq!(profile.grpc_status().cancelled.as_i32(), 1);
+/// assert!(profile.inbound().iter().any(|(c, _)| c == Carrier::GrpcTimeout));
+/// assert_eq!(profile.queue().0, "deadline-epoch-ms");
+/// assert!(profile.to_yaml().contains("hop_margin_ms: 10"));
+///
+/// // From code: edit the spec, then validate it; every problem names its field.
+/// let mut spec = profile.spec().clone();
+/// spec.routes.push(RouteSpec { path: "/slow".into(), min_budget_ms: Some(-1), mode: RouteMode::Request });
+/// let problems = Profile::from_spec(spec).unwrap_err();
+/// assert_eq!(problems[0].field, "routes[2].min_budget_ms", "{problems:?}");
+///
+/// // The same profile under another service name.
+/// assert_eq!(Profile::default().with_service("pricing").service(), "pricing");
+/// # Ok::<(), hopbudget::profile::ProfileError>(())
+/// ```
 #[derive(Clone, Debug)]
 pub struct Profile {
     spec: ProfileSpec,
@@ -301,12 +375,16 @@ fn unreachable_default() -> Profile {
 
 impl Profile {
     /// Load and validate a profile file.
+    ///
+    /// See the [example](Self#examples).
     pub fn load(path: impl AsRef<Path>) -> Result<Self, ProfileError> {
         let path = path.as_ref();
         Self::from_yaml(&crate::config::read_file(KIND, path)?, path)
     }
 
     /// Parse and validate profile text; `origin` names it in errors.
+    ///
+    /// See the [example](Self#examples).
     pub fn from_yaml(text: &str, origin: impl AsRef<Path>) -> Result<Self, ProfileError> {
         let origin = origin.as_ref();
         let spec: ProfileSpec = crate::config::parse_yaml(KIND, text, origin)?;
@@ -318,6 +396,8 @@ impl Profile {
     }
 
     /// Validate a spec, collecting every problem.
+    ///
+    /// See the [example](Self#examples).
     pub fn from_spec(spec: ProfileSpec) -> Result<Self, Vec<Issue>> {
         let mut issues = Vec::new();
         let mut issue = |field: &str, reason: String| {
@@ -626,51 +706,71 @@ impl Profile {
     }
 
     /// The spec this profile was built from (for printing the resolved profile).
+    ///
+    /// See the [example](Self#examples).
     pub fn spec(&self) -> &ProfileSpec {
         &self.spec
     }
 
     /// The resolved profile as YAML.
+    ///
+    /// See the [example](Self#examples).
     pub fn to_yaml(&self) -> String {
         serde_saphyr::to_string(&self.spec).unwrap_or_else(|e| format!("# cannot print: {e}\n"))
     }
 
     /// The service name.
+    ///
+    /// See the [example](Self#examples).
     pub fn service(&self) -> &str {
         &self.spec.service
     }
 
     /// Margin, transit allowance and refuse threshold.
+    ///
+    /// See the [example](Self#examples).
     pub fn policy(&self) -> HopPolicy {
         self.policy
     }
 
     /// Budget for requests without an inbound deadline (rule C8).
+    ///
+    /// See the [example](Self#examples).
     pub fn edge_total(&self) -> Duration {
         self.edge_total
     }
 
     /// Inbound clamp (rule C9).
+    ///
+    /// See the [example](Self#examples).
     pub fn max(&self) -> Duration {
         self.max
     }
 
     /// How long a stream may run after its first chunk (rule C13).
+    ///
+    /// See the [example](Self#examples).
     pub fn stream_lifetime(&self) -> Duration {
         self.stream_lifetime
     }
 
     /// Arrivals below this budget count as "low budget".
+    ///
+    /// See the [example](Self#examples).
     pub fn low_budget(&self) -> Duration {
         self.low_budget
     }
 
     /// The carriers read on arrival, with their header names.
+    ///
+    /// See the [example](Self#examples).
     pub fn inbound(&self) -> &InboundCarriers {
         &self.inbound
     }
 
     /// The HTTP outbound carrier and its header name.
+    ///
+    /// See the [example](Self#examples).
     pub fn outbound_http(&self) -> (Carrier, &HeaderName) {
         match self.spec.outbound.http {
             Carrier::EpochMs => (Carrier::EpochMs, &self.epoch_header),
@@ -684,16 +784,22 @@ impl Profile {
     }
 
     /// HTTP status mapping.
+    ///
+    /// See the [example](Self#examples).
     pub fn http_status(&self) -> &HttpStatusMap {
         &self.spec.status.http
     }
 
     /// gRPC status mapping.
+    ///
+    /// See the [example](Self#examples).
     pub fn grpc_status(&self) -> &GrpcStatusMap {
         &self.spec.status.grpc
     }
 
     /// The queue boundary's settings: header, origin header, skew allowance.
+    ///
+    /// See the [example](Self#examples).
     pub fn queue(&self) -> (&str, &str, Duration) {
         (
             &self.spec.queue.header,
@@ -703,28 +809,38 @@ impl Profile {
     }
 
     /// Deadline-aware admission, if the profile has an `admission` section (C21).
+    ///
+    /// See the [module example](crate::admission#example).
     pub fn admission(&self) -> Option<&AdmissionConfig> {
         self.admission.as_ref()
     }
 
     /// The first route rule matching `path`, if any.
+    ///
+    /// See the [example](Self#examples).
     pub fn route(&self, path: &str) -> Option<&RouteRule> {
         self.routes.iter().find(|r| r.matches(path))
     }
 
     /// The least budget a request to `path` needs to start (rule C3).
+    ///
+    /// See the [example](Self#examples).
     pub fn min_budget(&self, path: &str) -> Duration {
         self.route(path)
             .map_or(self.policy.refuse_below, |r| r.min_budget)
     }
 
     /// Whether `path` is a streaming route (rule C13).
+    ///
+    /// See the [example](Self#examples).
     pub fn is_stream(&self, path: &str) -> bool {
         self.route(path)
             .is_some_and(|r| r.mode == RouteMode::Stream)
     }
 
     /// Change the service name (handy when one process hosts several demo services).
+    ///
+    /// See the [example](Self#examples).
     pub fn with_service(mut self, service: impl Into<String>) -> Self {
         self.spec.service = service.into();
         self

@@ -12,8 +12,12 @@ use crate::status::{
 };
 
 /// Turns a dropped waiter's [`BudgetError`] into what the wrapped service returns.
+///
+/// See the [module example](crate::admission#example).
 pub trait RefusalAnswer<Res, E> {
     /// The answer for a request the layer will not run.
+    ///
+    /// See the [module example](crate::admission#example).
     fn answer(&self, error: BudgetError) -> Result<Res, E>;
 }
 
@@ -21,6 +25,8 @@ pub trait RefusalAnswer<Res, E> {
 /// the profile's `refused` status (503) with `Retry-After: 0`, `x-deadline-required-ms`,
 /// `x-deadline-remaining-ms` and `x-deadline-outcome: refused`; the `expired` status (504)
 /// for a budget already spent. The body is one line of plain text.
+///
+/// See the [module example](crate::admission#example).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct HttpAnswer {
     status: HttpStatusMap,
@@ -28,6 +34,8 @@ pub struct HttpAnswer {
 
 impl HttpAnswer {
     /// Answer with the status codes of `status` (usually [`Profile::http_status`](crate::Profile::http_status)).
+    ///
+    /// See the [module example](crate::admission#example).
     pub const fn new(status: HttpStatusMap) -> Self {
         Self { status }
     }
@@ -80,6 +88,8 @@ fn ms(d: Duration) -> HeaderValue {
 
 /// Answers with the [`BudgetError`] as the service's error, for services that are not HTTP
 /// (a `tower::BoxError` accepts it; find it again with [`BudgetError::find`]).
+///
+/// See the [module example](crate::admission#example).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ErrorAnswer;
 

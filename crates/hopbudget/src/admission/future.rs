@@ -17,6 +17,8 @@ pin_project! {
     /// While queued it holds the request and a ready clone of the service; dropping it then
     /// leaves the queue at once (C5) and never leaks a slot. Once running, it holds the slot
     /// until the inner future finishes or is dropped.
+    ///
+    /// See the [module example](crate::admission#example).
     pub struct ResponseFuture<S, Req, A>
     where
         S: Service<Req>,

@@ -20,6 +20,8 @@ use crate::{Deadline, RequestBudget};
 ///
 /// Clones share the permits.
 ///
+/// # Examples
+///
 /// ```
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() {
@@ -51,6 +53,8 @@ pub struct BudgetSemaphore {
 }
 
 /// One permit of a [`BudgetSemaphore`]; dropping it hands the permit to the next waiter.
+///
+/// See the [example](BudgetSemaphore#examples).
 #[derive(Debug)]
 #[must_use = "the permit is released as soon as it is dropped"]
 pub struct BudgetPermit {
@@ -63,6 +67,8 @@ impl BudgetSemaphore {
 
     /// `permits` permits, up to [`DEFAULT_QUEUE_BOUND`](Self::DEFAULT_QUEUE_BOUND) waiters,
     /// earliest-deadline-first.
+    ///
+    /// See the [example](Self#examples).
     pub fn new(permits: usize) -> Self {
         Self::with_queue(
             permits,
@@ -73,6 +79,8 @@ impl BudgetSemaphore {
 
     /// `permits` permits, at most `queue_bound` waiters (beyond it `acquire` refuses at
     /// once), served by `policy`.
+    ///
+    /// See the [example](Self#examples).
     pub fn with_queue(permits: usize, queue_bound: usize, policy: QueuePolicy) -> Self {
         Self {
             queue: Arc::new(WaitQueue::new(permits, queue_bound, policy)),
@@ -80,12 +88,16 @@ impl BudgetSemaphore {
     }
 
     /// Wait for a permit for work that needs `cost`, under the ambient budget.
+    ///
+    /// See the [example](Self#examples).
     pub async fn acquire(&self, cost: Duration) -> Result<BudgetPermit, BudgetError> {
         let deadline = RequestBudget::current().map(|b| b.deadline());
         self.acquire_until(deadline, cost).await
     }
 
     /// Wait for a permit for work that needs `cost`, under `budget`.
+    ///
+    /// See the [example](Self#examples).
     pub async fn acquire_with(
         &self,
         budget: &RequestBudget,
@@ -101,6 +113,8 @@ impl BudgetSemaphore {
 
     /// Wait for a permit for work that needs `cost` and must end by `deadline` (`None`: no
     /// budget, FIFO, never refused for time).
+    ///
+    /// See the [example](Self#examples).
     pub async fn acquire_until(
         &self,
         deadline: Option<Deadline>,
@@ -115,16 +129,22 @@ impl BudgetSemaphore {
     }
 
     /// Permits free right now.
+    ///
+    /// See the [example](Self#examples).
     pub fn available_permits(&self) -> usize {
         self.queue.available()
     }
 
     /// Callers waiting right now.
+    ///
+    /// See the [example](Self#examples).
     pub fn waiting(&self) -> usize {
         self.queue.waiting()
     }
 
     /// The number of permits.
+    ///
+    /// See the [example](Self#examples).
     pub fn limit(&self) -> usize {
         self.queue.limit()
     }

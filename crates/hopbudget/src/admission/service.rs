@@ -12,6 +12,8 @@ use super::{AdmissionRequest, HttpAnswer, RefusalAnswer, ResponseFuture};
 /// cost (C21).
 ///
 /// Made by [`AdmissionLayer`](super::AdmissionLayer); see the [module docs](super).
+///
+/// See the [module example](crate::admission#example).
 #[derive(Debug)]
 pub struct Admission<S, A = HttpAnswer> {
     pub(super) inner: S,
@@ -29,16 +31,22 @@ impl<S: Clone, A> Clone for Admission<S, A> {
 
 impl<S, A> Admission<S, A> {
     /// The wrapped service.
+    ///
+    /// See the [module example](crate::admission#example).
     pub fn get_ref(&self) -> &S {
         &self.inner
     }
 
     /// The wrapped service, mutably.
+    ///
+    /// See the [module example](crate::admission#example).
     pub fn get_mut(&mut self) -> &mut S {
         &mut self.inner
     }
 
     /// Unwrap the inner service.
+    ///
+    /// See the [module example](crate::admission#example).
     pub fn into_inner(self) -> S {
         self.inner
     }

@@ -32,6 +32,14 @@ pub fn decode(value: &[u8], now_unix_ms: u64) -> Result<Duration, InvalidValue> 
 }
 
 /// Encode "`budget` from now" as an absolute epoch-millisecond instant, rounded down.
+///
+/// ```
+/// use std::time::Duration;
+/// use hopbudget::codec::epoch;
+///
+/// let now = 1_800_000_000_000;
+/// assert_eq!(epoch::encode(Duration::from_micros(400_900), now).as_str(), "1800000000400");
+/// ```
 pub fn encode(budget: Duration, now_unix_ms: u64) -> Encoded {
     let ms = u64::try_from(budget.as_millis()).unwrap_or(u64::MAX);
     let at = now_unix_ms

@@ -38,17 +38,39 @@ pub fn decode(value: &[u8]) -> Result<Duration, InvalidValue> {
 }
 
 /// Decode Connect's `connect-timeout-ms`: 1 to 10 digits, no sign.
+///
+/// ```
+/// use std::time::Duration;
+/// use hopbudget::codec::millis;
+///
+/// assert_eq!(millis::decode_connect(b"250"), Ok(Duration::from_millis(250)));
+/// assert!(millis::decode_connect(b"12345678901").is_err()); // more than 10 digits
+/// ```
 pub fn decode_connect(value: &[u8]) -> Result<Duration, InvalidValue> {
     parse_digits(trim(value), CONNECT_MAX_DIGITS).map(Duration::from_millis)
 }
 
 /// Encode a budget as whole milliseconds, rounded down (rule C2).
+///
+/// ```
+/// use std::time::Duration;
+/// use hopbudget::codec::millis;
+///
+/// assert_eq!(millis::encode(Duration::from_micros(94_999)).as_str(), "94");
+/// ```
 pub fn encode(budget: Duration) -> Encoded {
     let ms = u64::try_from(budget.as_millis()).unwrap_or(u64::MAX);
     Encoded::new(ms)
 }
 
 /// Encode for Connect: rounded down and capped at ten digits.
+///
+/// ```
+/// use std::time::Duration;
+/// use hopbudget::codec::millis;
+///
+/// assert_eq!(millis::encode_connect(Duration::from_secs(u64::MAX)).as_str(), "9999999999");
+/// ```
 pub fn encode_connect(budget: Duration) -> Encoded {
     encode(budget.min(Duration::from_millis(CONNECT_MAX_MS)))
 }

@@ -17,13 +17,14 @@
 //! hosts (C19, S16; see [`BudgetMiddleware::untrusted`]).
 //!
 //! Deadline failures are `reqwest_middleware::Error::Middleware` wrapping a
-//! [`BudgetError`]; [`budget_error`] finds it.
+//! [`BudgetError`]; [`BudgetError::find`] (or [`budget_error`]) finds it, and
+//! [`DownstreamError`](crate::DownstreamError) hands it on from a handler with `?`.
 //!
 //! # Example
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-//! use hopbudget::http::reqwest::{BudgetMiddleware, budget_error};
+//! use hopbudget::http::reqwest::BudgetMiddleware;
 //! use hopbudget::{BudgetError, Profile};
 //!
 //! let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
@@ -33,7 +34,7 @@
 //! // request, the profile's edge total is (C8).
 //! match client.get("http://127.0.0.1:8080/tax").send().await {
 //!     Ok(res) => println!("{}", res.status()),
-//!     Err(e) if budget_error(&e) == Some(&BudgetError::Expired) => println!("out of time"),
+//!     Err(e) if BudgetError::find(&e) == Some(&BudgetError::Expired) => println!("out of time"),
 //!     Err(e) => return Err(e.into()),
 //! }
 //! # Ok(())
@@ -51,6 +52,8 @@ use super::client::{Bound, ResponseBody, Shared, Trust, reply_error};
 use crate::{BudgetError, Profile, RequestBudget};
 
 /// reqwest-middleware [`Middleware`] that carries the request budget onto outbound calls.
+///
+/// See the [module example](crate::http::reqwest#example).
 #[derive(Clone, Debug)]
 pub struct BudgetMiddleware {
     shared: Arc<Shared>,
@@ -58,6 +61,8 @@ pub struct BudgetMiddleware {
 
 impl BudgetMiddleware {
     /// Middleware following `profile`.
+    ///
+    /// See the [module example](crate::http::reqwest#example).
     pub fn new(profile: Profile) -> Self {
         Self {
             shared: Shared::new(profile),
@@ -82,6 +87,8 @@ impl BudgetMiddleware {
 }
 
 /// The deadline outcome inside a reqwest-middleware error, if that is what it is.
+///
+/// See the [module example](crate::http::reqwest#example).
 pub fn budget_error(error: &Error) -> Option<&BudgetError> {
     match error {
         Error::Middleware(e) => e

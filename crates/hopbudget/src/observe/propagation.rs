@@ -18,6 +18,8 @@
 //! on the hop span with the incoming headers right after creating it, before it is first
 //! entered. A custom adapter makes the same two calls.
 //!
+//! # Examples
+//!
 //! ```
 //! use hopbudget::observe::propagation;
 //! use opentelemetry_sdk::propagation::TraceContextPropagator;
@@ -50,6 +52,8 @@ use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
 /// Writes a propagator's fields into an [`http::HeaderMap`]. A field whose name or value is
 /// not a valid header is skipped rather than allowed to fail the request.
+///
+/// See the [module example](crate::observe::propagation#examples).
 #[derive(Debug)]
 pub struct HeaderInjector<'a>(pub &'a mut HeaderMap);
 
@@ -66,6 +70,8 @@ impl Injector for HeaderInjector<'_> {
 
 /// Reads a propagator's fields from an [`http::HeaderMap`]; values that are not visible
 /// ASCII read as absent.
+///
+/// See the [module example](crate::observe::propagation#examples).
 #[derive(Debug)]
 pub struct HeaderExtractor<'a>(pub &'a HeaderMap);
 
@@ -80,6 +86,8 @@ impl Extractor for HeaderExtractor<'_> {
 }
 
 /// Write `cx`'s trace context into `headers` with the installed propagator.
+///
+/// See the [module example](crate::observe::propagation#examples).
 pub fn inject_context(cx: &Context, headers: &mut HeaderMap) {
     opentelemetry::global::get_text_map_propagator(|p| {
         p.inject_context(cx, &mut HeaderInjector(headers));
@@ -87,6 +95,8 @@ pub fn inject_context(cx: &Context, headers: &mut HeaderMap) {
 }
 
 /// Write the trace context of `span` into `headers`.
+///
+/// See the [module example](crate::observe::propagation#examples).
 pub fn inject_span(span: &tracing::Span, headers: &mut HeaderMap) {
     if span.is_disabled() {
         return;
@@ -96,11 +106,15 @@ pub fn inject_span(span: &tracing::Span, headers: &mut HeaderMap) {
 
 /// Write the trace context of the current `tracing` span into `headers`: the call a client
 /// layer makes before sending.
+///
+/// See the [module example](crate::observe::propagation#examples).
 pub fn inject_current(headers: &mut HeaderMap) {
     inject_span(&tracing::Span::current(), headers);
 }
 
 /// The context the caller sent in `headers`, read with the installed propagator.
+///
+/// See the [module example](crate::observe::propagation#examples).
 pub fn extract(headers: &HeaderMap) -> Context {
     opentelemetry::global::get_text_map_propagator(|p| p.extract(&HeaderExtractor(headers)))
 }
@@ -109,6 +123,8 @@ pub fn extract(headers: &HeaderMap) -> Context {
 /// arrived in `headers`. Returns whether a valid remote parent was found and set; without
 /// one (no header, a malformed one, no propagator installed, no OpenTelemetry layer) the
 /// span is left as it was.
+///
+/// See the [module example](crate::observe::propagation#examples).
 pub fn set_parent(span: &tracing::Span, headers: &HeaderMap) -> bool {
     if span.is_disabled() {
         return false;

@@ -38,6 +38,8 @@ pin_project! {
     /// before the body does, the downstream body is dropped (resetting the stream) and the
     /// body ends with DEADLINE_EXCEEDED trailers (CANCELLED if the request was cancelled), so a
     /// tonic client reports the right code (C4, C5).
+    ///
+    /// See the [module example](super#example).
     #[project = ResponseBodyProj]
     pub struct ResponseBody<B> {
         #[pin]

@@ -16,6 +16,8 @@ use crate::http::client::{Bound, Shared};
 
 pin_project! {
     /// Response future of [`GrpcClient`](super::GrpcClient).
+    ///
+    /// See the [module example](super#example).
     pub struct ResponseFuture<F> {
         #[pin]
         state: State<F>,

@@ -8,6 +8,8 @@ use crate::profile::Profile;
 
 /// Applies [`GrpcClient`] to a tonic `Channel` or any tower gRPC client service. See the
 /// [module docs](super).
+///
+/// See the [module example](super#example).
 #[derive(Clone, Debug)]
 pub struct GrpcClientLayer {
     pub(super) shared: Arc<Shared>,
@@ -15,6 +17,8 @@ pub struct GrpcClientLayer {
 
 impl GrpcClientLayer {
     /// A layer forwarding budgets with `profile`'s policy, fallback and status codes.
+    ///
+    /// See the [module example](super#example).
     pub fn new(profile: Profile) -> Self {
         Self {
             shared: Shared::new(profile),
@@ -22,6 +26,8 @@ impl GrpcClientLayer {
     }
 
     /// The profile this layer applies.
+    ///
+    /// See the [module example](super#example).
     pub fn profile(&self) -> &Profile {
         &self.shared.profile
     }

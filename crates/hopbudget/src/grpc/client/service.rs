@@ -18,6 +18,8 @@ const GRPC_TIMEOUT: HeaderName = HeaderName::from_static(crate::codec::GRPC_TIME
 
 /// Middleware that forwards the current budget on every gRPC call. See the
 /// [module docs](super).
+///
+/// See the [module example](super#example).
 #[derive(Clone, Debug)]
 pub struct GrpcClient<S> {
     pub(super) inner: S,
@@ -26,6 +28,8 @@ pub struct GrpcClient<S> {
 
 impl<S> GrpcClient<S> {
     /// Wrap `inner` with the rules of `layer`'s profile.
+    ///
+    /// See the [module example](super#example).
     pub fn new(inner: S, layer: &super::GrpcClientLayer) -> Self {
         Self {
             inner,
@@ -34,11 +38,15 @@ impl<S> GrpcClient<S> {
     }
 
     /// The wrapped service.
+    ///
+    /// See the [module example](super#example).
     pub fn get_ref(&self) -> &S {
         &self.inner
     }
 
     /// Unwrap the inner service.
+    ///
+    /// See the [module example](super#example).
     pub fn into_inner(self) -> S {
         self.inner
     }

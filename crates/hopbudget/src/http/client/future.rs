@@ -20,6 +20,8 @@ pin_project! {
     /// the forward budget ran out or the callee answered with its expiry status, `Cancelled`
     /// when the parent budget was cancelled. Dropping the inner future aborts the call. The
     /// response's body stays bounded by the same wait ([`ResponseBody`]).
+    ///
+    /// See the [module example](super#example).
     pub struct ResponseFuture<F> {
         #[pin]
         kind: Kind<F>,

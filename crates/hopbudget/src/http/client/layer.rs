@@ -17,6 +17,8 @@ pub struct ClientBudgetLayer {
 impl ClientBudgetLayer {
     /// A layer that follows `profile`: hop margin, transit allowance, refuse threshold, edge
     /// total, outbound carrier, trusted hosts and status codes.
+    ///
+    /// See the [module example](super#example).
     pub fn new(profile: Profile) -> Self {
         Self {
             shared: Shared::new(profile),

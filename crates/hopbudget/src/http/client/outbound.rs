@@ -212,6 +212,8 @@ fn encode(carrier: Carrier, forward: Duration) -> HeaderValue {
 /// first; otherwise the status code is read through `map`. A `refused` status without the
 /// `x-deadline-required-ms` header is an ordinary overload answer, not a deadline refusal, and
 /// counts as `completed`.
+///
+/// See the [module example](super#example).
 pub fn classify(map: &HttpStatusMap, status: u16, headers: &HeaderMap) -> Outcome {
     if let Some(named) = headers.get(&super::super::OUTCOME_HEADER) {
         match named.as_bytes() {

@@ -14,6 +14,8 @@ use crate::{Profile, RequestBudget};
 /// Middleware that carries the request budget onto outbound HTTP calls.
 ///
 /// Made by [`ClientBudgetLayer`]; see the [module docs](super).
+///
+/// See the [module example](super#example).
 #[derive(Clone, Debug)]
 pub struct ClientBudget<S> {
     pub(super) inner: S,
@@ -22,6 +24,8 @@ pub struct ClientBudget<S> {
 
 impl<S> ClientBudget<S> {
     /// Wrap the client `inner` with the behaviour `profile` describes.
+    ///
+    /// See the [module example](super#example).
     pub fn new(inner: S, profile: Profile) -> Self {
         ClientBudget {
             inner,
@@ -30,21 +34,29 @@ impl<S> ClientBudget<S> {
     }
 
     /// A layer for this middleware.
+    ///
+    /// See the [module example](super#example).
     pub fn layer(profile: Profile) -> ClientBudgetLayer {
         ClientBudgetLayer::new(profile)
     }
 
     /// The wrapped client.
+    ///
+    /// See the [module example](super#example).
     pub fn get_ref(&self) -> &S {
         &self.inner
     }
 
     /// The wrapped client, mutably.
+    ///
+    /// See the [module example](super#example).
     pub fn get_mut(&mut self) -> &mut S {
         &mut self.inner
     }
 
     /// Unwrap the inner client.
+    ///
+    /// See the [module example](super#example).
     pub fn into_inner(self) -> S {
         self.inner
     }

@@ -23,6 +23,8 @@ pin_project! {
     /// Dropping it before it finishes (hyper does so when the client disconnects) cancels
     /// the request's budget, and with it every child call and task (C5). Like tower's
     /// futures it panics if polled again after it finished.
+    ///
+    /// See the [module example](super#example).
     pub struct ResponseFuture<F, B> {
         #[pin]
         state: State<F, B>,
