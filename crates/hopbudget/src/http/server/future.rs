@@ -13,6 +13,7 @@ use tokio::time::Sleep;
 
 use super::ResponseBody;
 use super::answer::expired_response;
+use crate::http::client::classify;
 use crate::lifecycle::HopGuard;
 use crate::status::{HttpStatusMap, Outcome};
 use crate::{Refused, RequestBudget};
@@ -114,23 +115,23 @@ impl<F, B> fmt::Debug for ResponseFuture<F, B> {
     }
 }
 
-/// The outcome a handler's own answer states (C17): its expiry (504), its refusal (503 with
-/// `x-deadline-required-ms`) or its cancellation (499), in the profile's spelling.
+/// The outcome a handler's own answer states (C17): its expiry, refusal or cancellation,
+/// read as a hopbudget client reads it (the `x-deadline-outcome` mark first, then the
+/// profile's status codes).
 fn note_answer<B>(guard: &mut HopGuard, status: &HttpStatusMap, res: &Response<B>) {
-    let code = res.status().as_u16();
-    if code == status.expired {
-        guard.answered(Outcome::Expired);
-    } else if code == status.cancelled {
-        guard.answered(Outcome::Cancelled);
-    } else if code == status.refused {
-        let ms = |name: &http::HeaderName| {
-            let text = res.headers().get(name)?.to_str().ok()?;
-            Some(Duration::from_millis(text.trim().parse().ok()?))
-        };
-        if let Some(required) = ms(&super::super::REQUIRED_HEADER) {
+    let headers = res.headers();
+    match classify(status, res.status().as_u16(), headers) {
+        Outcome::Completed => {}
+        Outcome::Refused => {
+            let ms = |name: &http::HeaderName| {
+                let text = headers.get(name)?.to_str().ok()?;
+                Some(Duration::from_millis(text.trim().parse().ok()?))
+            };
+            let required = ms(&super::super::REQUIRED_HEADER).unwrap_or_default();
             let remaining = ms(&super::super::REMAINING_HEADER).unwrap_or_default();
             guard.answered_refused(Refused::new(required, remaining));
         }
+        outcome => guard.answered(outcome),
     }
 }
 
