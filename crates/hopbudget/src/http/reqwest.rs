@@ -87,7 +87,12 @@ impl Middleware for BudgetMiddleware {
             }
             res = next.run(req, extensions) => res?,
         };
-        match reply_error(self.shared.status(), res.status().as_u16(), res.headers()) {
+        match reply_error(
+            self.shared.status(),
+            res.status().as_u16(),
+            res.headers(),
+            &budget,
+        ) {
             Some(error) => Err(Error::middleware(error)),
             None => Ok(res),
         }

@@ -113,7 +113,9 @@ where
                     let res = result.map_err(Into::into)?;
                     // C4: a downstream expiry is an expiry here too, never a cancellation.
                     // C6: nothing here retries.
-                    if let Some(error) = reply_error(status, res.status().as_u16(), res.headers()) {
+                    if let Some(error) =
+                        reply_error(status, res.status().as_u16(), res.headers(), budget)
+                    {
                         return Poll::Ready(Err(error.into()));
                     }
                     return Poll::Ready(Ok(res));

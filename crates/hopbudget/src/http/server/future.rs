@@ -202,8 +202,9 @@ where
                         budget.sync_scope(|| inner.poll(cx))
                     };
                     match polled {
-                        Poll::Ready(Ok(res)) => {
+                        Poll::Ready(Ok(mut res)) => {
                             guard.check_late();
+                            mark_handler_outcome(&mut res, &guard.status);
                             match guard.stream_lifetime {
                                 None => {
                                     guard.finish(Outcome::Completed);
@@ -276,4 +277,18 @@ where
         this.state.set(State::Done);
         Poll::Ready(Ok(response.map(ResponseBody::full)))
     }
+}
+
+/// A handler's own expiry or cancellation answer (a 504 it returned for a downstream that ran
+/// out of time) carries the `x-deadline-outcome` marker as the layer's own answers do, so the
+/// hop above can tell it from a proxy's own timeout, which has no marker (C4, C17).
+fn mark_handler_outcome<B>(res: &mut Response<B>, status: &HttpStatusMap) {
+    let name = match status.classify(res.status().as_u16()) {
+        Outcome::Expired => "expired",
+        Outcome::Cancelled => "cancelled",
+        _ => return,
+    };
+    res.headers_mut()
+        .entry(&super::super::OUTCOME_HEADER)
+        .or_insert(http::HeaderValue::from_static(name));
 }
