@@ -31,6 +31,9 @@ enum Command {
     Demo(DemoArgs),
     /// Run one service of a demo topology alone (one process per host).
     Serve(ServeArgs),
+    /// Drive a three-hop chain at a fixed rate for a bounded time and check that nothing
+    /// leaks or is lost (exit 1 when a check fails).
+    Soak(crate::soak::SoakArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -137,6 +140,7 @@ pub fn main() -> ExitCode {
         } => return profile_cmd::check(&file),
         Command::Demo(args) => run_demo(args),
         Command::Serve(args) => run_serve(args),
+        Command::Soak(args) => return crate::soak::main(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
