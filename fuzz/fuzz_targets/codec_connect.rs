@@ -18,7 +18,10 @@ fuzz_target!(|data: &[u8]| {
         let encoded = millis::encode_connect(budget);
         assert!(encoded.as_bytes().len() <= usize::from(millis::CONNECT_MAX_DIGITS));
         let back = millis::decode_connect(encoded.as_bytes()).unwrap_or_else(|e| {
-            panic!("encode_connect({budget:?}) = {} does not decode: {e}", encoded.as_str())
+            panic!(
+                "encode_connect({budget:?}) = {} does not decode: {e}",
+                encoded.as_str()
+            )
         });
         assert!(back <= budget, "{budget:?} went out as {back:?}");
     }

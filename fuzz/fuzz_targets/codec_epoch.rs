@@ -22,7 +22,10 @@ fuzz_target!(|data: &[u8]| {
         let budget = Duration::new(secs, nanos);
         let encoded = epoch::encode(budget, now);
         let back = epoch::decode(encoded.as_bytes(), now).unwrap_or_else(|e| {
-            panic!("encode({budget:?}, {now}) = {} does not decode: {e}", encoded.as_str())
+            panic!(
+                "encode({budget:?}, {now}) = {} does not decode: {e}",
+                encoded.as_str()
+            )
         });
         assert!(back <= budget, "{budget:?} at {now} went out as {back:?}");
     }

@@ -19,7 +19,10 @@ fuzz_target!(|data: &[u8]| {
         let budget = Duration::new(secs, nanos);
         let encoded = millis::encode(budget);
         let back = millis::decode(encoded.as_bytes()).unwrap_or_else(|e| {
-            panic!("encode({budget:?}) = {} does not decode: {e}", encoded.as_str())
+            panic!(
+                "encode({budget:?}) = {} does not decode: {e}",
+                encoded.as_str()
+            )
         });
         assert!(back <= budget, "{budget:?} went out as {back:?}");
     }

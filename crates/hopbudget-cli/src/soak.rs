@@ -299,7 +299,11 @@ async fn handle(
     match &state.next {
         Some((client, url)) => match client.get(format!("{url}?work={work_ms}")).send().await {
             Ok(res) if res.status().is_success() => "ok".into_response(),
-            Ok(res) => (StatusCode::BAD_GATEWAY, format!("downstream {}", res.status())).into_response(),
+            Ok(res) => (
+                StatusCode::BAD_GATEWAY,
+                format!("downstream {}", res.status()),
+            )
+                .into_response(),
             Err(e) => match budget_error(&e) {
                 Some(error) => deadline_answer(error),
                 None => (StatusCode::BAD_GATEWAY, e.to_string()).into_response(),
@@ -312,7 +316,8 @@ async fn handle(
             // the work (C4, C7).
             let known = state.fixed_work;
             let work = known.unwrap_or(Duration::from_millis(work_ms));
-            let wait_limit = known.map_or(budget.deadline(), |w| budget.deadline().saturating_sub(w));
+            let wait_limit =
+                known.map_or(budget.deadline(), |w| budget.deadline().saturating_sub(w));
             let permit = tokio::select! {
                 permit = state.slots.clone().acquire_owned() => permit.ok(),
                 () = tokio::time::sleep_until(wait_limit.instant()) => None,
@@ -339,7 +344,10 @@ fn deadline_answer(error: &BudgetError) -> Response {
     let (code, outcome) = match error {
         BudgetError::Refused(_) => (StatusCode::SERVICE_UNAVAILABLE, "refused"),
         BudgetError::Expired => (StatusCode::GATEWAY_TIMEOUT, "expired"),
-        _ => (StatusCode::from_u16(499).unwrap_or(StatusCode::BAD_REQUEST), "cancelled"),
+        _ => (
+            StatusCode::from_u16(499).unwrap_or(StatusCode::BAD_REQUEST),
+            "cancelled",
+        ),
     };
     let mut res = (code, error.to_string()).into_response();
     res.headers_mut()
@@ -371,8 +379,8 @@ async fn start_hop(
     fixed_work: Option<Duration>,
     stop: tokio_util::sync::CancellationToken,
 ) -> Result<Hop, String> {
-    let profile = Profile::from_yaml(profile_yaml, format!("soak-{name}.yaml"))
-        .map_err(|e| e.to_string())?;
+    let profile =
+        Profile::from_yaml(profile_yaml, format!("soak-{name}.yaml")).map_err(|e| e.to_string())?;
     let ledger = Arc::new(Ledger::default());
     let state = HopState {
         next: next.map(|addr| {
@@ -390,7 +398,10 @@ async fn start_hop(
         .route("/", get(handle))
         .with_state(state)
         .layer(ServerBudgetLayer::new(profile))
-        .layer(axum::middleware::from_fn_with_state(ledger.clone(), account));
+        .layer(axum::middleware::from_fn_with_state(
+            ledger.clone(),
+            account,
+        ));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .map_err(|e| format!("cannot bind a loopback port for {name}: {e}"))?;
@@ -513,8 +524,24 @@ async fn run_async(opts: &SoakOptions) -> Result<SoakReport, String> {
         stop.clone(),
     )
     .await?;
-    let mid = start_hop("mid", "service: mid\n", Some(leaf.addr), 0, None, stop.clone()).await?;
-    let edge = start_hop("edge", "service: edge\n", Some(mid.addr), 0, None, stop.clone()).await?;
+    let mid = start_hop(
+        "mid",
+        "service: mid\n",
+        Some(leaf.addr),
+        0,
+        None,
+        stop.clone(),
+    )
+    .await?;
+    let edge = start_hop(
+        "edge",
+        "service: edge\n",
+        Some(mid.addr),
+        0,
+        None,
+        stop.clone(),
+    )
+    .await?;
     let hops = [&edge, &mid, &leaf];
 
     // Memory, once a second, for the whole run.
@@ -616,7 +643,10 @@ async fn run_async(opts: &SoakOptions) -> Result<SoakReport, String> {
             CAPACITY_WORK.as_millis(),
             OVERLOAD_BUDGET_MS
         ),
-        None => format!("mix at {:.0} req/s (good 60%, short/expiring/cancelled/malformed 10% each)", opts.rate),
+        None => format!(
+            "mix at {:.0} req/s (good 60%, short/expiring/cancelled/malformed 10% each)",
+            opts.rate
+        ),
     };
     let _ = writeln!(
         text,
@@ -626,7 +656,15 @@ async fn run_async(opts: &SoakOptions) -> Result<SoakReport, String> {
     let _ = writeln!(
         text,
         "{:<6} {:>9} {:>10} {:>9} {:>9} {:>10} {:>10} {:>6} {:>10}",
-        "hop", "arrived", "completed", "refused", "expired", "cancelled", "malformed", "other", "in flight"
+        "hop",
+        "arrived",
+        "completed",
+        "refused",
+        "expired",
+        "cancelled",
+        "malformed",
+        "other",
+        "in flight"
     );
     for hop in hops {
         let l = &hop.ledger;
@@ -660,7 +698,12 @@ async fn run_async(opts: &SoakOptions) -> Result<SoakReport, String> {
     let edge_arrived = edge.ledger.arrived.load(Ordering::SeqCst);
     let abandoned = tallies
         .iter()
-        .filter_map(|t| t.by_status.lock().ok().and_then(|m| m.get("abandoned").copied()))
+        .filter_map(|t| {
+            t.by_status
+                .lock()
+                .ok()
+                .and_then(|m| m.get("abandoned").copied())
+        })
         .sum::<u64>();
     checks.push(Check {
         name: "edge: every request sent arrived, or was abandoned by its client".into(),
@@ -763,7 +806,10 @@ fn memory_flat(samples: &[(f64, u64)], warmup: f64, load_secs: f64) -> (bool, St
     if after.len() < 2 || after.iter().all(|r| *r == 0) {
         return (
             true,
-            format!("too few samples to judge ({} after the warm-up)", after.len()),
+            format!(
+                "too few samples to judge ({} after the warm-up)",
+                after.len()
+            ),
         );
     }
     let quarter = (after.len() / 4).max(1);
@@ -801,7 +847,9 @@ mod tests {
     #[test]
     fn memory_flat_flags_growth_and_ignores_warm_up() {
         let mb = 1024 * 1024;
-        let flat: Vec<_> = (0..20).map(|t| (t as f64, if t < 3 { 10 * mb } else { 50 * mb })).collect();
+        let flat: Vec<_> = (0..20)
+            .map(|t| (t as f64, if t < 3 { 10 * mb } else { 50 * mb }))
+            .collect();
         assert!(memory_flat(&flat, 3.0, 20.0).0);
         let growing: Vec<_> = (0..20).map(|t| (t as f64, 50 * mb + t * 5 * mb)).collect();
         assert!(!memory_flat(&growing, 3.0, 20.0).0);

@@ -15,7 +15,11 @@ fn a_short_soak_passes_every_check() {
     let report = run(&opts).unwrap();
     println!("{}", report.text);
     for check in &report.checks {
-        assert!(check.ok, "{}: {}\n{}", check.name, check.detail, report.text);
+        assert!(
+            check.ok,
+            "{}: {}\n{}",
+            check.name, check.detail, report.text
+        );
     }
     // The mix reached every hop: the leaf saw good, short (refused), and cancelled requests.
     assert!(report.text.contains("leaf"), "{}", report.text);
@@ -33,7 +37,11 @@ fn a_short_overload_stays_up_and_refuses() {
     let report = run(&opts).unwrap();
     println!("{}", report.text);
     for check in &report.checks {
-        assert!(check.ok, "{}: {}\n{}", check.name, check.detail, report.text);
+        assert!(
+            check.ok,
+            "{}: {}\n{}",
+            check.name, check.detail, report.text
+        );
     }
     assert!(report.text.contains("overload: goodput"), "{}", report.text);
 }

@@ -216,12 +216,9 @@ enum Got {
 
 async fn via_reqwest(url: &str, budget: &RequestBudget) -> Got {
     let client = http_support::client(&profile());
-    let sent = tokio::time::timeout(
-        HANG,
-        client.get(url).with_extension(budget.clone()).send(),
-    )
-    .await
-    .expect("the fault surfaced within the guard");
+    let sent = tokio::time::timeout(HANG, client.get(url).with_extension(budget.clone()).send())
+        .await
+        .expect("the fault surfaced within the guard");
     match sent {
         Ok(res) => {
             let status = res.status().as_u16();
@@ -244,7 +241,9 @@ async fn via_tower(url: &str, budget: &RequestBudget) -> Got {
     let client = ServiceBuilder::new()
         .layer(ClientBudgetLayer::new(profile()))
         .service(hyper);
-    let req = http::Request::get(url).body(Full::new(Bytes::new())).unwrap();
+    let req = http::Request::get(url)
+        .body(Full::new(Bytes::new()))
+        .unwrap();
     let sent = tokio::time::timeout(HANG, budget.scope(client.oneshot(req)))
         .await
         .expect("the fault surfaced within the guard");
@@ -384,11 +383,10 @@ async fn h2_proxy_504() -> SocketAddr {
                             .unwrap(),
                     )
                 });
-                let _ = hyper::server::conn::http2::Builder::new(
-                    hyper_util::rt::TokioExecutor::new(),
-                )
-                .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                .await;
+                let _ =
+                    hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                        .await;
             });
         }
     });
@@ -414,13 +412,20 @@ async fn grpc_faults_keep_deadline_codes_for_deadlines_only() {
 
     let silent = fault_server(Fault::Silent).await;
     let status = grpc_call(&format!("http://{}", silent.addr), 300).await;
-    assert_eq!(status.code(), Code::DeadlineExceeded, "never answers: {status:?}");
+    assert_eq!(
+        status.code(),
+        Code::DeadlineExceeded,
+        "never answers: {status:?}"
+    );
 
     for fault in [Fault::ResetMidBody, Fault::Garbage] {
         let server = fault_server(fault).await;
         let status = grpc_call(&format!("http://{}", server.addr), 2_000).await;
         assert!(
-            !matches!(status.code(), Code::DeadlineExceeded | Code::Cancelled | Code::Ok),
+            !matches!(
+                status.code(),
+                Code::DeadlineExceeded | Code::Cancelled | Code::Ok
+            ),
             "{fault:?}: a transport fault, not a deadline outcome: {status:?}"
         );
         assert!(server.all_closed().await, "{fault:?}: connection left open");
@@ -447,7 +452,10 @@ async fn grpc_faults_keep_deadline_codes_for_deadlines_only() {
         "the late downstream's work still runs: {} live",
         late.stats.live()
     );
-    assert!(silent.all_closed().await, "the silent connection was left open");
+    assert!(
+        silent.all_closed().await,
+        "the silent connection was left open"
+    );
     drop(late);
     let settled = settle_tasks(baseline + 4).await;
     assert!(

@@ -175,9 +175,9 @@ async fn start() -> (std::net::SocketAddr, Seen) {
 async fn budgets_in_the_years_are_clamped() {
     let (addr, _) = start().await;
     for line in [
-        timeout_ms(b"31536000000"),               // one year of milliseconds
-        timeout_ms(b"9999999999999999999"),       // 19 digits: the carrier's limit
-        b"grpc-timeout: 99999999H".to_vec(),      // about 11 400 years
+        timeout_ms(b"31536000000"),                 // one year of milliseconds
+        timeout_ms(b"9999999999999999999"),         // 19 digits: the carrier's limit
+        b"grpc-timeout: 99999999H".to_vec(),        // about 11 400 years
         b"connect-timeout-ms: 9999999999".to_vec(), // Connect's largest
     ] {
         let (ms, _, _) = report(&get_raw(addr, &[line.clone()]).await);
@@ -227,7 +227,7 @@ async fn non_ascii_whitespace_and_empty_values() {
     let (addr, seen) = start().await;
     for (value, reason) in [
         ("１００".as_bytes().to_vec(), "not a decimal number"), // full-width digits
-        (b"\xff\xfe100".to_vec(), "not a decimal number"),       // obs-text bytes
+        (b"\xff\xfe100".to_vec(), "not a decimal number"),      // obs-text bytes
         (b"1 00".to_vec(), "not a decimal number"),
         (b"100\t0".to_vec(), "not a decimal number"),
         (b"".to_vec(), "empty value"),
@@ -243,7 +243,10 @@ async fn non_ascii_whitespace_and_empty_values() {
     }
     assert_eq!(seen.entered.load(Ordering::SeqCst), 0);
     let (ms, source, _) = report(&get_raw(addr, &[timeout_ms(b" \t 300 \t ")]).await);
-    assert!((290..=300).contains(&ms) && source == "relative-ms", "{ms} {source}");
+    assert!(
+        (290..=300).contains(&ms) && source == "relative-ms",
+        "{ms} {source}"
+    );
 }
 
 /// Repeated deadline headers: every value is read and the tightest wins, however many the

@@ -105,9 +105,15 @@ mod tests {
         // Found by the `codec_millis` fuzz target: `encode(Duration::MAX)` wrote u64::MAX, 20
         // digits, which `decode` rejects as too long.
         assert_eq!(encode(Duration::MAX).as_str(), MAX_MS.to_string());
-        assert_eq!(decode(encode(Duration::MAX).as_bytes()), Ok(Duration::from_millis(MAX_MS)));
+        assert_eq!(
+            decode(encode(Duration::MAX).as_bytes()),
+            Ok(Duration::from_millis(MAX_MS))
+        );
         let just_over = Duration::from_millis(MAX_MS) + Duration::from_millis(1);
-        assert_eq!(decode(encode(just_over).as_bytes()), Ok(Duration::from_millis(MAX_MS)));
+        assert_eq!(
+            decode(encode(just_over).as_bytes()),
+            Ok(Duration::from_millis(MAX_MS))
+        );
         assert_eq!(
             decode_connect(encode_connect(Duration::MAX).as_bytes()),
             Ok(Duration::from_millis(CONNECT_MAX_MS))
