@@ -70,6 +70,7 @@ pub mod grpc;
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub mod http;
+pub mod lifecycle;
 pub mod observe;
 pub mod profile;
 pub mod retry;
