@@ -37,3 +37,42 @@ pub(crate) static REQUIRED_HEADER: HeaderName =
 /// `x-deadline-remaining-ms` on a refusal.
 pub(crate) static REMAINING_HEADER: HeaderName =
     HeaderName::from_static(crate::status::REMAINING_MS_HEADER);
+
+/// The prefix of the layers' own markers (`x-deadline-outcome`, `x-deadline-required-ms`,
+/// `x-deadline-remaining-ms`).
+const MARKER_PREFIX: &str = "x-deadline-";
+
+/// Remove every `x-deadline-*` header from an inbound request (C19): the markers are only
+/// ever written by the layers on their answers, so one arriving on a request is forged, and a
+/// handler or a downstream hop must not act on it. A request without one costs a scan of its
+/// header names and no allocation.
+pub(crate) fn strip_internal_markers(headers: &mut http::HeaderMap) {
+    if !headers.keys().any(|k| k.as_str().starts_with(MARKER_PREFIX)) {
+        return;
+    }
+    let forged: Vec<HeaderName> = headers
+        .keys()
+        .filter(|k| k.as_str().starts_with(MARKER_PREFIX))
+        .cloned()
+        .collect();
+    for name in forged {
+        headers.remove(&name);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn forged_markers_are_stripped_and_the_rest_kept() {
+        let mut h = http::HeaderMap::new();
+        h.insert("x-deadline-outcome", "refused".parse().unwrap());
+        h.append("x-deadline-required-ms", "1".parse().unwrap());
+        h.append("x-deadline-required-ms", "2".parse().unwrap());
+        h.insert("x-request-timeout-ms", "400".parse().unwrap());
+        h.insert("x-deadlines", "kept".parse().unwrap());
+        super::strip_internal_markers(&mut h);
+        let names: Vec<_> = h.keys().map(|k| k.as_str()).collect();
+        assert_eq!(names, ["x-request-timeout-ms", "x-deadlines"]);
+    }
+}
+

@@ -60,6 +60,7 @@ where
         let admission = config.admit(req.headers(), RouteLabel::Method(req.uri().path()));
         let err = match admission {
             Admission::Admitted(guard) => {
+                crate::http::strip_internal_markers(req.headers_mut());
                 req.extensions_mut().insert(guard.budget().clone());
                 // Some services do work in `call` itself; give it the scope and span too.
                 let inner = guard.enter(|| self.inner.call(req));

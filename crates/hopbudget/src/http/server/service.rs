@@ -84,6 +84,7 @@ where
                 refused.remaining(),
             )),
             Admission::Admitted(guard) => {
+                super::super::strip_internal_markers(req.headers_mut());
                 req.extensions_mut().insert(guard.budget().clone());
                 // Some services do work in `call` itself; give it the scope and span too.
                 let future = guard.enter(|| self.inner.call(req));
