@@ -180,7 +180,7 @@ async fn budgets_in_the_years_are_clamped() {
         b"grpc-timeout: 99999999H".to_vec(),        // about 11 400 years
         b"connect-timeout-ms: 9999999999".to_vec(), // Connect's largest
     ] {
-        let (ms, _, _) = report(&get_raw(addr, &[line.clone()]).await);
+        let (ms, _, _) = report(&get_raw(addr, std::slice::from_ref(&line)).await);
         assert!(
             (4_900..=5_000).contains(&ms),
             "{}: clamped to the 5 s maximum, got {ms}",
@@ -209,7 +209,7 @@ async fn zero_and_negative_budgets_are_expired_before_the_handler() {
         b"grpc-timeout: 0m".to_vec(),
         b"x-envoy-expected-rq-timeout-ms: -1".to_vec(),
     ] {
-        let answer = get_raw(addr, &[line.clone()]).await;
+        let answer = get_raw(addr, std::slice::from_ref(&line)).await;
         assert_eq!(
             answer.status,
             504,

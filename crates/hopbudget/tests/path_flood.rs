@@ -68,7 +68,8 @@ async fn s15_a_flood_of_unknown_paths_leaves_metrics_and_memory_flat() {
         .expect("buckets")
         .install_recorder()
         .expect("the only recorder in this binary");
-    let profile = http_support::profile("service: flood\nroutes: [{path: /known, min_budget_ms: 20}]");
+    let profile =
+        http_support::profile("service: flood\nroutes: [{path: /known, min_budget_ms: 20}]");
     let base = http_support::serve(
         Router::new()
             .route("/known", get(|| async { "ok" }))

@@ -47,7 +47,10 @@ const MARKER_PREFIX: &str = "x-deadline-";
 /// handler or a downstream hop must not act on it. A request without one costs a scan of its
 /// header names and no allocation.
 pub(crate) fn strip_internal_markers(headers: &mut http::HeaderMap) {
-    if !headers.keys().any(|k| k.as_str().starts_with(MARKER_PREFIX)) {
+    if !headers
+        .keys()
+        .any(|k| k.as_str().starts_with(MARKER_PREFIX))
+    {
         return;
     }
     let forged: Vec<HeaderName> = headers
@@ -76,4 +79,3 @@ mod tests {
         assert_eq!(names, ["x-deadlines", "x-request-timeout-ms"]);
     }
 }
-
