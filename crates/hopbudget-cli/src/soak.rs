@@ -50,7 +50,7 @@ pub struct SoakArgs {
     #[arg(long, default_value_t = 600.0)]
     pub duration: f64,
     /// Requests per second sent to the edge (ignored with --overload).
-    #[arg(long, default_value_t = 200.0)]
+    #[arg(long, default_value_t = 100.0)]
     pub rate: f64,
     /// Seconds at the start whose memory samples are warm-up (default: a tenth of the run,
     /// at least 2 and at most 60).
@@ -75,9 +75,13 @@ pub struct SoakOptions {
     pub overload: Option<f64>,
 }
 
-/// Leaf capacity in overload mode: this many requests at once, each this long.
-const CAPACITY_SLOTS: usize = 4;
-const CAPACITY_WORK: Duration = Duration::from_millis(20);
+/// Leaf capacity in overload mode: this many requests at once, each this long. Small on
+/// purpose (20 requests/s): the leaf, not the chain's own CPU, must be the bottleneck at 3x,
+/// even for a debug build on a shared two-core machine.
+const CAPACITY_SLOTS: usize = 1;
+const CAPACITY_WORK: Duration = Duration::from_millis(50);
+/// What the leaf keeps for its answer's way back up the chain when it admits known work.
+const RETURN_ALLOWANCE: Duration = Duration::from_millis(10);
 /// The client budget of every overload request.
 const OVERLOAD_BUDGET_MS: u64 = 250;
 
@@ -316,20 +320,23 @@ async fn handle(
             // the work (C4, C7).
             let known = state.fixed_work;
             let work = known.unwrap_or(Duration::from_millis(work_ms));
+            // The answer still has to travel back up the chain before the callers' own
+            // deadlines: a slot is worth taking only with that allowance left too.
+            let cost = known.map(|w| w + RETURN_ALLOWANCE);
             let wait_limit =
-                known.map_or(budget.deadline(), |w| budget.deadline().saturating_sub(w));
+                cost.map_or(budget.deadline(), |c| budget.deadline().saturating_sub(c));
             let permit = tokio::select! {
                 permit = state.slots.clone().acquire_owned() => permit.ok(),
                 () = tokio::time::sleep_until(wait_limit.instant()) => None,
             };
             let Some(_permit) = permit else {
                 return deadline_answer(&BudgetError::Refused(hopbudget::Refused::new(
-                    work,
+                    cost.unwrap_or(work),
                     budget.remaining(),
                 )));
             };
-            if known.is_some() {
-                if let Err(error) = budget.admit(work) {
+            if let Some(cost) = cost {
+                if let Err(error) = budget.admit(cost) {
                     return deadline_answer(&error);
                 }
             }
