@@ -82,4 +82,4 @@ pub use context::{BudgetId, HopPolicy, RequestBudget, Source};
 pub use error::{BudgetError, EndCause, Refused};
 pub use profile::Profile;
 pub use status::Outcome;
-pub use task::{FutureExt, spawn, spawn_blocking, spawn_detached, spawn_with};
+pub use task::{FutureExt, TaskHandle, spawn, spawn_blocking, spawn_detached, spawn_with};

@@ -178,9 +178,49 @@ impl HopConfig {
     }
 }
 
+/// The prefix of hopbudget's own answer markers (`x-deadline-outcome`,
+/// `x-deadline-required-ms`, `x-deadline-remaining-ms`).
+const MARKER_PREFIX: &str = "x-deadline-";
+
+/// Remove hopbudget's internal markers from an inbound request (rule C19): they are only
+/// ever written on answers, so one arriving on a request was forged or leaked from outside,
+/// and a handler or a client layer below must not mistake it for a real outcome. One pass
+/// over the names, and nothing else unless one is there.
+pub fn strip_internal_markers(headers: &mut HeaderMap) {
+    if !headers
+        .keys()
+        .any(|name| name.as_str().starts_with(MARKER_PREFIX))
+    {
+        return;
+    }
+    let forged: Vec<_> = headers
+        .keys()
+        .filter(|name| name.as_str().starts_with(MARKER_PREFIX))
+        .cloned()
+        .collect();
+    for name in forged {
+        tracing::debug!(
+            header = name.as_str(),
+            "internal deadline marker stripped from a request"
+        );
+        headers.remove(name);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn forged_markers_are_stripped_and_nothing_else() {
+        let mut headers = HeaderMap::new();
+        headers.insert("x-deadline-outcome", "refused".parse().unwrap());
+        headers.insert("x-deadline-required-ms", "1".parse().unwrap());
+        headers.insert("x-request-timeout-ms", "300".parse().unwrap());
+        strip_internal_markers(&mut headers);
+        assert_eq!(headers.len(), 1);
+        assert!(headers.contains_key("x-request-timeout-ms"));
+    }
 
     #[test]
     fn config_and_guard_cross_threads() {

@@ -48,6 +48,6 @@ mod admission;
 mod guard;
 mod labels;
 
-pub use admission::{Admission, HopConfig};
+pub use admission::{Admission, HopConfig, strip_internal_markers};
 pub use guard::HopGuard;
 pub use labels::{OTHER_ROUTE, RouteLabel};

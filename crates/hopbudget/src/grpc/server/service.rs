@@ -8,7 +8,7 @@ use super::ResponseBody;
 use super::future::ResponseFuture;
 use crate::error::BudgetError;
 use crate::grpc::{budget_status, status_parts, tonic_code};
-use crate::lifecycle::{Admission, HopConfig, RouteLabel};
+use crate::lifecycle::{Admission, HopConfig, RouteLabel, strip_internal_markers};
 
 /// Middleware that gives each gRPC call its [`RequestBudget`](crate::RequestBudget). See the
 /// [module docs](super).
@@ -60,7 +60,7 @@ where
         let admission = config.admit(req.headers(), RouteLabel::Method(req.uri().path()));
         let err = match admission {
             Admission::Admitted(guard) => {
-                crate::http::strip_internal_markers(req.headers_mut());
+                strip_internal_markers(req.headers_mut());
                 req.extensions_mut().insert(guard.budget().clone());
                 // Some services do work in `call` itself; give it the scope and span too.
                 let inner = guard.enter(|| self.inner.call(req));

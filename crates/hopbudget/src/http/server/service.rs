@@ -1,15 +1,14 @@
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use http::{HeaderValue, Request, Response, StatusCode};
+use http::{Request, Response};
 use http_body::Body;
 use tower_service::Service;
 
-use super::{ResponseBody, ResponseFuture, ServerBudgetLayer};
+use super::answer::{expired_response, malformed_response, refused_response};
+use super::{ResponseBody, ResponseFuture, ServerBudgetLayer, linger};
 use crate::Profile;
-use crate::codec::{MalformedHeader, millis};
-use crate::lifecycle::{Admission, RouteLabel};
-use crate::status::HttpStatusMap;
+use crate::lifecycle::{Admission, RouteLabel, strip_internal_markers};
 
 /// Middleware that gives each inbound HTTP request its [`RequestBudget`].
 ///
@@ -53,6 +52,7 @@ impl<S> ServerBudget<S> {
 impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for ServerBudget<S>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    ReqBody: Body + Send + 'static,
     ResBody: Body<Data = Bytes>,
 {
     type Response = Response<ResponseBody<ResBody>>;
@@ -74,17 +74,21 @@ where
             None => RouteLabel::Path(path),
         };
         match self.layer.config.admit(req.headers(), route) {
-            Admission::Malformed(malformed) => {
-                ResponseFuture::answer(malformed_response(status, &malformed))
-            }
-            Admission::Expired => ResponseFuture::answer(expired_response(status)),
-            Admission::Refused(refused) => ResponseFuture::answer(refused_response(
-                status,
-                refused.required(),
-                refused.remaining(),
+            // Early answers, before the body was read: on HTTP/1.1 the unread body is drained
+            // so the client reads the answer instead of a reset (C18, S14).
+            Admission::Malformed(malformed) => ResponseFuture::answer(linger::answer_early(
+                req,
+                malformed_response(status, &malformed),
             )),
+            Admission::Expired => {
+                ResponseFuture::answer(linger::answer_early(req, expired_response(status)))
+            }
+            Admission::Refused(refused) => {
+                let res = refused_response(status, refused.required(), refused.remaining());
+                ResponseFuture::answer(linger::answer_early(req, res))
+            }
             Admission::Admitted(guard) => {
-                super::super::strip_internal_markers(req.headers_mut());
+                strip_internal_markers(req.headers_mut());
                 req.extensions_mut().insert(guard.budget().clone());
                 // Some services do work in `call` itself; give it the scope and span too.
                 let future = guard.enter(|| self.inner.call(req));
@@ -106,59 +110,4 @@ fn matched_path<B>(req: &Request<B>) -> Option<&str> {
 #[inline]
 fn matched_path<B>(_req: &Request<B>) -> Option<&str> {
     None
-}
-
-/// A plain-text response with a status from the profile. The profile validates its codes, so
-/// the fallback to 500 only guards against a hand-built invalid map.
-pub(super) fn plain(code: u16, text: String) -> Response<Bytes> {
-    let mut res = Response::new(Bytes::from(text));
-    *res.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    res.headers_mut().insert(
-        http::header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    res
-}
-
-fn malformed_response(status: &HttpStatusMap, malformed: &MalformedHeader) -> Response<Bytes> {
-    // C9: a clear client error, never "no deadline".
-    let mut res = plain(status.malformed, malformed.to_string());
-    res.headers_mut().insert(
-        super::super::OUTCOME_HEADER.clone(),
-        HeaderValue::from_static("malformed"),
-    );
-    res
-}
-
-pub(super) fn expired_response(status: &HttpStatusMap) -> Response<Bytes> {
-    let mut res = plain(status.expired, "deadline expired\n".to_owned());
-    res.headers_mut().insert(
-        super::super::OUTCOME_HEADER.clone(),
-        HeaderValue::from_static("expired"),
-    );
-    res
-}
-
-fn refused_response(
-    status: &HttpStatusMap,
-    required: std::time::Duration,
-    remaining: std::time::Duration,
-) -> Response<Bytes> {
-    let refused = crate::Refused::new(required, remaining);
-    let mut res = plain(status.refused, format!("{refused}\n"));
-    let headers = res.headers_mut();
-    headers.insert(http::header::RETRY_AFTER, HeaderValue::from_static("0"));
-    headers.insert(
-        super::super::OUTCOME_HEADER.clone(),
-        HeaderValue::from_static("refused"),
-    );
-    headers.insert(
-        super::super::REQUIRED_HEADER.clone(),
-        millis::encode(required).to_header_value(),
-    );
-    headers.insert(
-        super::super::REMAINING_HEADER.clone(),
-        millis::encode(remaining).to_header_value(),
-    );
-    res
 }
