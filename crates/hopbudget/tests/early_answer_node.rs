@@ -1,7 +1,8 @@
 //! S14 with a client that is not Rust: Node.js's `http` module sends its headers, then its
 //! body a moment later. The server layer refuses before the handler (the route needs 200 ms,
 //! the client has 120 ms), so the 503 is written before the body is read; the client must
-//! receive that 503 every time, not a broken pipe or a reset (C18).
+//! receive that 503 every time, not a broken pipe or a reset (C18), on fresh and on kept-alive
+//! connections, for bodies up to the 1 MiB the layer drains.
 //!
 //! Needs `node` (set `HOPBUDGET_NODE` to its path; default `node` on the `PATH`). Without it
 //! the test says so and passes, unless `HOPBUDGET_REQUIRE_SERVICES=1` (CI), where it fails.
@@ -58,7 +59,9 @@ async fn s14_node_http_client_writing_its_body_late_receives_the_503() {
         ("16", "fresh"),
         ("262144", "fresh"),
         ("16", "keep-alive"),
-        ("4194304", "keep-alive"),
+        // The layer drains at most 1 MiB of an unread body before it closes (C18); a larger
+        // body may still see the close as a reset, by design.
+        ("524288", "keep-alive"),
     ] {
         let out = tokio::process::Command::new(&node)
             .arg(&script)
