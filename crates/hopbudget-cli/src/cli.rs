@@ -38,6 +38,9 @@ enum Command {
     /// Write synthetic OTLP JSON traces of the checkout graph (for measuring `audit`).
     #[command(hide = true)]
     GenTraces(crate::audit::command::GenTracesArgs),
+    /// Drive a three-hop chain at a fixed rate for a bounded time and check that nothing
+    /// leaks or is lost (exit 1 when a check fails).
+    Soak(crate::soak::SoakArgs),
 }
 
 /// What `hopbudget serve --help` says about the wire, for the operator wiring callers to it.
@@ -184,6 +187,7 @@ pub fn main() -> ExitCode {
         Command::Serve(args) => run_serve(args),
         Command::Audit(args) => return crate::audit::command::audit(&args),
         Command::GenTraces(args) => crate::audit::command::gen_traces(&args),
+        Command::Soak(args) => return crate::soak::main(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

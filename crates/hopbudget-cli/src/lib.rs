@@ -7,12 +7,15 @@
 //!   traces ([`audit`]).
 //! - `hopbudget serve SERVICE --topology FILE`: one service of a demo topology alone
 //!   ([`serve`]).
+//! - `hopbudget soak`: a three-hop chain at a fixed rate, checked for leaks and lost requests
+//!   ([`soak`]).
 
 pub mod audit;
 pub mod cli;
 pub mod demo;
 pub mod profile_cmd;
 pub mod serve;
+pub mod soak;
 
 /// The generated gRPC code for `proto/demo.proto`.
 #[allow(missing_docs, unreachable_pub, clippy::all)]

@@ -64,6 +64,18 @@ mod tests {
     }
 
     #[test]
+    fn encoder_edges_decode() {
+        // Any budget at any wall-clock reading, including a clock already past the largest
+        // deadline the header can carry, encodes to something the decoder reads.
+        for now in [0, 1_800_000_000_000, 10u64.pow(MAX_DIGITS as u32), u64::MAX] {
+            for budget in [Duration::ZERO, Duration::from_millis(400), Duration::MAX] {
+                let back = decode(encode(budget, now).as_bytes(), now).unwrap();
+                assert!(back <= budget, "{budget:?} at {now} came back as {back:?}");
+            }
+        }
+    }
+
+    #[test]
     fn encode_then_decode_at_the_same_instant_is_exact_to_the_ms() {
         let now = 1_800_000_000_123;
         let enc = encode(Duration::from_micros(400_900), now);

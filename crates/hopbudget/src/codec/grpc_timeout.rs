@@ -230,6 +230,21 @@ mod tests {
     }
 
     #[test]
+    fn encoder_edges_decode() {
+        // The largest budgets a caller can hold come back through the decoder, never above.
+        for d in [
+            Duration::MAX,
+            Duration::new(u64::MAX, 0),
+            Duration::from_secs(MAX_VALUE * 3600 + 3599),
+            Duration::new(99, 999_999_999),
+            Duration::new(99_999, 999_999_999),
+        ] {
+            let back = decode(encode(d).as_bytes()).unwrap();
+            assert!(back <= d, "{d:?} came back as {back:?}");
+        }
+    }
+
+    #[test]
     fn encode_then_decode_never_grows() {
         for ms in [
             0u64,

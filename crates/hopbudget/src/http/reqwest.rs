@@ -143,8 +143,12 @@ impl Middleware for BudgetMiddleware {
             Ok(res) => res.map_err(|e| expiry_of_timeout(e, &bound))?,
             Err(error) => return Err(Error::middleware(error)),
         };
-        if let Some(error) = reply_error(self.shared.status(), res.status().as_u16(), res.headers())
-        {
+        if let Some(error) = reply_error(
+            self.shared.status(),
+            res.status().as_u16(),
+            res.headers(),
+            bound.budget(),
+        ) {
             return Err(Error::middleware(error));
         }
         Ok(bounded(res, bound))

@@ -97,12 +97,14 @@ where
                     let res = result.map_err(Into::into)?;
                     // C4: a downstream expiry is an expiry here too, never a cancellation.
                     // C6: nothing here retries.
-                    if let Some(error) = reply_error(status, res.status().as_u16(), res.headers()) {
-                        return Poll::Ready(Err(error.into()));
-                    }
                     let Some(bound) = bound.take() else {
                         return Poll::Ready(Err(BudgetError::Cancelled.into()));
                     };
+                    if let Some(error) =
+                        reply_error(status, res.status().as_u16(), res.headers(), bound.budget())
+                    {
+                        return Poll::Ready(Err(error.into()));
+                    }
                     return Poll::Ready(Ok(res.map(|body| ResponseBody::new(body, bound))));
                 }
                 let Some(watch) = bound.as_mut() else {

@@ -28,7 +28,9 @@
 //! 6. classifies the reply with [`classify`]: a downstream `expired` answer (504) fails the
 //!    call with [`BudgetError::Expired`](crate::BudgetError::Expired), a deadline refusal
 //!    with `Refused` (required and remaining ms taken from its headers), a `cancelled` answer
-//!    with `Cancelled` (C4). Any other response, errors like 500 included, is returned as is;
+//!    with `Cancelled` (C4). Any other response, errors like 500 included, is returned as is,
+//!    and so is a bare 504 (no `x-deadline-outcome` marker) that arrives while the caller
+//!    could still forward a call: that is a proxy's own timeout, not this request's deadline;
 //! 7. never retries (C6); pair it with [`retry`](crate::retry) for that.
 //!
 //! Errors are boxed (`tower::BoxError`); find the deadline outcome in them with

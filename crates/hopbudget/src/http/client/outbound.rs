@@ -213,6 +213,14 @@ fn encode(carrier: Carrier, forward: Duration) -> HeaderValue {
 /// `x-deadline-required-ms` header is an ordinary overload answer, not a deadline refusal, and
 /// counts as `completed`.
 ///
+/// This reads the reply alone. The client layers add one rule that needs the caller's budget:
+/// an unmarked expiry status (a bare 504) that arrives while the caller could still forward a
+/// call (its forward budget is at or above the refuse threshold) did not come from this
+/// request's deadline: a proxy or gateway on the way gave up on its own, shorter timeout (the
+/// chain break of S13). The layers return that reply as it is, an upstream failure for the
+/// handler to map (say to 502), log it, and do not turn it into [`BudgetError::Expired`]:
+/// the request still has time, and C6 lets a retry spend it.
+///
 /// See the [module example](super#example).
 pub fn classify(map: &HttpStatusMap, status: u16, headers: &HeaderMap) -> Outcome {
     if let Some(named) = headers.get(&super::super::OUTCOME_HEADER) {
@@ -231,14 +239,25 @@ pub fn classify(map: &HttpStatusMap, status: u16, headers: &HeaderMap) -> Outcom
     }
 }
 
-/// The error a classified reply turns into; `None` for a completed call.
+/// The error a classified reply turns into; `None` for a completed call, and for a proxy's
+/// own timeout while `budget` still has time (see [`classify`]).
 pub(crate) fn reply_error(
     map: &HttpStatusMap,
     status: u16,
     headers: &HeaderMap,
+    budget: &RequestBudget,
 ) -> Option<BudgetError> {
     match classify(map, status, headers) {
         Outcome::Completed => None,
+        Outcome::Expired if is_proxy_timeout(headers, budget) => {
+            tracing::warn!(
+                status,
+                forward_ms = budget.forward().as_millis() as u64,
+                "downstream answered with an unmarked expiry status while budget remains: \
+                 a proxy's own timeout (chain break, S13), returned as an upstream failure"
+            );
+            None
+        }
         Outcome::Expired => Some(BudgetError::Expired),
         Outcome::Cancelled => Some(BudgetError::Cancelled),
         Outcome::Refused => {
@@ -254,6 +273,13 @@ pub(crate) fn reply_error(
             )))
         }
     }
+}
+
+/// An expiry status without hopbudget's marker, while the caller could still start a call:
+/// not this request's deadline (a hopbudget server always marks its own expiry).
+fn is_proxy_timeout(headers: &HeaderMap, budget: &RequestBudget) -> bool {
+    !headers.contains_key(&super::super::OUTCOME_HEADER)
+        && budget.forward() >= budget.policy().refuse_below
 }
 
 /// The error for a wait that the parent budget ended: its recorded cause.
@@ -282,13 +308,34 @@ mod tests {
     #[test]
     fn a_downstream_504_is_expired_not_cancelled() {
         let map = HttpStatusMap::default();
+        let spent = RequestBudget::local(Duration::from_millis(3), Profile::default().policy());
         assert_eq!(classify(&map, 504, &HeaderMap::new()), Outcome::Expired);
         assert_eq!(
-            reply_error(&map, 504, &HeaderMap::new()),
+            reply_error(&map, 504, &HeaderMap::new(), &spent),
             Some(BudgetError::Expired)
         );
         assert_eq!(classify(&map, 499, &HeaderMap::new()), Outcome::Cancelled);
-        assert_eq!(reply_error(&map, 200, &HeaderMap::new()), None);
+        assert_eq!(reply_error(&map, 200, &HeaderMap::new(), &spent), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_proxys_own_504_while_budget_remains_is_not_an_expiry() {
+        let map = HttpStatusMap::default();
+        let plenty = RequestBudget::local(Duration::from_secs(2), Profile::default().policy());
+        // A bare 504 with 2 s left: some proxy's own timeout, returned as is.
+        assert_eq!(reply_error(&map, 504, &HeaderMap::new(), &plenty), None);
+        // A hopbudget server's own expiry is marked, and is one whatever the caller has left.
+        let marked = headers(&[("x-deadline-outcome", "expired")]);
+        assert_eq!(
+            reply_error(&map, 504, &marked, &plenty),
+            Some(BudgetError::Expired)
+        );
+        // With less than the refuse threshold to forward, the time is up: a bare 504 is expired.
+        let nearly = RequestBudget::local(Duration::from_millis(15), Profile::default().policy());
+        assert_eq!(
+            reply_error(&map, 504, &HeaderMap::new(), &nearly),
+            Some(BudgetError::Expired)
+        );
     }
 
     #[test]
@@ -299,8 +346,9 @@ mod tests {
             ("x-deadline-required-ms", "200"),
             ("x-deadline-remaining-ms", "114"),
         ]);
+        let plenty = RequestBudget::local(Duration::from_secs(2), Profile::default().policy());
         assert_eq!(
-            reply_error(&map, 503, &h),
+            reply_error(&map, 503, &h, &plenty),
             Some(BudgetError::Refused(Refused::new(
                 Duration::from_millis(200),
                 Duration::from_millis(114)

@@ -135,6 +135,23 @@ fn note_answer<B>(guard: &mut HopGuard, status: &HttpStatusMap, res: &Response<B
     }
 }
 
+/// A handler's own expiry or cancellation answer (a 504 it returned for a downstream that ran
+/// out of time) carries the `x-deadline-outcome` marker as the layer's own answers do, so the
+/// hop above can tell it from a proxy's own timeout, which has no marker (C4, C17).
+fn mark_handler_outcome<B>(res: &mut Response<B>, status: &HttpStatusMap) {
+    let code = res.status().as_u16();
+    let name = if code == status.expired {
+        "expired"
+    } else if code == status.cancelled {
+        "cancelled"
+    } else {
+        return;
+    };
+    res.headers_mut()
+        .entry(&super::super::OUTCOME_HEADER)
+        .or_insert(http::HeaderValue::from_static(name));
+}
+
 impl<F, B, E> Future for ResponseFuture<F, B>
 where
     F: Future<Output = Result<Response<B>, E>>,
@@ -158,8 +175,9 @@ where
                         break;
                     };
                     match guard.enter(|| inner.poll(cx)) {
-                        Poll::Ready(Ok(res)) => {
+                        Poll::Ready(Ok(mut res)) => {
                             note_answer(guard, this.status, &res);
+                            mark_handler_outcome(&mut res, this.status);
                             if guard.stream_lifetime().is_some() {
                                 let (parts, body) = res.into_parts();
                                 this.state.set(State::FirstFrame {
