@@ -26,12 +26,40 @@ enum Command {
         #[command(subcommand)]
         command: ProfileCommand,
     },
-    /// Run the checkout call graph (S7) with per-hop timeouts and with propagated deadlines,
-    /// and compare them side by side.
+    /// Run the checkout call graph (S7) with per-hop timeouts (work detached, or dropped with
+    /// its caller) and with propagated deadlines, and compare them side by side (S18).
     Demo(DemoArgs),
-    /// Run one service of a demo topology alone (one process per host).
+    /// Run one service of a demo topology alone (one process per host), with Prometheus
+    /// metrics, a log line per hop, and a clean stop on SIGTERM or Ctrl-C.
+    #[command(after_help = SERVE_HELP)]
     Serve(ServeArgs),
+    /// Find where deadlines get lost, from OTLP JSON traces (exit 1 on a chain break).
+    Audit(crate::audit::command::AuditArgs),
+    /// Write synthetic OTLP JSON traces of the checkout graph (for measuring `audit`).
+    #[command(hide = true)]
+    GenTraces(crate::audit::command::GenTracesArgs),
+    /// Drive a three-hop chain at a fixed rate for a bounded time and check that nothing
+    /// leaks or is lost (exit 1 when a check fails).
+    Soak(crate::soak::SoakArgs),
 }
+
+/// What `hopbudget serve --help` says about the wire, for the operator wiring callers to it.
+const SERVE_HELP: &str = "\
+What the service answers:
+  HTTP service: POST /call, header `x-demo-request-id: <u64>` required (400 without it);
+    answers 200 {\"service\": ..., \"degraded\": n}, or 503 + Retry-After: 0 (refused before
+    work, C3), 504 (expired), 499 (the caller went away).
+  gRPC service: /hopbudget.demo.Hop/Call (proto/demo.proto: HopRequest { request_id }),
+    answers HopReply, or DEADLINE_EXCEEDED (expired; marked `x-deadline-outcome: refused`
+    with x-deadline-required-ms / x-deadline-remaining-ms when refused), CANCELLED.
+Deadline carriers read (propagated mode, default profile; --profile changes the list):
+  grpc-timeout, x-request-timeout-ms (relative ms), connect-timeout-ms,
+  x-envoy-expected-rq-timeout-ms; the tightest wins. x-request-deadline (absolute epoch ms)
+  when the profile lists `epoch-ms`. No deadline: the profile's edge total (C8).
+Operations:
+  GET /metrics on --metrics ADDR (Prometheus text; hopbudget_* metrics, see the README);
+  one line per hop on stdout: service, route, budget_ms, source, outcome;
+  SIGTERM or Ctrl-C: stop accepting, let in-flight calls finish (at most 5 s), exit 0.";
 
 #[derive(Debug, Subcommand)]
 enum ProfileCommand {
@@ -42,22 +70,34 @@ enum ProfileCommand {
     },
 }
 
+/// A mode, or all of them (S18).
 #[derive(Clone, Copy, Debug, ValueEnum)]
 enum ModeArg {
+    /// Per-hop fresh timeouts, each handler on a detached task (the seeds' incident).
+    Detached,
+    /// Per-hop fresh timeouts with Rust's drop-cancellation, nothing else.
     Timeouts,
+    /// hopbudget at every hop.
     Propagated,
-    Both,
+    /// All three, in that order.
+    All,
 }
 
+/// One mode.
 #[derive(Clone, Copy, Debug, ValueEnum)]
 enum OneMode {
+    /// Per-hop fresh timeouts, the handler on a detached task.
+    Detached,
+    /// Per-hop fresh timeouts with drop-cancellation.
     Timeouts,
+    /// hopbudget's layers.
     Propagated,
 }
 
 impl From<OneMode> for Mode {
     fn from(m: OneMode) -> Self {
         match m {
+            OneMode::Detached => Mode::Detached,
             OneMode::Timeouts => Mode::Timeouts,
             OneMode::Propagated => Mode::Propagated,
         }
@@ -70,7 +110,7 @@ struct DemoArgs {
     #[arg(long)]
     topology: Option<PathBuf>,
     /// Which mode(s) to run.
-    #[arg(long, value_enum, default_value = "both")]
+    #[arg(long, value_enum, default_value = "all")]
     mode: ModeArg,
     /// Arrivals per second (default: the topology's, 40).
     #[arg(long)]
@@ -118,6 +158,14 @@ struct ServeArgs {
     /// Ignore inbound deadlines (S13).
     #[arg(long)]
     forgetful: bool,
+    /// Adoption profile (YAML) for the service's hopbudget layers; the topology's
+    /// min_budget_ms is added as a route rule unless the profile has one for the path.
+    #[arg(long, value_name = "FILE")]
+    profile: Option<PathBuf>,
+    /// Serve Prometheus metrics on http://ADDR/metrics (default: 127.0.0.1 on a free port,
+    /// printed at start).
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<std::net::SocketAddr>,
 }
 
 fn load_topology(path: Option<&PathBuf>) -> Result<Topology, String> {
@@ -137,6 +185,9 @@ pub fn main() -> ExitCode {
         } => return profile_cmd::check(&file),
         Command::Demo(args) => run_demo(args),
         Command::Serve(args) => run_serve(args),
+        Command::Audit(args) => return crate::audit::command::audit(&args),
+        Command::GenTraces(args) => crate::audit::command::gen_traces(&args),
+        Command::Soak(args) => return crate::soak::main(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -151,7 +202,8 @@ fn run_demo(args: DemoArgs) -> Result<(), String> {
     let topology = load_topology(args.topology.as_ref())?;
     let mut opts = DemoOptions::new(topology);
     opts.modes = match args.mode {
-        ModeArg::Both => vec![Mode::Timeouts, Mode::Propagated],
+        ModeArg::All => Mode::ALL.to_vec(),
+        ModeArg::Detached => vec![Mode::Detached],
         ModeArg::Timeouts => vec![Mode::Timeouts],
         ModeArg::Propagated => vec![Mode::Propagated],
     };
@@ -218,5 +270,7 @@ fn run_serve(args: ServeArgs) -> Result<(), String> {
         peers,
         mode: args.mode.into(),
         forgetful: args.forgetful,
+        profile: args.profile,
+        metrics: args.metrics,
     })
 }

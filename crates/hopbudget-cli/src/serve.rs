@@ -1,22 +1,33 @@
 //! `hopbudget serve SERVICE --topology FILE`: run one service of a demo topology alone, so the
-//! same graph can run one process per host.
+//! same graph can run one process per host, as an operator would run it.
 //!
 //! The service listens on its `addr` from the topology (or `--port` on 127.0.0.1, or
 //! `--listen ADDR`) and reaches its downstream services at their `addr` in the topology, or at
 //! the address given with `--peer NAME=ADDR`. Its behaviour (latency, concurrency, faults,
-//! mode) is exactly the one `hopbudget demo` runs in process.
+//! mode) is exactly the one `hopbudget demo` runs in process. `--profile FILE` runs its
+//! hopbudget layers with an adoption profile of the operator's (C15). It serves Prometheus
+//! metrics (`observe::prometheus`) on `/metrics` at `--metrics ADDR`, logs one line per hop
+//! ([`hop_log`]), and stops cleanly on SIGTERM or Ctrl-C.
+
+pub mod hop_log;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use hopbudget::Profile;
+use hopbudget::profile::RouteSpec;
+use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
+use tracing_subscriber::layer::SubscriberExt;
 
 use crate::demo::collector::Collector;
 use crate::demo::queue;
-use crate::demo::services::{self, Node};
+use crate::demo::services::{self, GRPC_PATH, HTTP_PATH, Node};
+use crate::demo::topology::{Protocol, ServiceSpec};
 use crate::demo::wiring;
 use crate::demo::{Mode, Topology};
 
@@ -35,6 +46,11 @@ pub struct ServeOptions {
     pub mode: Mode,
     /// Ignore inbound deadlines (S13).
     pub forgetful: bool,
+    /// An adoption profile for the service's hopbudget layers (default: the topology's
+    /// minimum budget on the default profile).
+    pub profile: Option<PathBuf>,
+    /// Where to serve `/metrics` (default: 127.0.0.1 on a free port, printed at start).
+    pub metrics: Option<SocketAddr>,
 }
 
 /// Parse `NAME=ADDR`.
@@ -92,7 +108,97 @@ pub fn addresses(opts: &ServeOptions) -> Result<(SocketAddr, Vec<SocketAddr>), S
     Ok((listen, addrs))
 }
 
-/// Run the service until Ctrl-C.
+/// The profile the service's layers run with: `--profile FILE` if given, with the topology's
+/// minimum budget added as a route rule when the file has none for the service's path;
+/// otherwise the built-in one ([`services::profile_for`]).
+pub fn profile(spec: &ServiceSpec, file: Option<&PathBuf>) -> Result<Profile, String> {
+    let Some(file) = file else {
+        return services::profile_for(spec);
+    };
+    let loaded = Profile::load(file).map_err(|e| e.to_string())?;
+    let path = match spec.protocol {
+        Protocol::Grpc => GRPC_PATH,
+        Protocol::Http => HTTP_PATH,
+    };
+    let mut profile_spec = loaded.spec().clone();
+    if profile_spec.service.is_empty() {
+        profile_spec.service = spec.name.clone();
+    }
+    if loaded.route(path).is_none() && spec.min_budget_ms > 0 {
+        profile_spec.routes.push(RouteSpec {
+            path: path.into(),
+            min_budget_ms: Some(spec.min_budget_ms as i64),
+            mode: Default::default(),
+            learn: None,
+        });
+    }
+    Profile::from_spec(profile_spec).map_err(|issues| {
+        format!(
+            "{}: {}",
+            file.display(),
+            issues
+                .iter()
+                .map(|i| format!("field `{}`: {}", i.field, i.reason))
+                .collect::<Vec<_>>()
+                .join("; ")
+        )
+    })
+}
+
+/// The carriers a profile reads, as header names, for the start-up line.
+fn carriers(profile: &Profile) -> String {
+    profile
+        .inbound()
+        .iter()
+        .map(|(_, name)| name.as_str().to_owned())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Serve `/metrics` from `handle` on `listener` until `stop`.
+fn spawn_metrics(
+    handle: PrometheusHandle,
+    listener: tokio::net::TcpListener,
+    stop: CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    let app = axum::Router::new().route(
+        "/metrics",
+        axum::routing::get(move || {
+            let handle = handle.clone();
+            async move { handle.render() }
+        }),
+    );
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app)
+            .with_graceful_shutdown(stop.cancelled_owned())
+            .await;
+    })
+}
+
+/// Wait for SIGTERM or Ctrl-C; returns which one came.
+async fn stop_signal() -> &'static str {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => tokio::select! {
+                _ = tokio::signal::ctrl_c() => "Ctrl-C",
+                _ = term.recv() => "SIGTERM",
+            },
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+                "Ctrl-C"
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+        "Ctrl-C"
+    }
+}
+
+/// Run the service until SIGTERM or Ctrl-C.
 pub fn run(opts: &ServeOptions) -> Result<(), String> {
     let (listen, addrs) = addresses(opts)?;
     let topo = &opts.topology;
@@ -100,44 +206,91 @@ pub fn run(opts: &ServeOptions) -> Result<(), String> {
         .index_of(&opts.service)
         .ok_or_else(|| format!("no service named `{}`", opts.service))?;
     let spec = topo.services[idx].clone();
+    let profile = profile(&spec, opts.profile.as_ref())?;
+    let metrics = hopbudget::observe::prometheus::builder()
+        .map_err(|e| format!("cannot set up the Prometheus exporter: {e}"))?
+        .install_recorder()
+        .map_err(|e| format!("cannot install the Prometheus recorder: {e}"))?;
+    hopbudget::observe::describe_metrics();
+    // One log line per hop from the library's own `hop` span.
+    let _ = tracing::subscriber::set_global_default(
+        tracing_subscriber::registry().with(hop_log::HopLog),
+    );
     let rt = tokio::runtime::Runtime::new().map_err(|e| format!("cannot start tokio: {e}"))?;
     rt.block_on(async {
         let listener = tokio::net::TcpListener::bind(listen)
             .await
             .map_err(|e| format!("{}: cannot listen on {listen}: {e}", spec.name))?;
+        let metrics_addr = opts
+            .metrics
+            .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)));
+        let metrics_listener = tokio::net::TcpListener::bind(metrics_addr)
+            .await
+            .map_err(|e| format!("{}: cannot serve metrics on {metrics_addr}: {e}", spec.name))?;
         let http = wiring::reqwest_client()?;
-        let profile = services::profile_for(&spec)?;
-        let collector = Arc::new(Collector::new(
+        let behaviour = opts.mode.behaviour(opts.forgetful);
+        let layers = behaviour.layers();
+        // Without a server layer the library logs no hop; the collector does it instead.
+        let collector = Arc::new(Collector::for_serve(
             topo.services.len(),
-            Duration::from_millis(topo.client.budget_ms),
+            (!layers.server).then(|| spec.name.clone()),
         ));
         let node = Arc::new(Node {
             idx,
-            peers: wiring::peers_for(topo, &spec, opts.mode, &profile, &addrs, &http)?,
+            peers: wiring::peers_for(topo, &spec, layers.client, &profile, &addrs, &http)?,
             sem: Semaphore::new(spec.concurrency as usize),
-            mode: opts.mode,
-            forgetful: opts.forgetful,
             collector: collector.clone(),
-            profile,
+            profile: profile.clone(),
             seed: topo.client.seed,
             queue: spec
                 .background
                 .as_ref()
-                .map(|bg| queue::start(bg, opts.mode, collector.clone())),
+                .map(|bg| queue::start(bg, behaviour.clone(), collector.clone())),
+            behaviour,
             spec: spec.clone(),
         });
         let bound = listener.local_addr().map_err(|e| e.to_string())?;
+        let metrics_bound = metrics_listener.local_addr().map_err(|e| e.to_string())?;
+        let what = match spec.protocol {
+            Protocol::Grpc => format!("gRPC {GRPC_PATH}"),
+            Protocol::Http => format!("HTTP POST {HTTP_PATH}"),
+        };
         println!(
-            "{} ({}, {} mode) listening on {bound}; Ctrl-C stops it",
+            "{} ({}, {} mode) listening on {bound}; metrics on http://{metrics_bound}/metrics; \
+             SIGTERM or Ctrl-C stops it",
             spec.name,
             spec.protocol.as_str(),
             opts.mode.as_str()
         );
+        if layers.server {
+            println!(
+                "{}: serves {what}; reads the budget from {} (the tightest wins)",
+                spec.name,
+                carriers(&profile)
+            );
+        } else {
+            println!(
+                "{}: serves {what}; reads no deadline ({} mode)",
+                spec.name,
+                if opts.forgetful {
+                    "forgetful"
+                } else {
+                    opts.mode.as_str()
+                }
+            );
+        }
         let stop = CancellationToken::new();
-        wiring::spawn_server(node, listener, stop.clone());
-        let _ = tokio::signal::ctrl_c().await;
+        let server = wiring::spawn_server(node, listener, stop.clone());
+        let metrics_server = spawn_metrics(metrics, metrics_listener, stop.clone());
+        let signal = stop_signal().await;
         stop.cancel();
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        // Graceful: in-flight calls finish, within a bound.
+        let _ = tokio::time::timeout(Duration::from_secs(5), async {
+            let _ = server.await;
+            let _ = metrics_server.await;
+        })
+        .await;
+        println!("{}: {signal} received, stopped", spec.name);
         Ok(())
     })
 }

@@ -1,20 +1,50 @@
 //! `hopbudget serve`: one service of the demo topology alone, in its own process, reached over
-//! real sockets, with its behaviour from the topology file (min budget, latency, peers).
+//! real sockets, with its behaviour from the topology file (min budget, latency, peers), and
+//! what an operator needs: `--profile`, `/metrics`, a log line per hop, `--help` naming the
+//! wire, and a clean stop on SIGTERM.
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use hopbudget_cli::proto::HopRequest;
 use hopbudget_cli::proto::hop_client::HopClient;
 
 const TOPOLOGY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/topologies/checkout.yaml");
 
-/// A `hopbudget serve` child process, killed (by its own handle) when dropped.
+/// A `hopbudget serve` child process, killed (by its own handle) when dropped; its stdout
+/// lines are collected as they come.
 struct Served {
     child: Child,
     addr: SocketAddr,
+    metrics: SocketAddr,
+    lines: Arc<Mutex<Vec<String>>>,
+}
+
+impl Served {
+    /// Wait (up to 5 s) for a stdout line containing every one of `parts`.
+    fn line_with(&self, parts: &[&str]) -> String {
+        let until = Instant::now() + Duration::from_secs(5);
+        loop {
+            if let Some(l) = self
+                .lines
+                .lock()
+                .unwrap()
+                .iter()
+                .find(|l| parts.iter().all(|p| l.contains(p)))
+            {
+                return l.clone();
+            }
+            assert!(
+                Instant::now() < until,
+                "no line with {parts:?} in {:?}",
+                self.lines.lock().unwrap()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
 }
 
 impl Drop for Served {
@@ -33,19 +63,36 @@ fn serve(args: &[&str]) -> Served {
         .stderr(Stdio::inherit())
         .spawn()
         .unwrap();
+    let mut reader = BufReader::new(child.stdout.take().unwrap());
     let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    // "<name> (<protocol>, <mode> mode) listening on <addr>; Ctrl-C stops it"
-    let addr = line
-        .split("listening on ")
-        .nth(1)
-        .and_then(|rest| rest.split(';').next())
-        .unwrap_or_else(|| panic!("unexpected first line: {line:?}"))
-        .parse()
-        .unwrap();
-    Served { child, addr }
+    reader.read_line(&mut line).unwrap();
+    // "<name> (<protocol>, <mode> mode) listening on <addr>; metrics on http://<addr>/metrics; ..."
+    let field = |after: &str, until: char| -> SocketAddr {
+        line.split(after)
+            .nth(1)
+            .and_then(|rest| rest.split(until).next())
+            .unwrap_or_else(|| panic!("unexpected first line: {line:?}"))
+            .parse()
+            .unwrap()
+    };
+    let (addr, metrics) = (
+        field("listening on ", ';'),
+        field("metrics on http://", '/'),
+    );
+    let lines = Arc::new(Mutex::new(vec![line.clone()]));
+    let sink = lines.clone();
+    std::thread::spawn(move || {
+        for l in reader.lines() {
+            let Ok(l) = l else { return };
+            sink.lock().unwrap().push(l);
+        }
+    });
+    Served {
+        child,
+        addr,
+        metrics,
+        lines,
+    }
 }
 
 fn call(id: u64, timeout: &'static str) -> tonic::Request<HopRequest> {
@@ -141,4 +188,146 @@ fn serve_names_what_is_missing() {
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("expected NAME=ADDR"), "{err}");
+}
+
+#[tokio::test]
+async fn an_operator_gets_metrics_a_log_line_per_hop_and_a_clean_sigterm_stop() {
+    let mut reco = serve(&["reco-scorer", "--port", "0"]);
+    reco.line_with(&[
+        "reads the budget from",
+        "grpc-timeout",
+        "x-request-timeout-ms",
+    ]);
+    let mut client = HopClient::connect(format!("http://{}", reco.addr))
+        .await
+        .unwrap();
+    let status = client.call(call(1, "100m")).await.unwrap_err();
+    assert_eq!(
+        hopbudget::grpc::outcome(&status),
+        Some(hopbudget::Outcome::Refused)
+    );
+    client.call(call(2, "2S")).await.unwrap();
+
+    // One line per hop, from the library's hop span, refusals by the layer included.
+    let refused = reco.line_with(&["hop service=reco-scorer", "outcome=refused"]);
+    assert!(refused.contains("budget_ms=100"), "{refused}");
+    assert!(refused.contains("required_ms=180"), "{refused}");
+    assert!(refused.contains("source=grpc-timeout"), "{refused}");
+    reco.line_with(&["hop service=reco-scorer", "outcome=completed"]);
+
+    // Prometheus text on /metrics, with the library's metric names and buckets.
+    let text = reqwest::get(format!("http://{}/metrics", reco.metrics))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        text.contains("hopbudget_refused_before_work_total{service=\"reco-scorer\""),
+        "{text}"
+    );
+    assert!(text.contains("outcome=\"completed\""), "{text}");
+    assert!(
+        text.contains("hopbudget_remaining_at_arrival_ms_bucket"),
+        "{text}"
+    );
+
+    // SIGTERM: a clean stop, status 0, said on stdout.
+    let pid = reco.child.id().to_string();
+    let killed = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    assert!(killed.success());
+    let until = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(s) = reco.child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < until, "still running 10 s after SIGTERM");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(status.success(), "{status:?}");
+    reco.line_with(&["reco-scorer: SIGTERM received, stopped"]);
+}
+
+#[tokio::test]
+async fn a_profile_file_sets_the_layers_rules() {
+    // The operator's profile asks 1 s for the gRPC method: a 500 ms call is refused with that
+    // requirement, where the topology alone (180 ms) would have let it start.
+    let path = std::env::temp_dir().join(format!("serve-profile-{}.yaml", std::process::id()));
+    std::fs::write(
+        &path,
+        "service: reco-scorer\nroutes:\n  - path: /hopbudget.demo.Hop/Call\n    min_budget_ms: 1000\n",
+    )
+    .unwrap();
+    let reco = serve(&[
+        "reco-scorer",
+        "--port",
+        "0",
+        "--profile",
+        path.to_str().unwrap(),
+    ]);
+    let mut client = HopClient::connect(format!("http://{}", reco.addr))
+        .await
+        .unwrap();
+    let status = client.call(call(1, "500m")).await.unwrap_err();
+    let _ = std::fs::remove_file(&path);
+    let refusal = hopbudget::grpc::refusal(&status).unwrap();
+    assert_eq!(
+        refusal.required(),
+        Duration::from_millis(1000),
+        "{status:?}"
+    );
+}
+
+#[test]
+fn a_bad_profile_is_named_with_file_field_and_reason() {
+    let path = std::env::temp_dir().join(format!("serve-bad-profile-{}.yaml", std::process::id()));
+    std::fs::write(&path, "hop_margin_ms: -3\n").unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hopbudget"))
+        .args([
+            "serve",
+            "reco-scorer",
+            "--port",
+            "0",
+            "--topology",
+            TOPOLOGY,
+        ])
+        .args(["--profile", path.to_str().unwrap()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // It must refuse to start; a server that started anyway is killed, and the test fails.
+    let until = Instant::now() + Duration::from_secs(10);
+    while child.try_wait().unwrap().is_none() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let out = child.wait_with_output().unwrap();
+    let _ = std::fs::remove_file(&path);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(path.to_str().unwrap()), "{err}");
+    assert!(err.contains("hop_margin_ms"), "{err}");
+}
+
+#[test]
+fn serve_help_names_the_wire() {
+    let out = Command::new(env!("CARGO_BIN_EXE_hopbudget"))
+        .args(["serve", "--help"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    for needed in [
+        "POST /call",
+        "x-demo-request-id",
+        "/hopbudget.demo.Hop/Call",
+        "grpc-timeout",
+        "x-request-timeout-ms",
+        "/metrics",
+        "SIGTERM",
+        "--profile",
+    ] {
+        assert!(help.contains(needed), "`{needed}` missing from:\n{help}");
+    }
 }

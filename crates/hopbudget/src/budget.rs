@@ -20,16 +20,35 @@ const FAR_FUTURE: Duration = Duration::from_secs(86_400 * 365 * 30);
 /// A `Deadline` is `Copy` and cheap: reading [`remaining`](Self::remaining) costs one clock read
 /// and a subtraction. Wall-clock steps (NTP corrections) cannot move it (rule C1, scenario S5).
 ///
+/// # Examples
+///
 /// ```
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() {
 /// use std::time::Duration;
 /// use hopbudget::Deadline;
+/// use tokio::time::Instant;
 ///
 /// let deadline = Deadline::after(Duration::from_millis(500));
 /// tokio::time::advance(Duration::from_millis(120)).await;
 /// assert_eq!(deadline.remaining(), Duration::from_millis(380));
 /// assert!(!deadline.is_expired());
+///
+/// // The same instant, built from a start you already read.
+/// let start = Instant::now();
+/// let from_start = Deadline::after_from(start, Duration::from_millis(380));
+/// assert_eq!(from_start, deadline);
+/// assert_eq!(Deadline::at(deadline.instant()), deadline);
+/// assert_eq!(deadline.remaining_at(start + Duration::from_millis(80)), Duration::from_millis(300));
+///
+/// // What a client waits for: the deadline minus the hop margin; the tighter of two wins.
+/// let wait_until = deadline.saturating_sub(Duration::from_millis(5));
+/// assert_eq!(wait_until.remaining(), Duration::from_millis(375));
+/// assert_eq!(deadline.min(wait_until), wait_until);
+///
+/// tokio::time::advance(Duration::from_millis(380)).await;
+/// assert!(deadline.is_expired());
+/// assert_eq!(deadline.remaining(), Duration::ZERO);
 /// # }
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -40,11 +59,15 @@ pub struct Deadline {
 impl Deadline {
     /// A deadline `budget` from now. A budget too large for the clock is capped about 30 years
     /// out instead of panicking.
+    ///
+    /// See the [example](Self#examples).
     pub fn after(budget: Duration) -> Self {
         Self::after_from(Instant::now(), budget)
     }
 
     /// A deadline `budget` after `start`, saturating like [`after`](Self::after).
+    ///
+    /// See the [example](Self#examples).
     pub fn after_from(start: Instant, budget: Duration) -> Self {
         let at = start
             .checked_add(budget)
@@ -54,22 +77,30 @@ impl Deadline {
     }
 
     /// A deadline at an instant already known.
+    ///
+    /// See the [example](Self#examples).
     pub const fn at(at: Instant) -> Self {
         Self { at }
     }
 
     /// The instant this deadline falls on.
+    ///
+    /// See the [example](Self#examples).
     pub const fn instant(&self) -> Instant {
         self.at
     }
 
     /// Time left before the deadline; zero once it has passed.
+    ///
+    /// See the [example](Self#examples).
     #[inline]
     pub fn remaining(&self) -> Duration {
         self.at.saturating_duration_since(Instant::now())
     }
 
     /// Time left as seen from `now`; zero if `now` is at or past the deadline.
+    ///
+    /// See the [example](Self#examples).
     #[inline]
     pub fn remaining_at(&self, now: Instant) -> Duration {
         self.at.saturating_duration_since(now)
@@ -77,12 +108,16 @@ impl Deadline {
 
     /// Whether the deadline has been reached. A deadline is expired *at* its instant: a budget
     /// of zero is already spent (rule C9).
+    ///
+    /// See the [example](Self#examples).
     #[inline]
     pub fn is_expired(&self) -> bool {
         Instant::now() >= self.at
     }
 
     /// A deadline `by` earlier than this one; it never moves before the clock's origin.
+    ///
+    /// See the [example](Self#examples).
     pub fn saturating_sub(&self, by: Duration) -> Self {
         // `Instant` has no saturating subtraction; fall back to "now minus nothing" which,
         // for an expired-anyway deadline, is just as expired.
@@ -94,6 +129,8 @@ impl Deadline {
     }
 
     /// The earlier of two deadlines: the tighter one wins.
+    ///
+    /// See the [example](Self#examples).
     pub fn min(self, other: Self) -> Self {
         if other.at < self.at { other } else { self }
     }

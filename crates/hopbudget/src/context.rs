@@ -28,6 +28,8 @@ tokio::task_local! {
 }
 
 /// The arithmetic a hop applies before forwarding (rules C2, C3). Usually from the profile.
+///
+/// See the [example](RequestBudget#examples).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HopPolicy {
     /// Time this hop keeps back for itself: serialise, log, tear down.
@@ -47,6 +49,8 @@ impl HopPolicy {
     };
 
     /// Margin plus transit allowance: what a hop subtracts before forwarding.
+    ///
+    /// See the [example](RequestBudget#examples).
     pub const fn reserve(&self) -> Duration {
         self.hop_margin.saturating_add(self.transit_allowance)
     }
@@ -59,6 +63,8 @@ impl Default for HopPolicy {
 }
 
 /// Where a request's budget came from.
+///
+/// See the [example](RequestBudget#examples).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Source {
     /// Read from this wire carrier.
@@ -73,6 +79,8 @@ pub enum Source {
 
 impl Source {
     /// The name used in traces (`deadline.source`) and metric labels.
+    ///
+    /// See the [example](RequestBudget#examples).
     pub const fn as_str(&self) -> &'static str {
         match self {
             Source::Carrier(c) => c.name(),
@@ -84,6 +92,8 @@ impl Source {
 }
 
 /// A process-unique id for a budget, used to link detached work to its parent in traces.
+///
+/// See the [example](RequestBudget#examples).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct BudgetId(u64);
 
@@ -94,6 +104,8 @@ impl BudgetId {
     }
 
     /// The id as a number.
+    ///
+    /// See the [example](RequestBudget#examples).
     pub const fn get(&self) -> u64 {
         self.0
     }
@@ -207,19 +219,79 @@ impl Parts {
 
 /// One request's time budget, shared by everything the request does in this process.
 ///
+/// # Examples
+///
+/// Creating one, and the arithmetic of a hop (C2, C3):
+///
 /// ```
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// use std::time::Duration;
+/// use hopbudget::codec::Carrier;
+/// use hopbudget::{Deadline, HopPolicy, RequestBudget, Source};
+///
+/// let budget = RequestBudget::local(Duration::from_millis(500), HopPolicy::DEFAULT);
+/// tokio::time::advance(Duration::from_millis(20)).await;
+/// assert_eq!(budget.remaining(), Duration::from_millis(480));
+/// assert_eq!(budget.at_arrival(), Duration::from_millis(500));
+/// assert_eq!(budget.deadline().remaining(), budget.remaining());
+/// assert_eq!(budget.source(), Source::Local);
+/// // What the next hop is told: remaining minus 5 ms margin minus 1 ms transit (C2).
+/// assert_eq!(budget.policy().reserve(), Duration::from_millis(6));
+/// assert_eq!(budget.forward(), Duration::from_millis(474));
+/// assert_eq!(budget.admit_forward(), Ok(Duration::from_millis(474)));
+/// // Refuse work that needs more than is left (C3); a callee's stated requirement too.
+/// assert!(budget.admit(Duration::from_millis(600)).is_err());
+/// assert!(budget.admit_forward_for(Duration::from_millis(600)).is_err());
+///
+/// // What a server layer creates: from a carrier, or from an explicit deadline and source.
+/// let inbound = RequestBudget::from_carrier(Carrier::GrpcTimeout, Duration::from_millis(300), HopPolicy::DEFAULT);
+/// assert_eq!(inbound.source().as_str(), "grpc-timeout");
+/// let fallback = RequestBudget::new(Deadline::after(Duration::from_secs(1)), Source::Fallback, HopPolicy::DEFAULT);
+/// assert_eq!(fallback.source().as_str(), "fallback");
+/// # }
+/// ```
+///
+/// Ending it, and its children (C4, C5, C7, C12):
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// use std::time::Duration;
+/// use hopbudget::{Deadline, EndCause, HopPolicy, RequestBudget};
+///
+/// let request = RequestBudget::local(Duration::from_millis(500), HopPolicy::DEFAULT);
+/// let child = request.child(); // same deadline, ends with the request
+/// let tighter = request.child_until(Deadline::after(Duration::from_millis(100)));
+/// assert_eq!(tighter.remaining(), Duration::from_millis(100));
+/// let email = request.detach(Duration::from_secs(30)); // its own deadline, rooted now
+/// assert_eq!(email.linked_from(), Some(request.id()));
+/// assert!(request.id().get() > 0);
+///
+/// let token = child.token(); // a tokio-util CancellationToken for other code
+/// assert_eq!(tighter.done().await, EndCause::Expired); // its own deadline passed first
+/// assert!(request.cancel()); // the caller went away
+/// assert!(request.is_done() && child.is_done() && token.is_cancelled());
+/// assert_eq!(child.end_cause(), Some(EndCause::Cancelled));
+/// assert!(!email.is_done(), "detached work outlives the request");
+/// assert!(!request.expire(), "the first end cause stays");
+/// # }
+/// ```
+///
+/// The ambient budget (C11):
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
 /// use std::time::Duration;
 /// use hopbudget::{HopPolicy, RequestBudget};
 ///
 /// let budget = RequestBudget::local(Duration::from_millis(500), HopPolicy::DEFAULT);
-/// tokio::time::advance(Duration::from_millis(20)).await;
-/// assert_eq!(budget.remaining(), Duration::from_millis(480));
-/// // What the next hop is told: remaining minus 5 ms margin minus 1 ms transit (C2).
-/// assert_eq!(budget.forward(), Duration::from_millis(474));
-/// // Refuse work that needs more than is left (C3).
-/// assert!(budget.admit(Duration::from_millis(600)).is_err());
+/// assert!(RequestBudget::current().is_none());
+/// let inside = budget.scope(async { RequestBudget::current() }).await.unwrap();
+/// assert!(inside.ptr_eq(&budget)); // clones share one state
+/// let also = budget.sync_scope(|| RequestBudget::current()).unwrap();
+/// assert!(also.ptr_eq(&budget));
 /// # }
 /// ```
 #[derive(Clone, Debug)]
@@ -229,17 +301,23 @@ pub struct RequestBudget {
 
 impl RequestBudget {
     /// A budget with an explicit deadline and origin.
+    ///
+    /// See the [example](Self#examples).
     pub fn new(deadline: Deadline, source: Source, policy: HopPolicy) -> Self {
         Self::build(deadline, source, policy, None, None)
     }
 
     /// A budget of `budget` from now, set in process (an edge or a test).
+    ///
+    /// See the [example](Self#examples).
     pub fn local(budget: Duration, policy: HopPolicy) -> Self {
         Self::starting_now(budget, Source::Local, policy)
     }
 
     /// A budget read from a carrier, starting now (rule C1: the relative value becomes a local
     /// monotonic deadline on arrival).
+    ///
+    /// See the [example](Self#examples).
     pub fn from_carrier(carrier: Carrier, budget: Duration, policy: HopPolicy) -> Self {
         Self::starting_now(budget, Source::Carrier(carrier), policy)
     }
@@ -318,6 +396,8 @@ impl RequestBudget {
     }
 
     /// This budget's id.
+    ///
+    /// See the [example](Self#examples).
     pub fn id(&self) -> BudgetId {
         let id = self.inner.id.load(Ordering::Relaxed);
         if id != 0 {
@@ -337,6 +417,8 @@ impl RequestBudget {
 
     /// The deadline. On a stream route it moves once, to the stream lifetime, when the first
     /// chunk goes out (rule C13).
+    ///
+    /// See the [example](Self#examples).
     #[inline]
     pub fn deadline(&self) -> Deadline {
         match &self.inner.stream {
@@ -349,26 +431,36 @@ impl RequestBudget {
     }
 
     /// Where the budget came from.
+    ///
+    /// See the [example](Self#examples).
     pub fn source(&self) -> Source {
         self.inner.source
     }
 
     /// The budget when this request (or child) was created.
+    ///
+    /// See the [example](Self#examples).
     pub fn at_arrival(&self) -> Duration {
         self.inner.at_arrival
     }
 
     /// The hop policy this budget forwards with.
+    ///
+    /// See the [example](Self#examples).
     pub fn policy(&self) -> HopPolicy {
         self.inner.policy
     }
 
     /// For detached work, the budget it was scheduled from (a trace link, not a cancel link).
+    ///
+    /// See the [example](Self#examples).
     pub fn linked_from(&self) -> Option<BudgetId> {
         self.inner.linked_from
     }
 
     /// Time left; zero once the deadline has passed.
+    ///
+    /// See the [example](Self#examples).
     #[inline]
     pub fn remaining(&self) -> Duration {
         self.deadline().remaining()
@@ -376,6 +468,8 @@ impl RequestBudget {
 
     /// What to tell the next hop: remaining minus hop margin minus transit allowance, never
     /// negative (rule C2). Siblings launched together all get the same value (S8).
+    ///
+    /// See the [example](Self#examples).
     #[inline]
     pub fn forward(&self) -> Duration {
         self.remaining().saturating_sub(self.inner.policy.reserve())
@@ -384,6 +478,8 @@ impl RequestBudget {
     /// Check that `cost` fits in the remaining budget before starting expensive local work
     /// (rule C3). Fails with [`BudgetError::Refused`] stating the required and remaining
     /// budget, or with `Expired` / `Cancelled` if the budget has already ended.
+    ///
+    /// See the [example](Self#examples).
     pub fn admit(&self, cost: Duration) -> Result<(), BudgetError> {
         // One clock read serves both the expiry check and the comparison.
         let remaining = self.live_remaining()?;
@@ -408,12 +504,16 @@ impl RequestBudget {
 
     /// The forward budget for a downstream call, or a refusal when it is below the policy's
     /// threshold (rule C3): no connection is opened and no byte sent for a refused call.
+    ///
+    /// See the [example](Self#examples).
     pub fn admit_forward(&self) -> Result<Duration, BudgetError> {
         self.admit_forward_for(self.inner.policy.refuse_below)
     }
 
     /// Like [`admit_forward`](Self::admit_forward) with an explicit requirement (the larger of
     /// it and the policy's threshold applies).
+    ///
+    /// See the [example](Self#examples).
     pub fn admit_forward_for(&self, required: Duration) -> Result<Duration, BudgetError> {
         let required = required.max(self.inner.policy.refuse_below);
         let forward = self
@@ -427,6 +527,8 @@ impl RequestBudget {
 
     /// Why the budget ended, if it has: an explicit cancel or expiry recorded here or on a
     /// parent, or else the deadline having passed.
+    ///
+    /// See the [example](Self#examples).
     pub fn end_cause(&self) -> Option<EndCause> {
         self.recorded_cause().or_else(|| {
             if self.deadline().is_expired() {
@@ -439,7 +541,7 @@ impl RequestBudget {
 
     /// The cause recorded on this budget or the nearest ancestor that has one, without
     /// recursion however deep the tree is.
-    fn recorded_cause(&self) -> Option<EndCause> {
+    pub(crate) fn recorded_cause(&self) -> Option<EndCause> {
         let own = self.inner.state.load(Ordering::Acquire);
         if own != LIVE {
             return Some(Self::cause_of(own));
@@ -484,6 +586,8 @@ impl RequestBudget {
     }
 
     /// Whether the budget has ended (expired or cancelled).
+    ///
+    /// See the [example](Self#examples).
     pub fn is_done(&self) -> bool {
         self.end_cause().is_some()
     }
@@ -493,6 +597,8 @@ impl RequestBudget {
     /// If the deadline has already passed the cause is recorded as expired instead: a budget
     /// that ran out is never reported as cancelled (rule C4). Returns whether this call was the
     /// one that ended it.
+    ///
+    /// See the [example](Self#examples).
     pub fn cancel(&self) -> bool {
         let remaining = self.remaining();
         if remaining.is_zero() {
@@ -506,6 +612,8 @@ impl RequestBudget {
 
     /// Mark this budget expired and cancel everything under it (rule C7). Layers call this
     /// when their deadline timer fires; the budget's own timer does it for any token holder.
+    ///
+    /// See the [example](Self#examples).
     pub fn expire(&self) -> bool {
         self.end_with(EXPIRED)
     }
@@ -534,6 +642,8 @@ impl RequestBudget {
     /// It is a child of the parent budget's token, so cancellation flows down the tree, and it
     /// is cancelled at the deadline whether or not anyone awaits [`done`](Self::done) (rule
     /// C7): the first call arms a timer task for it on the current tokio runtime.
+    ///
+    /// See the [example](Self#examples).
     pub fn token(&self) -> CancellationToken {
         if let Some(token) = self.inner.token.get() {
             return token.clone();
@@ -627,6 +737,8 @@ impl RequestBudget {
     /// Resolves when the budget ends, with the cause. When it is the deadline that ends it,
     /// the budget is marked expired and its tree cancelled (rule C7), so that spawned children
     /// stop as well.
+    ///
+    /// See the [example](Self#examples).
     pub async fn done(&self) -> EndCause {
         loop {
             if let Some(cause) = self.end_cause() {
@@ -680,6 +792,8 @@ impl RequestBudget {
     }
 
     /// A child budget: the same deadline, cancelled with this one, cancellable on its own.
+    ///
+    /// See the [example](Self#examples).
     pub fn child(&self) -> RequestBudget {
         let mut parts = Parts::root(self.inner.deadline, self.inner.source, self.inner.policy);
         parts.at_arrival = self.remaining();
@@ -688,6 +802,8 @@ impl RequestBudget {
 
     /// A child budget whose deadline is the tighter of this one's and `deadline`. A stream
     /// route's lifetime never lifts it past `deadline`.
+    ///
+    /// See the [example](Self#examples).
     pub fn child_until(&self, deadline: Deadline) -> RequestBudget {
         let tighter = self.deadline().min(deadline);
         let mut parts = Parts::root(tighter, self.inner.source, self.inner.policy);
@@ -705,6 +821,8 @@ impl RequestBudget {
 
     /// A fresh budget for background work started by this request (rule C12): rooted now,
     /// not cancelled when the request ends, linked to this budget for tracing.
+    ///
+    /// See the [example](Self#examples).
     pub fn detach(&self, budget: Duration) -> RequestBudget {
         Self::build(
             Deadline::after(budget),
@@ -716,21 +834,29 @@ impl RequestBudget {
     }
 
     /// Make this budget the ambient one while `fut` runs.
+    ///
+    /// See the [example](Self#examples).
     pub fn scope<F: Future>(&self, fut: F) -> TaskLocalFuture<RequestBudget, F> {
         CURRENT.scope(self.clone(), fut)
     }
 
     /// Make this budget the ambient one while `f` runs (synchronous code, blocking threads).
+    ///
+    /// See the [example](Self#examples).
     pub fn sync_scope<R>(&self, f: impl FnOnce() -> R) -> R {
         CURRENT.sync_scope(self.clone(), f)
     }
 
     /// The ambient budget of the current task, if any.
+    ///
+    /// See the [example](Self#examples).
     pub fn current() -> Option<RequestBudget> {
         CURRENT.try_with(RequestBudget::clone).ok()
     }
 
     /// Whether two handles share the same budget state.
+    ///
+    /// See the [example](Self#examples).
     pub fn ptr_eq(&self, other: &RequestBudget) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)
     }

@@ -10,6 +10,19 @@ use std::time::Duration;
 use crate::status::Outcome;
 
 /// A refusal before start (rule C3): the budget needed and the budget there was.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use hopbudget::{BudgetError, Outcome, Refused};
+///
+/// let refused = Refused::new(Duration::from_millis(200), Duration::from_millis(120));
+/// assert_eq!(refused.required(), Duration::from_millis(200));
+/// assert_eq!(refused.remaining(), Duration::from_millis(120));
+/// assert_eq!(refused.to_string(), "refused before start: needs 200 ms, 120 ms remain");
+/// assert_eq!(BudgetError::from(refused).outcome(), Outcome::Refused);
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Refused {
     required: Duration,
@@ -18,6 +31,8 @@ pub struct Refused {
 
 impl Refused {
     /// A refusal: `required` was needed, `remaining` was available.
+    ///
+    /// See the [example](Self#examples).
     pub const fn new(required: Duration, remaining: Duration) -> Self {
         Self {
             required,
@@ -26,11 +41,15 @@ impl Refused {
     }
 
     /// The budget the work needs.
+    ///
+    /// See the [example](Self#examples).
     pub const fn required(&self) -> Duration {
         self.required
     }
 
     /// The budget that was available.
+    ///
+    /// See the [example](Self#examples).
     pub const fn remaining(&self) -> Duration {
         self.remaining
     }
@@ -50,6 +69,31 @@ impl fmt::Display for Refused {
 impl StdError for Refused {}
 
 /// Why work under a budget did not complete.
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// use std::time::Duration;
+/// use hopbudget::{BudgetError, HopPolicy, Outcome, RequestBudget};
+///
+/// let budget = RequestBudget::local(Duration::from_millis(120), HopPolicy::DEFAULT);
+/// let err = budget.admit(Duration::from_millis(200)).unwrap_err();
+/// assert!(matches!(err, BudgetError::Refused(_)));
+/// assert_eq!(err.outcome(), Outcome::Refused);
+///
+/// let stopped = budget.run(tokio::time::sleep(Duration::from_secs(1))).await;
+/// assert_eq!(stopped, Err(BudgetError::Expired));
+/// # }
+/// ```
+///
+/// On the wire: `impl IntoResponse` (feature `axum`, [`http::budget_response`]),
+/// `From<BudgetError> for tonic::Status` and [`BudgetError::from_grpc`] (feature `grpc`); a
+/// handler hands any downstream failure on with [`DownstreamError`](crate::DownstreamError).
+///
+/// [`http::budget_response`]: crate::http::budget_response
+/// [`BudgetError::from_grpc`]: crate::BudgetError::from_grpc
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum BudgetError {
@@ -63,6 +107,8 @@ pub enum BudgetError {
 
 impl BudgetError {
     /// The terminal status this error stands for.
+    ///
+    /// See the [example](Self#examples).
     pub const fn outcome(&self) -> Outcome {
         match self {
             BudgetError::Refused(_) => Outcome::Refused,
@@ -71,7 +117,10 @@ impl BudgetError {
         }
     }
 
-    /// Find a `BudgetError` in an error or anywhere in its source chain.
+    /// Find a `BudgetError` in an error or anywhere in its source chain: a `tower::BoxError`
+    /// from the HTTP or gRPC client layers, or (feature `reqwest`) a
+    /// `reqwest_middleware::Error` from [`BudgetMiddleware`](crate::http::reqwest::BudgetMiddleware),
+    /// whose `Display`-transparent wrapper would otherwise hide it from a plain source walk.
     ///
     /// ```
     /// use hopbudget::BudgetError;
@@ -79,10 +128,20 @@ impl BudgetError {
     /// let boxed: Box<dyn std::error::Error + Send + Sync> = Box::new(BudgetError::Expired);
     /// assert_eq!(BudgetError::find(boxed.as_ref()), Some(&BudgetError::Expired));
     /// ```
+    ///
+    /// The reqwest case is shown in [`http::reqwest`](crate::http::reqwest); the runnable
+    /// `examples/axum_reqwest.rs` matches on it.
     pub fn find<'a>(error: &'a (dyn StdError + 'static)) -> Option<&'a BudgetError> {
         let mut cur: Option<&(dyn StdError + 'static)> = Some(error);
         while let Some(e) = cur {
             if let Some(found) = e.downcast_ref::<BudgetError>() {
+                return Some(found);
+            }
+            #[cfg(feature = "reqwest")]
+            if let Some(found) = e
+                .downcast_ref::<reqwest_middleware::Error>()
+                .and_then(crate::http::reqwest::budget_error)
+            {
                 return Some(found);
             }
             cur = e.source();
@@ -110,6 +169,16 @@ impl fmt::Display for BudgetError {
 impl StdError for BudgetError {}
 
 /// Why a budget ended early: recorded once, by whoever ends it first.
+///
+/// ```
+/// use std::time::Duration;
+/// use hopbudget::{EndCause, HopPolicy, RequestBudget};
+///
+/// let budget = RequestBudget::local(Duration::from_secs(1), HopPolicy::DEFAULT);
+/// assert_eq!(budget.end_cause(), None);
+/// budget.cancel(); // the caller went away
+/// assert_eq!(budget.end_cause(), Some(EndCause::Cancelled));
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum EndCause {
     /// The deadline passed.

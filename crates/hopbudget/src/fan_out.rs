@@ -15,6 +15,8 @@ use crate::context::RequestBudget;
 use crate::error::BudgetError;
 
 /// What the other siblings do when one fails.
+///
+/// See the [example](FanOut#examples).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum FanOutPolicy {
     /// Let the others finish (or run into the shared deadline).
@@ -25,6 +27,8 @@ pub enum FanOutPolicy {
 }
 
 /// How one sibling ended when it did not succeed.
+///
+/// See the [example](FanOut#examples).
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum SiblingError<E> {
@@ -51,6 +55,8 @@ impl<E: fmt::Debug + fmt::Display> std::error::Error for SiblingError<E> {}
 
 /// A group of sibling tasks sharing one deadline.
 ///
+/// # Examples
+///
 /// ```
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() {
@@ -70,6 +76,29 @@ impl<E: fmt::Debug + fmt::Display> std::error::Error for SiblingError<E> {}
 /// assert!(results.iter().all(|r| matches!(r, Ok((_, 420)))));
 /// # }
 /// ```
+///
+/// When one sibling fails under [`FanOutPolicy::CancelOnError`], the others are stopped:
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// use std::time::Duration;
+/// use hopbudget::fan_out::{FanOut, FanOutPolicy, SiblingError};
+/// use hopbudget::{BudgetError, HopPolicy, RequestBudget};
+///
+/// let request = RequestBudget::local(Duration::from_secs(10), HopPolicy::DEFAULT);
+/// let mut group = FanOut::<(), &str>::new(&request, FanOutPolicy::CancelOnError);
+/// assert_eq!(group.budget().remaining(), Duration::from_secs(10));
+/// group.spawn(|_| async { Err("inventory down") });
+/// group.spawn(|_| async {
+///     tokio::time::sleep(Duration::from_secs(5)).await;
+///     Ok(())
+/// });
+/// let results = group.join().await;
+/// assert!(matches!(results[0], Err(SiblingError::Failed("inventory down"))));
+/// assert!(matches!(results[1], Err(SiblingError::Budget(BudgetError::Cancelled))));
+/// # }
+/// ```
 #[derive(Debug)]
 pub struct FanOut<T, E> {
     group: RequestBudget,
@@ -87,6 +116,8 @@ where
     E: Send + 'static,
 {
     /// A new group under `parent`: cancelled when the parent is, sharing its deadline.
+    ///
+    /// See the [example](Self#examples).
     pub fn new(parent: &RequestBudget, policy: FanOutPolicy) -> Self {
         Self {
             group: parent.child(),
@@ -98,12 +129,16 @@ where
     }
 
     /// The group's budget, shared by all siblings.
+    ///
+    /// See the [example](Self#examples).
     pub fn budget(&self) -> &RequestBudget {
         &self.group
     }
 
     /// Launch a sibling. It receives its own budget (a child of the group's) and runs with it
     /// as the ambient budget.
+    ///
+    /// See the [example](Self#examples).
     pub fn spawn<F, Fut>(&mut self, f: F)
     where
         F: FnOnce(RequestBudget) -> Fut,
@@ -125,6 +160,8 @@ where
     }
 
     /// Wait for every sibling; results come back in launch order.
+    ///
+    /// See the [example](Self#examples).
     pub async fn join(mut self) -> Vec<Result<T, SiblingError<E>>> {
         let mut slots: Vec<Option<Result<T, SiblingError<E>>>> =
             (0..self.launched).map(|_| None).collect();

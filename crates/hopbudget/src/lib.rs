@@ -4,8 +4,9 @@
 //! every hop it passes through learns how much is left, forwards slightly less, refuses work it
 //! cannot finish, and stops its children when the time is up or the caller is gone.
 //!
-//! The rules this crate implements are numbered C1-C15 in the project's contract
-//! (`shared/design/contract.md`); the docs cite them.
+//! The behaviour is specified as numbered rules (C1-C21) and scenarios (S1-S18) in
+//! `docs/contract.md` in the repository; the docs cite them by number, and each entry there
+//! names the modules and tests behind it.
 //!
 //! ## The pieces
 //!
@@ -24,6 +25,9 @@
 //! - [`cache`]: serve stale when a recompute cannot finish in the budget (store-free; Redis in
 //!   `redis`).
 //! - [`learned`]: a per-route refuse threshold learned from the route's own latency (C3).
+//! - [`admission`]: deadline-aware admission (C21, S17): a tower layer and a semaphore whose
+//!   waiters are served earliest-deadline-first and dropped, without taking a slot, the moment
+//!   their budget can no longer cover the work.
 //!
 //! ## Features
 //!
@@ -41,6 +45,7 @@
 //! | `otlp` | `observe::otlp`: OpenTelemetry span export to an OTLP JSON file |
 //! | `postgres` | `postgres`: PostgreSQL queries under a statement timeout from the budget, with real cancels |
 //! | `redis` | `redis`: a read-through Redis cache that serves stale when a recompute cannot finish |
+//! | `otel` | `observe::propagation`: W3C trace context (the installed propagator) across hops |
 //! | `full` | all of the above |
 //!
 //! ## Example
@@ -63,6 +68,7 @@
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+pub mod admission;
 pub mod budget;
 pub mod cache;
 pub mod clock;
@@ -70,6 +76,7 @@ pub mod codec;
 pub mod config;
 pub mod context;
 pub mod degrade;
+mod downstream;
 pub mod error;
 pub mod fan_out;
 #[cfg(feature = "grpc")]
@@ -94,6 +101,7 @@ pub mod task;
 
 pub use budget::Deadline;
 pub use context::{BudgetId, HopPolicy, RequestBudget, Source};
+pub use downstream::DownstreamError;
 pub use error::{BudgetError, EndCause, Refused};
 pub use profile::Profile;
 pub use status::Outcome;

@@ -12,13 +12,20 @@ use std::time::Duration;
 use http::HeaderName;
 use serde::{Deserialize, Serialize};
 
+use crate::admission::{AdmissionConfig, QueuePolicy};
 use crate::codec::{Carrier, InboundCarriers};
 use crate::context::HopPolicy;
 use crate::learned::{LearnConfig, LearnedThreshold};
 use crate::status::{GrpcCode, GrpcStatusMap, HttpStatusMap};
 
+mod trust;
+
+pub use trust::TrustedHosts;
+
 /// The profile as written in YAML: plain values, before validation. Every field has a default,
 /// so a profile file need only name what it changes.
+///
+/// See the [example](Profile#examples).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ProfileSpec {
@@ -51,6 +58,9 @@ pub struct ProfileSpec {
     pub status: StatusSpec,
     /// The queue boundary's message headers.
     pub queue: QueueSpec,
+    /// Deadline-aware admission (C21): absent means no admission layer is configured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admission: Option<AdmissionSpec>,
 }
 
 impl Default for ProfileSpec {
@@ -75,11 +85,14 @@ impl Default for ProfileSpec {
             headers: HeaderSpec::default(),
             status: StatusSpec::default(),
             queue: QueueSpec::default(),
+            admission: None,
         }
     }
 }
 
 /// One route's settings.
+///
+/// See the [example](Profile#examples).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RouteSpec {
@@ -170,6 +183,8 @@ impl LearnSpec {
 }
 
 /// How a route's response is bounded (rule C13).
+///
+/// See the [example](Profile#examples).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum RouteMode {
@@ -181,22 +196,32 @@ pub enum RouteMode {
 }
 
 /// Outbound encodings.
+///
+/// See the [example](Profile#examples).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct OutboundSpec {
     /// `relative-ms` (default, immune to clock skew) or `epoch-ms` (needs trusted clocks).
     pub http: Carrier,
+    /// Hosts that may see deadline headers (rule C19, S16): `*`, the keywords `loopback`,
+    /// `private`, `single-label`, a suffix `*.corp.internal`, or one host name or address.
+    /// Listing hosts replaces the default (loopback, private addresses, names without a dot,
+    /// `*.internal`, `*.local`, `*.svc`, `*.cluster.local`).
+    pub trusted_hosts: Vec<String>,
 }
 
 impl Default for OutboundSpec {
     fn default() -> Self {
         Self {
             http: Carrier::RelativeMs,
+            trusted_hosts: trust::default_patterns(),
         }
     }
 }
 
 /// Header names of the HTTP carriers; gRPC, Connect and Envoy names are fixed by their specs.
+///
+/// See the [example](Profile#examples).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct HeaderSpec {
@@ -216,6 +241,8 @@ impl Default for HeaderSpec {
 }
 
 /// Status mapping.
+///
+/// See the [example](Profile#examples).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct StatusSpec {
@@ -226,6 +253,8 @@ pub struct StatusSpec {
 }
 
 /// Queue message headers.
+///
+/// See the [example](Profile#examples).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct QueueSpec {
@@ -247,15 +276,77 @@ impl Default for QueueSpec {
     }
 }
 
+/// Deadline-aware admission (rule C21): how many requests do their work at once, how many
+/// may wait, in which order, and what each route costs.
+///
+/// See the [module example](crate::admission#example).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AdmissionSpec {
+    /// Requests doing their work at once.
+    pub limit: i64,
+    /// Waiters held at most; beyond it a newcomer is refused at once.
+    pub queue_bound: i64,
+    /// `edf` (earliest deadline first) or `adaptive-lifo`.
+    pub policy: AdmissionPolicySpec,
+    /// For `adaptive-lifo`: how long the queue stays non-empty before the newest waiter is
+    /// served first.
+    pub lifo_after_ms: i64,
+    /// Per-route cost: the budget a request must have left to be worth starting. A route not
+    /// listed costs its `routes[].min_budget_ms`, else `refuse_below_ms`.
+    pub routes: Vec<AdmissionRouteSpec>,
+}
+
+impl Default for AdmissionSpec {
+    fn default() -> Self {
+        Self {
+            limit: 64,
+            queue_bound: 1024,
+            policy: AdmissionPolicySpec::Edf,
+            lifo_after_ms: 100,
+            routes: Vec::new(),
+        }
+    }
+}
+
+/// The order admission serves its waiters in.
+///
+/// See the [module example](crate::admission#example).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AdmissionPolicySpec {
+    /// Earliest deadline first.
+    #[default]
+    Edf,
+    /// Arrival order, newest first once queueing is sustained.
+    AdaptiveLifo,
+}
+
+/// One route's admission cost.
+///
+/// See the [module example](crate::admission#example).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdmissionRouteSpec {
+    /// A request path, or a prefix ending in `*`.
+    pub path: String,
+    /// The budget a request must have left, beyond its wait, to be worth starting.
+    pub cost_ms: i64,
+}
+
 /// One problem with a profile.
 pub use crate::config::Issue;
 
 /// A rejected profile: every problem found, with the file it came from.
+///
+/// See the [example](Profile#examples), where `Profile::from_spec` returns the problems.
 pub type ProfileError = crate::config::ConfigError;
 
 const KIND: &str = "profile";
 
 /// One route's resolved settings.
+///
+/// See the [example](Profile#examples).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RouteRule {
     pattern: String,
@@ -295,6 +386,8 @@ impl RouteRule {
     }
 
     /// Whether this rule applies to `path`.
+    ///
+    /// See the [example](Profile#examples).
     pub fn matches(&self, path: &str) -> bool {
         match self.pattern.strip_suffix('*') {
             Some(prefix) => path.starts_with(prefix),
@@ -303,12 +396,65 @@ impl RouteRule {
     }
 
     /// The path or prefix pattern.
+    ///
+    /// See the [example](Profile#examples).
     pub fn pattern(&self) -> &str {
         &self.pattern
     }
 }
 
 /// A validated adoption profile, ready for layers to use.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use hopbudget::codec::Carrier;
+/// use hopbudget::profile::{Profile, ProfileSpec, RouteMode, RouteSpec};
+///
+/// // From YAML (a file: `Profile::load("profiles/default.yaml")`); it names only what changes.
+/// let profile = Profile::from_yaml(
+///     "service: tax\n\
+///      hop_margin_ms: 10\n\
+///      routes:\n\
+///        - {path: /tax, min_budget_ms: 200}\n\
+///        - {path: /events/*, mode: stream}\n",
+///     "tax.yaml",
+/// )?;
+/// assert_eq!(profile.service(), "tax");
+/// assert_eq!(profile.policy().hop_margin, Duration::from_millis(10));
+/// assert_eq!(profile.min_budget("/tax"), Duration::from_millis(200));
+/// assert!(profile.is_stream("/events/orders"));
+/// let rule = profile.route("/events/orders").expect("the prefix matches");
+/// assert_eq!((rule.pattern(), rule.mode), ("/events/*", RouteMode::Stream));
+/// assert!(rule.matches("/events/x") && !rule.matches("/tax"));
+///
+/// // The documented defaults, readable one by one.
+/// assert_eq!(profile.edge_total(), Duration::from_millis(1_000));
+/// assert!(profile.max() >= profile.edge_total());
+/// assert!(profile.stream_lifetime() > Duration::ZERO && profile.low_budget() > Duration::ZERO);
+/// assert_eq!(profile.outbound_http().0, Carrier::RelativeMs);
+/// assert_eq!(profile.http_status().expired, 504);
+/// assert_eq!(profile.grpc_status().cancelled.as_i32(), 1);
+/// assert!(profile.inbound().iter().any(|(c, _)| c == Carrier::GrpcTimeout));
+/// assert_eq!(profile.queue().0, "deadline-epoch-ms");
+/// assert!(profile.to_yaml().contains("hop_margin_ms: 10"));
+///
+/// // From code: edit the spec, then validate it; every problem names its field.
+/// let mut spec = profile.spec().clone();
+/// spec.routes.push(RouteSpec {
+///     path: "/slow".into(),
+///     min_budget_ms: Some(-1),
+///     mode: RouteMode::Request,
+///     learn: None,
+/// });
+/// let problems = Profile::from_spec(spec).unwrap_err();
+/// assert_eq!(problems[0].field, "routes[2].min_budget_ms", "{problems:?}");
+///
+/// // The same profile under another service name.
+/// assert_eq!(Profile::default().with_service("pricing").service(), "pricing");
+/// # Ok::<(), hopbudget::profile::ProfileError>(())
+/// ```
 #[derive(Clone, Debug)]
 pub struct Profile {
     spec: ProfileSpec,
@@ -322,6 +468,8 @@ pub struct Profile {
     relative_header: HeaderName,
     epoch_header: HeaderName,
     queue_skew: Duration,
+    admission: Option<AdmissionConfig>,
+    trusted_hosts: TrustedHosts,
 }
 
 impl Default for Profile {
@@ -338,12 +486,16 @@ fn unreachable_default() -> Profile {
 
 impl Profile {
     /// Load and validate a profile file.
+    ///
+    /// See the [example](Self#examples).
     pub fn load(path: impl AsRef<Path>) -> Result<Self, ProfileError> {
         let path = path.as_ref();
         Self::from_yaml(&crate::config::read_file(KIND, path)?, path)
     }
 
     /// Parse and validate profile text; `origin` names it in errors.
+    ///
+    /// See the [example](Self#examples).
     pub fn from_yaml(text: &str, origin: impl AsRef<Path>) -> Result<Self, ProfileError> {
         let origin = origin.as_ref();
         let spec: ProfileSpec = crate::config::parse_yaml(KIND, text, origin)?;
@@ -355,6 +507,8 @@ impl Profile {
     }
 
     /// Validate a spec, collecting every problem.
+    ///
+    /// See the [example](Self#examples).
     pub fn from_spec(spec: ProfileSpec) -> Result<Self, Vec<Issue>> {
         let mut issues = Vec::new();
         let mut issue = |field: &str, reason: String| {
@@ -497,6 +651,12 @@ impl Profile {
             );
         }
 
+        let trusted_hosts =
+            TrustedHosts::parse(&spec.outbound.trusted_hosts).unwrap_or_else(|(i, reason)| {
+                issue(&format!("outbound.trusted_hosts[{i}]"), reason);
+                TrustedHosts::none()
+            });
+
         let http = &spec.status.http;
         for (field, code) in [
             ("status.http.refused", http.refused),
@@ -556,6 +716,79 @@ impl Profile {
             );
         }
 
+        let admission = spec.admission.as_ref().map(|a| {
+            let count =
+                |field: &str, v: i64, positive: bool, issue: &mut dyn FnMut(&str, String)| {
+                    if v < 0 {
+                        issue(field, format!("must not be negative (got {v})"));
+                    } else if positive && v == 0 {
+                        issue(field, "must be greater than zero".into());
+                    }
+                    usize::try_from(v).unwrap_or(0)
+                };
+            let limit = count("admission.limit", a.limit, true, &mut issue);
+            let bound = count("admission.queue_bound", a.queue_bound, false, &mut issue);
+            let lifo_after = if a.lifo_after_ms < 0 {
+                issue(
+                    "admission.lifo_after_ms",
+                    format!("must not be negative (got {})", a.lifo_after_ms),
+                );
+                Duration::ZERO
+            } else {
+                Duration::from_millis(a.lifo_after_ms as u64)
+            };
+            let policy = match a.policy {
+                AdmissionPolicySpec::Edf => QueuePolicy::EarliestDeadlineFirst,
+                AdmissionPolicySpec::AdaptiveLifo => {
+                    QueuePolicy::AdaptiveLifo { after: lifo_after }
+                }
+            };
+            let mut config = AdmissionConfig::new(limit)
+                .with_queue_bound(bound)
+                .with_policy(policy)
+                .with_cost(refuse_below);
+            for (i, r) in a.routes.iter().enumerate() {
+                let field = format!("admission.routes[{i}]");
+                if !r.path.starts_with('/') {
+                    issue(
+                        &format!("{field}.path"),
+                        format!("`{}` must start with `/`", r.path),
+                    );
+                }
+                if a.routes[..i].iter().any(|o| o.path == r.path) {
+                    issue(
+                        &format!("{field}.path"),
+                        format!("`{}` is listed twice", r.path),
+                    );
+                }
+                let cost = if r.cost_ms < 0 {
+                    issue(
+                        &format!("{field}.cost_ms"),
+                        format!("must not be negative (got {})", r.cost_ms),
+                    );
+                    Duration::ZERO
+                } else {
+                    Duration::from_millis(r.cost_ms as u64)
+                };
+                if max > Duration::ZERO && cost > max {
+                    issue(
+                        &format!("{field}.cost_ms"),
+                        format!(
+                            "cost {} ms is above the maximum {} ms: no request could ever start",
+                            cost.as_millis(),
+                            max.as_millis()
+                        ),
+                    );
+                }
+                config = config.with_route(r.path.clone(), cost);
+            }
+            // A route the admission section does not name costs its minimum budget.
+            for r in &routes {
+                config = config.with_route(r.pattern.clone(), r.min_budget);
+            }
+            config
+        });
+
         if !issues.is_empty() {
             return Err(issues);
         }
@@ -582,56 +815,78 @@ impl Profile {
             relative_header,
             epoch_header,
             queue_skew,
+            admission,
+            trusted_hosts,
             spec,
         })
     }
 
     /// The spec this profile was built from (for printing the resolved profile).
+    ///
+    /// See the [example](Self#examples).
     pub fn spec(&self) -> &ProfileSpec {
         &self.spec
     }
 
     /// The resolved profile as YAML.
+    ///
+    /// See the [example](Self#examples).
     pub fn to_yaml(&self) -> String {
         serde_saphyr::to_string(&self.spec).unwrap_or_else(|e| format!("# cannot print: {e}\n"))
     }
 
     /// The service name.
+    ///
+    /// See the [example](Self#examples).
     pub fn service(&self) -> &str {
         &self.spec.service
     }
 
     /// Margin, transit allowance and refuse threshold.
+    ///
+    /// See the [example](Self#examples).
     pub fn policy(&self) -> HopPolicy {
         self.policy
     }
 
     /// Budget for requests without an inbound deadline (rule C8).
+    ///
+    /// See the [example](Self#examples).
     pub fn edge_total(&self) -> Duration {
         self.edge_total
     }
 
     /// Inbound clamp (rule C9).
+    ///
+    /// See the [example](Self#examples).
     pub fn max(&self) -> Duration {
         self.max
     }
 
     /// How long a stream may run after its first chunk (rule C13).
+    ///
+    /// See the [example](Self#examples).
     pub fn stream_lifetime(&self) -> Duration {
         self.stream_lifetime
     }
 
     /// Arrivals below this budget count as "low budget".
+    ///
+    /// See the [example](Self#examples).
     pub fn low_budget(&self) -> Duration {
         self.low_budget
     }
 
     /// The carriers read on arrival, with their header names.
+    ///
+    /// See the [example](Self#examples).
     pub fn inbound(&self) -> &InboundCarriers {
         &self.inbound
     }
 
     /// The HTTP outbound carrier and its header name.
+    ///
+    /// See the [example](Self#examples).
     pub fn outbound_http(&self) -> (Carrier, &HeaderName) {
         match self.spec.outbound.http {
             Carrier::EpochMs => (Carrier::EpochMs, &self.epoch_header),
@@ -639,17 +894,28 @@ impl Profile {
         }
     }
 
+    /// The hosts outbound calls may send deadline headers to (rule C19, S16).
+    pub fn trusted_hosts(&self) -> &TrustedHosts {
+        &self.trusted_hosts
+    }
+
     /// HTTP status mapping.
+    ///
+    /// See the [example](Self#examples).
     pub fn http_status(&self) -> &HttpStatusMap {
         &self.spec.status.http
     }
 
     /// gRPC status mapping.
+    ///
+    /// See the [example](Self#examples).
     pub fn grpc_status(&self) -> &GrpcStatusMap {
         &self.spec.status.grpc
     }
 
     /// The queue boundary's settings: header, origin header, skew allowance.
+    ///
+    /// See the [example](Self#examples).
     pub fn queue(&self) -> (&str, &str, Duration) {
         (
             &self.spec.queue.header,
@@ -658,25 +924,40 @@ impl Profile {
         )
     }
 
+    /// Deadline-aware admission, if the profile has an `admission` section (C21).
+    ///
+    /// See the [module example](crate::admission#example).
+    pub fn admission(&self) -> Option<&AdmissionConfig> {
+        self.admission.as_ref()
+    }
+
     /// The first route rule matching `path`, if any.
+    ///
+    /// See the [example](Self#examples).
     pub fn route(&self, path: &str) -> Option<&RouteRule> {
         self.routes.iter().find(|r| r.matches(path))
     }
 
     /// The least budget a request to `path` needs to start (rule C3): the route's
     /// [`threshold`](RouteRule::threshold), or the profile's `refuse_below_ms`.
+    ///
+    /// See the [example](Self#examples).
     pub fn min_budget(&self, path: &str) -> Duration {
         self.route(path)
             .map_or(self.policy.refuse_below, RouteRule::threshold)
     }
 
     /// Whether `path` is a streaming route (rule C13).
+    ///
+    /// See the [example](Self#examples).
     pub fn is_stream(&self, path: &str) -> bool {
         self.route(path)
             .is_some_and(|r| r.mode == RouteMode::Stream)
     }
 
     /// Change the service name (handy when one process hosts several demo services).
+    ///
+    /// See the [example](Self#examples).
     pub fn with_service(mut self, service: impl Into<String>) -> Self {
         self.spec.service = service.into();
         self
@@ -713,6 +994,20 @@ mod tests {
                 service: p.service().into(),
                 ..ProfileSpec::default()
             }
+        );
+    }
+
+    #[test]
+    fn a_bad_trusted_host_pattern_is_named() {
+        let errs = errors("outbound:\n  trusted_hosts: [loopback, 'a*b']\n");
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert_eq!(errs[0].0, "outbound.trusted_hosts[1]");
+        assert!(errs[0].1.contains("`a*b`"), "{errs:?}");
+        let p = Profile::from_yaml("outbound: {trusted_hosts: ['*.corp']}", "t").unwrap();
+        assert!(p.trusted_hosts().allows("a.corp"));
+        assert!(
+            !p.trusted_hosts().allows("127.0.0.1"),
+            "a list replaces the default"
         );
     }
 
@@ -770,6 +1065,77 @@ mod tests {
         assert_eq!(p.min_budget("/other"), Duration::from_millis(10));
         assert!(p.is_stream("/events/orders"));
         assert!(!p.is_stream("/tax"));
+    }
+
+    #[test]
+    fn admission_resolves_limit_policy_and_route_costs() {
+        assert!(
+            Profile::default().admission().is_none(),
+            "absent by default"
+        );
+        let p = Profile::from_yaml(
+            "routes:\n  - path: /tax\n    min_budget_ms: 200\n\
+             admission:\n  limit: 8\n  queue_bound: 32\n  policy: adaptive-lifo\n  \
+             lifo_after_ms: 40\n  routes:\n    - path: /quote/*\n      cost_ms: 25\n",
+            "t.yaml",
+        )
+        .unwrap();
+        let a = p.admission().expect("configured");
+        assert_eq!((a.limit(), a.queue_bound()), (8, 32));
+        assert_eq!(
+            a.policy(),
+            QueuePolicy::AdaptiveLifo {
+                after: Duration::from_millis(40)
+            }
+        );
+        assert_eq!(a.cost_for(Some("/quote/eu")), Duration::from_millis(25));
+        // Not named by admission: the route's min_budget_ms, else refuse_below_ms.
+        assert_eq!(a.cost_for(Some("/tax")), Duration::from_millis(200));
+        assert_eq!(a.cost_for(Some("/other")), Duration::from_millis(10));
+        let defaults = Profile::from_yaml("admission: {}\n", "t.yaml").unwrap();
+        let d = defaults.admission().unwrap();
+        assert_eq!((d.limit(), d.queue_bound()), (64, 1024));
+        assert_eq!(d.policy(), QueuePolicy::EarliestDeadlineFirst);
+    }
+
+    #[test]
+    fn admission_problems_name_their_field() {
+        let errs = errors(
+            "max_ms: 1000\nadmission:\n  limit: 0\n  queue_bound: -1\n  lifo_after_ms: -3\n  \
+             routes:\n    - path: tax\n      cost_ms: 5000\n    - path: tax\n      cost_ms: -1\n",
+        );
+        let fields: Vec<&str> = errs.iter().map(|(f, _)| f.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "admission.limit",
+                "admission.queue_bound",
+                "admission.lifo_after_ms",
+                "admission.routes[0].path",
+                "admission.routes[0].cost_ms",
+                "admission.routes[1].path",
+                "admission.routes[1].path",
+                "admission.routes[1].cost_ms",
+            ],
+            "{errs:?}"
+        );
+        assert!(errs[0].1.contains("greater than zero"));
+        assert!(errs[4].1.contains("above the maximum"));
+        assert!(errs[6].1.contains("listed twice"));
+        let errs = errors("admission:\n  policy: random\n");
+        assert_eq!(errs[0].0, "admission.policy", "{errs:?}");
+        let errs = errors("admission:\n  limt: 4\n");
+        assert!(errs[0].1.contains("unknown field `limt`"), "{errs:?}");
+    }
+
+    #[test]
+    fn display_names_file_field_and_reason() {
+        let err = Profile::from_yaml("max_ms: -1\n", "profiles/bad.yaml").unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("profiles/bad.yaml: field `max_ms`: must not be negative (got -1)"),
+            "{text}"
+        );
     }
 
     #[test]
@@ -838,16 +1204,6 @@ mod tests {
         assert!(
             t >= Duration::from_millis(200) && t < Duration::from_millis(230),
             "{t:?}"
-        );
-    }
-
-    #[test]
-    fn display_names_file_field_and_reason() {
-        let err = Profile::from_yaml("max_ms: -1\n", "profiles/bad.yaml").unwrap_err();
-        let text = err.to_string();
-        assert!(
-            text.contains("profiles/bad.yaml: field `max_ms`: must not be negative (got -1)"),
-            "{text}"
         );
     }
 }

@@ -17,6 +17,8 @@ use crate::context::RequestBudget;
 use crate::error::BudgetError;
 
 /// What one attempt amounted to, for the retry decision.
+///
+/// See the [example](DeadlineRetry#examples).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Attempt {
     /// It worked (or failed in a way no retry can fix).
@@ -35,8 +37,12 @@ pub enum Attempt {
 }
 
 /// Decides what a result amounted to.
+///
+/// See the [example](DeadlineRetry#examples).
 pub trait Classify<Res, E> {
     /// Classify one attempt's result.
+    ///
+    /// See the [example](DeadlineRetry#examples).
     fn classify(&self, result: &Result<Res, E>) -> Attempt;
 }
 
@@ -51,6 +57,8 @@ where
 
 /// Classifies errors that carry a [`BudgetError`] (as hopbudget's client layers return) and
 /// treats every other error as retryable and every response as done.
+///
+/// See the [example](DeadlineRetry#examples).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct BudgetErrors;
 
@@ -76,11 +84,28 @@ impl<Res> Classify<Res, tower::BoxError> for BudgetErrors {
 /// the time of the decision. Without any budget it does not retry: it cannot tell whether an
 /// attempt would fit.
 ///
+/// # Examples
+///
 /// ```
-/// use hopbudget::retry::{BudgetErrors, DeadlineRetry};
+/// use std::time::Duration;
+/// use hopbudget::retry::{Attempt, BudgetErrors, Classify, DeadlineRetry};
+/// use hopbudget::{BudgetError, HopPolicy, Refused, RequestBudget};
 ///
 /// let policy = DeadlineRetry::new(BudgetErrors, 2); // at most 2 retries
-/// let _layer = tower::retry::RetryLayer::new(policy);
+/// let _layer = tower::retry::RetryLayer::new(policy.clone());
+///
+/// // What a failed call amounted to, from the error a client layer returned.
+/// let err: tower::BoxError = Box::new(BudgetError::Refused(Refused::new(
+///     Duration::from_millis(200),
+///     Duration::from_millis(120),
+/// )));
+/// let attempt = Classify::<(), _>::classify(&BudgetErrors, &Err(err));
+/// assert_eq!(attempt, Attempt::Refused { required: Some(Duration::from_millis(200)) });
+///
+/// // 1 s left: the refuser's 200 ms fits, a retry is allowed; never after expiry (C6).
+/// let policy = policy.with_budget(RequestBudget::local(Duration::from_secs(1), HopPolicy::DEFAULT));
+/// assert!(policy.allows(attempt));
+/// assert!(!policy.allows(Attempt::Expired));
 /// ```
 #[derive(Clone, Debug)]
 pub struct DeadlineRetry<C> {
@@ -91,6 +116,8 @@ pub struct DeadlineRetry<C> {
 
 impl<C> DeadlineRetry<C> {
     /// At most `max_retries` retries, classified by `classify`.
+    ///
+    /// See the [example](Self#examples).
     pub const fn new(classify: C, max_retries: usize) -> Self {
         Self {
             classify,
@@ -100,12 +127,16 @@ impl<C> DeadlineRetry<C> {
     }
 
     /// Decide against this budget instead of the ambient one.
+    ///
+    /// See the [example](Self#examples).
     pub fn with_budget(mut self, budget: RequestBudget) -> Self {
         self.budget = Some(budget);
         self
     }
 
     /// Whether another attempt is allowed after `attempt` (rule C6).
+    ///
+    /// See the [example](Self#examples).
     pub fn allows(&self, attempt: Attempt) -> bool {
         if self.retries_left == 0 {
             return false;

@@ -9,6 +9,26 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 /// How a hop ended.
+///
+/// # Examples
+///
+/// ```
+/// use hopbudget::Outcome;
+/// use hopbudget::status::{GrpcCode, GrpcStatusMap, HttpStatusMap};
+///
+/// assert_eq!(Outcome::Expired.as_str(), "expired");
+/// assert!(Outcome::Refused.may_retry() && !Outcome::Expired.may_retry());
+///
+/// // The contract's spelling (a profile may change the codes, never to 429).
+/// let http = HttpStatusMap::default();
+/// assert_eq!(http.for_outcome(Outcome::Refused), Some(503));
+/// assert_eq!(http.for_outcome(Outcome::Completed), None);
+/// assert_eq!(http.classify(504), Outcome::Expired); // a downstream 504 is expiry here too
+/// assert_eq!(http.classify(500), Outcome::Completed); // an application error, on time
+/// let grpc = GrpcStatusMap::default();
+/// assert_eq!(grpc.for_outcome(Outcome::Cancelled), Some(GrpcCode::Cancelled));
+/// assert_eq!(GrpcCode::DeadlineExceeded.as_i32(), 4);
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Outcome {
@@ -32,6 +52,8 @@ impl Outcome {
     ];
 
     /// The name used in traces (`deadline.outcome`) and metric labels.
+    ///
+    /// See the [example](Outcome#examples).
     pub const fn as_str(self) -> &'static str {
         match self {
             Outcome::Completed => "completed",
@@ -44,6 +66,8 @@ impl Outcome {
     /// Whether a caller may retry automatically after this outcome (rule C6). Only a refusal
     /// may be retried, and only when the caller's forward budget covers the refuser's
     /// requirement; that check belongs to the [retry policy](crate::retry::DeadlineRetry).
+    ///
+    /// See the [example](Outcome#examples).
     pub const fn may_retry(self) -> bool {
         matches!(self, Outcome::Refused)
     }
@@ -56,6 +80,8 @@ impl fmt::Display for Outcome {
 }
 
 /// gRPC status codes, as the gRPC spec numbers them. Defined here so the core needs no tonic.
+///
+/// See the [example](Outcome#examples).
 #[allow(missing_docs)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
@@ -82,12 +108,17 @@ pub enum GrpcCode {
 
 impl GrpcCode {
     /// The numeric code.
+    ///
+    /// See the [example](Outcome#examples).
     pub const fn as_i32(self) -> i32 {
         self as i32
     }
 }
 
-/// HTTP status codes per terminal status. Defaults follow the contract's table.
+/// HTTP status codes per terminal status. Defaults follow the contract's table
+/// (`docs/contract.md`, "How outcomes are spelled").
+///
+/// See the [example](Outcome#examples).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct HttpStatusMap {
@@ -114,6 +145,8 @@ impl Default for HttpStatusMap {
 
 impl HttpStatusMap {
     /// The HTTP status for a non-completed outcome (`None` for `Completed`).
+    ///
+    /// See the [example](Outcome#examples).
     pub fn for_outcome(&self, outcome: Outcome) -> Option<u16> {
         match outcome {
             Outcome::Completed => None,
@@ -126,6 +159,8 @@ impl HttpStatusMap {
     /// Read a downstream's HTTP status back as an outcome, so that a 504 from below is
     /// `expired` at this hop too (rule C4). Statuses the map does not name are `Completed`:
     /// the hop ended on time, whatever the application said.
+    ///
+    /// See the [example](Outcome#examples).
     pub fn classify(&self, status: u16) -> Outcome {
         if status == self.expired {
             Outcome::Expired
@@ -141,6 +176,8 @@ impl HttpStatusMap {
 
 /// gRPC codes per terminal status. Refusal shares DEADLINE_EXCEEDED with expiry and is told
 /// apart by the [`REFUSED_METADATA`] entry.
+///
+/// See the [example](Outcome#examples).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct GrpcStatusMap {
@@ -167,6 +204,8 @@ impl Default for GrpcStatusMap {
 
 impl GrpcStatusMap {
     /// The gRPC code for a non-completed outcome (`None` for `Completed`).
+    ///
+    /// See the [example](Outcome#examples).
     pub fn for_outcome(&self, outcome: Outcome) -> Option<GrpcCode> {
         match outcome {
             Outcome::Completed => None,

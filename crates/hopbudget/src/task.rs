@@ -50,6 +50,19 @@ where
 }
 
 /// Spawn a task under a child of `budget`, stopped when it ends.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// use std::time::Duration;
+/// use hopbudget::{BudgetError, HopPolicy, RequestBudget};
+///
+/// let request = RequestBudget::local(Duration::from_secs(10), HopPolicy::DEFAULT);
+/// let task = hopbudget::spawn_with(&request, tokio::time::sleep(Duration::from_secs(60)));
+/// request.cancel(); // the caller went away: no orphan keeps running (C5)
+/// assert_eq!(task.await, Err(BudgetError::Cancelled));
+/// # }
+/// ```
 pub fn spawn_with<F>(budget: &RequestBudget, fut: F) -> TaskHandle<F::Output>
 where
     F: Future + Send + 'static,
@@ -66,6 +79,27 @@ where
 /// [`RequestBudget::is_done`] between steps. A job whose budget has ended before a blocking
 /// thread picks it up is not run at all, and a job that finishes after its budget ended
 /// reports the end cause rather than a result nobody is waiting for.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use std::time::Duration;
+/// use hopbudget::{BudgetError, HopPolicy, RequestBudget};
+///
+/// let request = RequestBudget::local(Duration::from_millis(100), HopPolicy::DEFAULT);
+/// let job = request
+///     .scope(async {
+///         hopbudget::spawn_blocking(|| {
+///             let budget = RequestBudget::current().expect("ambient in the blocking job");
+///             budget.admit(Duration::from_secs(5))?; // too costly for what is left
+///             Ok::<_, BudgetError>("priced")
+///         })
+///     })
+///     .await;
+/// // The job's own refusal, flattened with the budget's outcome into one result.
+/// assert!(matches!(job.flatten().await, Err(BudgetError::Refused(_))));
+/// # }
+/// ```
 pub fn spawn_blocking<F, R>(f: F) -> TaskHandle<R>
 where
     F: FnOnce() -> R + Send + 'static,
@@ -143,6 +177,8 @@ pin_project! {
     /// the handle, as `std::thread::scope` does; a task the runtime dropped at shutdown is
     /// `Cancelled`. Dropping the handle detaches the task, which the budget still bounds.
     ///
+    /// # Examples
+    ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
@@ -159,6 +195,12 @@ pin_project! {
     ///     .flatten()
     ///     .await;
     /// assert!(matches!(checked, Err(BudgetError::Refused(_))));
+    ///
+    /// // Stopping a task by hand reads as a cancellation.
+    /// let slow = hopbudget::spawn_with(&budget, tokio::time::sleep(Duration::from_secs(60)));
+    /// assert!(!slow.is_finished());
+    /// slow.abort();
+    /// assert_eq!(slow.await, Err(BudgetError::Cancelled));
     /// # }
     /// ```
     pub struct TaskHandle<T> {
@@ -181,11 +223,15 @@ impl<T> TaskHandle<T> {
     }
 
     /// Stop the task now, as its budget's end would.
+    ///
+    /// See the [example](Self#examples).
     pub fn abort(&self) {
         self.join.abort();
     }
 
     /// Whether the task has finished.
+    ///
+    /// See the [example](Self#examples).
     pub fn is_finished(&self) -> bool {
         self.join.is_finished()
     }
@@ -197,6 +243,8 @@ where
 {
     /// For a task that returns a `Result` itself: one result, the budget's error converted
     /// into the task's error type.
+    ///
+    /// See the [example](Self#examples).
     pub async fn flatten(self) -> Result<T, E> {
         self.await.map_err(E::from).and_then(|r| r)
     }
@@ -217,6 +265,8 @@ impl<T> Future for TaskHandle<T> {
 
 pin_project! {
     /// A future that carries a budget into whatever polls it: see [`FutureExt`].
+    ///
+    /// See the [example](FutureExt#examples).
     #[project = BoundProj]
     #[must_use = "futures do nothing unless polled"]
     #[allow(missing_docs)]
@@ -248,8 +298,30 @@ impl<F: Future> Future for Bound<F> {
 
 /// Carry a budget into a future that will be polled elsewhere: another executor, a channel
 /// of boxed futures, a library that spawns for you.
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use std::time::Duration;
+/// use hopbudget::{FutureExt, HopPolicy, RequestBudget};
+///
+/// let budget = RequestBudget::local(Duration::from_millis(500), HopPolicy::DEFAULT);
+/// // A plain tokio::spawn would lose the budget; the future carries it instead.
+/// let explicit = tokio::spawn(async { RequestBudget::current().is_some() }.with_budget(&budget));
+/// assert!(explicit.await.unwrap());
+///
+/// let captured = budget
+///     .scope(async { async { RequestBudget::current().is_some() }.with_current_budget() })
+///     .await;
+/// assert!(tokio::spawn(captured).await.unwrap());
+/// # }
+/// ```
 pub trait FutureExt: Future + Sized {
     /// Poll this future with `budget` as the ambient budget.
+    ///
+    /// See the [example](FutureExt#examples).
     fn with_budget(self, budget: &RequestBudget) -> Bound<Self> {
         Bound::Scoped {
             fut: budget.scope(self),
@@ -257,6 +329,8 @@ pub trait FutureExt: Future + Sized {
     }
 
     /// Capture the ambient budget now and carry it into wherever this future is polled.
+    ///
+    /// See the [example](FutureExt#examples).
     fn with_current_budget(self) -> Bound<Self> {
         match RequestBudget::current() {
             Some(budget) => self.with_budget(&budget),

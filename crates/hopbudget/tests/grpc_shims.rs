@@ -2,7 +2,8 @@
 //! gRPC handler calling an HTTP downstream. Every server is real (axum behind
 //! `ServerBudgetLayer`, tonic behind `GrpcServerLayer`) and every client goes through its
 //! layer (`GrpcClientLayer`, reqwest with `BudgetMiddleware`). The handlers' only code for the
-//! budget is none at all: the call itself picks up the ambient budget.
+//! budget is none at all: the call itself picks up the ambient budget, and a failure is handed
+//! on with `?` through `DownstreamError`, keeping its deadline meaning (C4, C10).
 #![cfg(all(feature = "grpc", feature = "axum", feature = "reqwest"))]
 
 mod grpc_support;
@@ -12,12 +13,11 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::extract::State;
-use axum::http::StatusCode;
 use axum::routing::get;
 use grpc_support::*;
-use hopbudget::http::reqwest::{BudgetMiddleware, budget_error};
+use hopbudget::http::reqwest::BudgetMiddleware;
 use hopbudget::http::server::ServerBudgetLayer;
-use hopbudget::{BudgetError, Outcome, Profile, RequestBudget};
+use hopbudget::{BudgetError, DownstreamError, Profile, RequestBudget};
 use hopbudget_testkit::pb::CallReply;
 use reqwest_middleware::ClientBuilder;
 
@@ -59,14 +59,8 @@ async fn grpc_hop_with_http_downstream() -> Server {
         let http = http.clone();
         Box::pin(async move {
             // The call is all there is: the middleware finds the ambient gRPC budget.
-            let res = http
-                .get(&url)
-                .send()
-                .await
-                .map_err(|e| match budget_error(&e) {
-                    Some(err) => hopbudget::grpc::budget_status(err, &Default::default()),
-                    None => tonic::Status::unavailable(e.to_string()),
-                })?;
+            // No error mapping either: a deadline outcome from below keeps its meaning.
+            let res = http.get(&url).send().await.map_err(DownstreamError::from)?;
             let text = res
                 .text()
                 .await
@@ -88,7 +82,7 @@ async fn http_edge(grpc_url: String) -> String {
     async fn edge(
         State(grpc_url): State<String>,
         axum::extract::Query(q): axum::extract::Query<std::collections::HashMap<String, String>>,
-    ) -> Result<String, (StatusCode, String)> {
+    ) -> Result<String, DownstreamError> {
         let seen = RequestBudget::current().map_or(0, |b| b.remaining().as_micros());
         let next: Vec<&str> = q
             .get("next")
@@ -97,15 +91,7 @@ async fn http_edge(grpc_url: String) -> String {
         // The call is all there is: GrpcClientLayer finds the ambient HTTP budget.
         let reply = grpc_client(&Profile::default(), &grpc_url)
             .call(call(&next, 0))
-            .await
-            .map_err(|status| {
-                let code = match hopbudget::grpc::outcome(&status) {
-                    Some(Outcome::Expired) => StatusCode::GATEWAY_TIMEOUT,
-                    Some(Outcome::Refused) => StatusCode::SERVICE_UNAVAILABLE,
-                    _ => StatusCode::BAD_GATEWAY,
-                };
-                (code, status.message().to_owned())
-            })?
+            .await?
             .into_inner();
         let mut out = vec![seen.to_string()];
         out.extend(reply.remaining_us.iter().map(u64::to_string));
@@ -187,7 +173,11 @@ async fn expiry_beyond_the_shims_is_expiry_at_every_hop() {
         )
         .await
         .expect_err("out of time");
-    assert_eq!(budget_error(&err), Some(&BudgetError::Expired), "{err:?}");
+    assert_eq!(
+        BudgetError::find(&err),
+        Some(&BudgetError::Expired),
+        "{err:?}"
+    );
     assert!(
         mid.stats
             .wait_for(Duration::from_secs(1), |s| !s
@@ -219,4 +209,35 @@ async fn grpc_to_http_from_a_plain_grpc_edge() {
     assert_eq!(reply.source, ["grpc-timeout", "relative-ms"], "{reply:?}");
     assert!(reply.remaining_us[1] < reply.remaining_us[0], "{reply:?}");
     assert!(reply.remaining_us[0] < 500_000, "{reply:?}");
+}
+
+#[tokio::test]
+async fn a_refusal_below_the_shim_reaches_the_http_client_as_a_refusal() {
+    // The gRPC hop needs 10 s; the edge hands it what is left of 500 ms. Its refusal
+    // (DEADLINE_EXCEEDED marked refused) crosses the HTTP edge by `?` alone and arrives as a
+    // 503 refusal with the requirement the gRPC hop stated (C3, C10, C11).
+    let strict = Profile::from_yaml(
+        &format!(
+            "routes: [{{path: {}, min_budget_ms: 10000}}]",
+            hopbudget_testkit::HOP_CALL_PATH
+        ),
+        "strict.yaml",
+    )
+    .unwrap();
+    let mid = serve_profile("strict", strict).await;
+    let edge = http_edge(mid.url()).await;
+
+    let start = RequestBudget::local(Duration::from_millis(500), Profile::default().policy());
+    let err = start
+        .scope(client().get(format!("{edge}/edge")).send())
+        .await
+        .expect_err("refused below");
+    match BudgetError::find(&err) {
+        Some(BudgetError::Refused(r)) => {
+            assert_eq!(r.required(), Duration::from_secs(10), "{err:?}");
+            assert!(r.remaining() < Duration::from_millis(500), "{err:?}");
+        }
+        other => panic!("expected a refusal, got {other:?} from {err:?}"),
+    }
+    assert_eq!(mid.stats.entered(), 0, "the refusing handler never ran");
 }

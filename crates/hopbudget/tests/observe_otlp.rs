@@ -5,11 +5,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use hopbudget::codec::Carrier;
+use hopbudget::observe::otlp::proto::{ExportTraceServiceRequest, Value as Value_};
 use hopbudget::observe::otlp::{FileSpanExporter, OtlpFile};
 use hopbudget::observe::{Hop, HopLabels, Protocol};
 use hopbudget::{HopPolicy, Outcome, RequestBudget};
-use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use opentelemetry_proto::tonic::common::v1::any_value::Value as Value_;
 use serde_json::Value;
 use tracing_subscriber::layer::SubscriberExt;
 

@@ -65,7 +65,7 @@ pub struct HopCounts {
     /// Requests that reached the service.
     pub arrivals: u64,
     /// Budget left at arrival, ms: what the hop read (propagated), or what the client's
-    /// budget implied without the hop knowing it (timeouts).
+    /// budget implied without the hop knowing it (no propagation).
     pub budget_at_arrival_ms: Vec<i64>,
     /// Completed.
     pub completed: u64,
@@ -73,7 +73,7 @@ pub struct HopCounts {
     /// before sending, by the server layer on arrival, or by the service after queueing.
     pub refused: u64,
     /// Calls to this service that ended expired, as the caller saw them: the budget ran out
-    /// here or below, or (timeouts mode) a per-hop timeout fired on this call or below it.
+    /// here or below, or (no budget) a per-hop timeout fired on this call or below it.
     pub expired: u64,
     /// The caller went away while budget remained.
     pub cancelled: u64,
@@ -107,9 +107,23 @@ pub struct BackgroundCounts {
     pub expired: u64,
 }
 
+/// What a collector does with each finished hop.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Keep {
+    /// Keep every record (a demo run, which ends).
+    All,
+    /// Keep nothing, so a long-running `serve` does not grow; print one line per hop for
+    /// services whose hops the library does not log (no server layer), named `service`.
+    Nothing {
+        /// Print a line per hop as `service`.
+        log_as: Option<String>,
+    },
+}
+
 /// Everything one run records.
 #[derive(Debug)]
 pub struct Collector {
+    keep: Keep,
     budget: Duration,
     clients: Mutex<HashMap<u64, ClientRec>>,
     hops: Vec<Mutex<HopCounts>>,
@@ -124,6 +138,7 @@ impl Collector {
     /// A collector for `services` services and a client budget.
     pub fn new(services: usize, budget: Duration) -> Self {
         Self {
+            keep: Keep::All,
             budget,
             clients: Mutex::new(HashMap::new()),
             hops: (0..services)
@@ -135,6 +150,20 @@ impl Collector {
             working: AtomicUsize::new(0),
             background: Mutex::new(BackgroundCounts::default()),
         }
+    }
+
+    /// A collector for `hopbudget serve`, which runs until stopped: it keeps no records, and
+    /// with `log_as` prints one line per hop (for a service whose hops the library's server
+    /// layer does not log).
+    pub fn for_serve(services: usize, log_as: Option<String>) -> Self {
+        Self {
+            keep: Keep::Nothing { log_as },
+            ..Self::new(services, Duration::ZERO)
+        }
+    }
+
+    fn keeps(&self) -> bool {
+        self.keep == Keep::All
     }
 
     /// The client sent request `id`.
@@ -178,7 +207,7 @@ impl Collector {
             },
         };
         // Request 0 is the warm-up call; it is not measured.
-        if id != 0 {
+        if id != 0 && self.keeps() {
             let mut h = lock(&self.hops[service]);
             h.arrivals += 1;
             h.budget_at_arrival_ms.push(left);
@@ -203,7 +232,7 @@ impl Collector {
     }
 
     /// A call to `service` ended expired as its caller saw it: the budget ran out at that hop
-    /// or below it, or (timeouts mode) a caller's own per-hop timeout fired.
+    /// or below it, or (no budget) a caller's own per-hop timeout fired.
     pub fn expired(&self, service: usize) {
         lock(&self.hops[service]).expired += 1;
     }
@@ -222,7 +251,7 @@ impl Collector {
     /// Background work for request `id` was handed to the queue.
     pub fn background_scheduled(&self, id: u64) {
         self.in_flight.fetch_add(1, Ordering::AcqRel);
-        if id != 0 {
+        if id != 0 && self.keeps() {
             lock(&self.background).scheduled += 1;
         }
     }
@@ -230,7 +259,7 @@ impl Collector {
     /// Background work for request `id` ended.
     pub fn background_done(&self, id: u64, outcome: BackgroundOutcome) {
         self.in_flight.fetch_sub(1, Ordering::AcqRel);
-        if id == 0 {
+        if id == 0 || !self.keeps() {
             return;
         }
         let answered = lock(&self.clients).get(&id).and_then(|c| c.end);
@@ -313,7 +342,19 @@ impl HopGuard {
         }
         self.done = true;
         self.collector.in_flight.fetch_sub(1, Ordering::AcqRel);
-        if self.id == 0 {
+        if let Keep::Nothing {
+            log_as: Some(service),
+        } = &self.collector.keep
+        {
+            println!(
+                "hop service={service} request_id={} budget_ms={} outcome={outcome}{} took_ms={:.1}",
+                self.id,
+                self.remaining_ms.map_or("none".into(), |ms| ms.to_string()),
+                if failed { " failed=true" } else { "" },
+                self.start.elapsed().as_secs_f64() * 1000.0
+            );
+        }
+        if self.id == 0 || !self.collector.keeps() {
             return;
         }
         {
@@ -341,20 +382,16 @@ impl HopGuard {
 
 impl Drop for HopGuard {
     fn drop(&mut self) {
-        // Dropped unfinished: the handler future was dropped. A deadline that had passed
-        // makes it an expiry, never a cancellation (C4).
-        let expired = self
+        // Dropped unfinished: the handler future was dropped, by the server layer at the
+        // deadline or because the caller went away. The budget recorded which one ended it
+        // (its end cause: an expiry is never a cancellation, C4); a hop without a budget
+        // (per-hop timeouts) only knows that its caller left.
+        let outcome = self
             .budget
             .as_ref()
-            .is_some_and(|b| b.remaining().is_zero());
-        self.close(
-            if expired {
-                Outcome::Expired
-            } else {
-                Outcome::Cancelled
-            },
-            false,
-        );
+            .and_then(RequestBudget::end_cause)
+            .map_or(Outcome::Cancelled, Outcome::from);
+        self.close(outcome, false);
     }
 }
 
@@ -371,7 +408,7 @@ pub struct WorkGuard {
 impl Drop for WorkGuard {
     fn drop(&mut self) {
         self.collector.working.fetch_sub(1, Ordering::AcqRel);
-        if self.id == 0 {
+        if self.id == 0 || !self.collector.keeps() {
             return;
         }
         lock(&self.collector.work).push(WorkRec {
@@ -380,5 +417,34 @@ impl Drop for WorkGuard {
             start: self.start,
             end: Instant::now(),
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hopbudget::HopPolicy;
+
+    #[tokio::test]
+    async fn a_hop_dropped_by_its_deadline_is_expired_even_with_time_left_on_the_clock() {
+        // A server layer may end a budget a moment before the clock reaches it (it answers
+        // early by its margin): the budget's end cause, not the clock, says expired (C4).
+        let c = Arc::new(Collector::new(1, Duration::from_millis(500)));
+        let budget = RequestBudget::local(Duration::from_secs(1), HopPolicy::DEFAULT);
+        let guard = c.arrive(0, 1, Some(budget.remaining()), Some(budget.clone()));
+        budget.expire();
+        assert!(!budget.remaining().is_zero());
+        drop(guard);
+        let spans = c.spans();
+        assert_eq!(spans[0].outcome, Outcome::Expired);
+        assert_eq!(c.hops()[0].cancelled, 0);
+
+        // The caller going away with budget left is a cancellation (C5).
+        let budget = RequestBudget::local(Duration::from_secs(1), HopPolicy::DEFAULT);
+        let guard = c.arrive(0, 2, Some(budget.remaining()), Some(budget.clone()));
+        budget.cancel();
+        drop(guard);
+        assert_eq!(c.spans()[1].outcome, Outcome::Cancelled);
+        assert_eq!(c.hops()[0].cancelled, 1);
     }
 }

@@ -1,10 +1,12 @@
 //! `hopbudget demo`: the checkout call graph of scenario S7 as real services on loopback,
-//! run twice over the same seeded arrival schedule, once with per-hop timeouts and once with
-//! propagated deadlines, and compared side by side.
+//! run once per mode over the same seeded arrival schedule and compared side by side (S18):
+//! `detached` (per-hop timeouts, work survives its caller: the seeds' incident), `timeouts`
+//! (per-hop timeouts with Rust's drop-cancellation) and `propagated` (hopbudget).
 //!
 //! - [`topology`]: the YAML file describing the graph (built in: `topologies/checkout.yaml`).
 //! - [`services`]: every service as a real gRPC (tonic) or HTTP (axum) server on its own port.
-//! - [`wiring`]: the only module where the two modes differ.
+//! - [`mode`]: what a mode is (one small trait), one file per mode.
+//! - [`wiring`]: what the modes share: errors and their spelling, peers, servers.
 //! - [`runner`]: one mode's run: services up, open-loop arrivals, drain, stop.
 //! - [`collector`], [`results`]: what is measured and how it is summarised.
 //! - [`report`]: the side-by-side table, the HTML report with charts, the JSON.
@@ -12,11 +14,14 @@
 //! [`run`] is the whole demo as a library call (the integration tests use it).
 
 pub mod collector;
+pub mod mode;
 pub mod queue;
 pub mod report;
 pub mod results;
 pub mod runner;
 pub mod services;
+pub mod table;
+pub mod timeline;
 pub mod topology;
 pub mod traces;
 pub mod wiring;
@@ -26,9 +31,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+pub use mode::Mode;
 pub use results::ModeResult;
 pub use topology::Topology;
-pub use wiring::Mode;
 
 /// What to run.
 #[derive(Clone, Debug)]
@@ -54,11 +59,11 @@ pub struct DemoOptions {
 }
 
 impl DemoOptions {
-    /// The defaults for a topology: both modes, its rate and duration, no sweep.
+    /// The defaults for a topology: every mode, its rate and duration, no sweep.
     pub fn new(topology: Topology) -> Self {
         Self {
             topology,
-            modes: vec![Mode::Timeouts, Mode::Propagated],
+            modes: Mode::ALL.to_vec(),
             rate_per_s: None,
             duration: None,
             sweep: false,
@@ -158,6 +163,12 @@ pub fn run(opts: &DemoOptions) -> Result<(DemoResults, Vec<runner::RunData>), St
             &data,
         ));
         raw.push(data);
+    }
+    // One request, the same in every mode, drawn as a timeline in the report.
+    if let Some(id) = raw.first().and_then(results::pick_request) {
+        for (m, data) in modes.iter_mut().zip(&raw) {
+            m.timeline = results::timeline(topo, data, id);
+        }
     }
     let capacity = topo.capacity_per_s();
     let mut sweep = Vec::new();

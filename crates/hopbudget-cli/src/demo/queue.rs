@@ -6,7 +6,7 @@
 //! the producer from a budget rooted when the work was scheduled, *not* from the request's
 //! (C12): the e-mail is not cancelled when the response goes out. The consumer checks the
 //! deadline before any work and drops a message that waited past it (S10). How each side
-//! behaves per mode lives in [`super::wiring`] (`hand_off`, `consume`). The queue is in
+//! behaves is the mode's (`HopMode::background_headers`, `HopMode::consume`). The queue is in
 //! process so the demo needs nothing installed; a real broker is not wired in yet.
 
 use std::sync::Arc;
@@ -17,15 +17,15 @@ use tokio::sync::{Semaphore, mpsc};
 use tokio::time::Instant;
 
 use super::collector::Collector;
+use super::mode::HopMode;
 use super::topology::BackgroundSpec;
-use super::wiring::{self, Mode};
 
 /// One queued message.
 #[derive(Debug)]
 pub struct Job {
     /// The request that scheduled it.
     pub id: u64,
-    /// Message headers (the deadline carrier, in propagated mode).
+    /// Message headers (the deadline carrier, when the mode stamps one).
     pub headers: HeaderMap,
     /// How long the work takes.
     pub work: Duration,
@@ -37,7 +37,7 @@ pub struct Job {
 pub type Producer = mpsc::UnboundedSender<Job>;
 
 /// Start the workers of a background queue; returns the producer side.
-pub fn start(spec: &BackgroundSpec, mode: Mode, collector: Arc<Collector>) -> Producer {
+pub fn start(spec: &BackgroundSpec, mode: Arc<dyn HopMode>, collector: Arc<Collector>) -> Producer {
     let (tx, mut rx) = mpsc::unbounded_channel::<Job>();
     let slots = Arc::new(Semaphore::new(spec.workers as usize));
     tokio::spawn(async move {
@@ -45,9 +45,9 @@ pub fn start(spec: &BackgroundSpec, mode: Mode, collector: Arc<Collector>) -> Pr
             let Ok(permit) = slots.clone().acquire_owned().await else {
                 return;
             };
-            let collector = collector.clone();
+            let (collector, mode) = (collector.clone(), mode.clone());
             tokio::spawn(async move {
-                let outcome = wiring::consume(mode, &job).await;
+                let outcome = mode.consume(&job).await;
                 collector.background_done(job.id, outcome);
                 drop(permit);
             });

@@ -1,219 +1,19 @@
 //! The demo's output: the side-by-side table printed on the terminal, a self-contained HTML
-//! report with inline SVG charts (plotters), and the JSON results.
+//! report (the figures as HTML tables, one request drawn as a timeline per mode, and inline
+//! SVG charts drawn with plotters), and the JSON results.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use plotters::prelude::*;
 
-use super::DemoResults;
-use super::results::{HopResult, ModeResult};
-use super::wiring::Mode;
+use super::mode::Mode;
+use super::results::HopResult;
+use super::{DemoResults, timeline};
 
-fn cell(v: f64) -> String {
-    if v >= 100.0 {
-        format!("{v:.0}")
-    } else {
-        format!("{v:.1}")
-    }
-}
-
-type Row = Box<dyn Fn(&ModeResult) -> String>;
-
-/// The side-by-side table.
+/// The side-by-side table as text (see [`super::table`]).
 pub fn table(r: &DemoResults) -> String {
-    let mut out = String::new();
-    let first = r.modes.first();
-    let _ = writeln!(
-        out,
-        "hopbudget demo: checkout call graph (S7), {} req/s for {} s per mode",
-        first.map_or(0.0, |m| m.rate_per_s),
-        first.map_or(0.0, |m| m.duration_s)
-    );
-    let _ = writeln!(
-        out,
-        "client budget {} ms, client timeout {} ms; capacity {:.0} req/s (bottleneck: {})",
-        r.budget_ms, r.client_timeout_ms, r.capacity_per_s, r.bottleneck
-    );
-    if let Some(f) = first.and_then(|m| m.forgetful.as_ref()) {
-        let _ = writeln!(
-            out,
-            "--forgetful {f}: it ignores inbound deadlines in propagated mode (S13)"
-        );
-    }
-    let _ = writeln!(out);
-    let _ = write!(out, "{:<44}", "");
-    for m in &r.modes {
-        let _ = write!(out, "{:>12}", m.mode.as_str());
-    }
-    let _ = writeln!(out);
-    let rows: Vec<(&str, Row)> = vec![
-        ("requests", Box::new(|m| m.requests.to_string())),
-        (
-            "client latency p50 (ms)",
-            Box::new(|m| cell(m.client_latency_ms.p50)),
-        ),
-        (
-            "client latency p99 (ms)",
-            Box::new(|m| cell(m.client_latency_ms.p99)),
-        ),
-        (
-            "client latency p99.9 (ms)",
-            Box::new(|m| cell(m.client_latency_ms.p999)),
-        ),
-        (
-            "client latency max (ms)",
-            Box::new(|m| cell(m.client_latency_ms.max)),
-        ),
-        (
-            "over budget (%)",
-            Box::new(|m| format!("{:.1}", m.over_budget_pct)),
-        ),
-        (
-            "goodput (ok within budget, req/s)",
-            Box::new(|m| format!("{:.1}", m.goodput_per_s)),
-        ),
-        (
-            "  of which complete (with reco), req/s",
-            Box::new(|m| format!("{:.1}", m.full_goodput_per_s)),
-        ),
-        (
-            "answers degraded (no reco)",
-            Box::new(|m| m.degraded.to_string()),
-        ),
-        ("client gave up", Box::new(|m| m.gave_up.to_string())),
-        (
-            "edge hop duration p99.9 (ms)",
-            Box::new(|m| cell(m.edge_latency_ms.p999)),
-        ),
-        (
-            "edge hop duration max (ms)",
-            Box::new(|m| cell(m.edge_latency_ms.max)),
-        ),
-        (
-            "own work done (ms)",
-            Box::new(|m| format!("{:.0}", m.work_ms)),
-        ),
-        (
-            "work after the client gave up (ms)",
-            Box::new(|m| format!("{:.0}", m.work_after_give_up_ms)),
-        ),
-    ];
-    for (name, f) in &rows {
-        let _ = write!(out, "{name:<44}");
-        for m in &r.modes {
-            let _ = write!(out, "{:>12}", f(m));
-        }
-        let _ = writeln!(out);
-    }
-    if let (Some(t), Some(p)) = (r.mode(Mode::Timeouts), r.mode(Mode::Propagated))
-        && t.work_after_give_up_ms > 0.0
-    {
-        let _ = writeln!(
-            out,
-            "{:<44}{:>24}",
-            "  propagated / timeouts",
-            format!(
-                "{:.2}%",
-                100.0 * p.work_after_give_up_ms / t.work_after_give_up_ms
-            )
-        );
-    }
-    let background: Vec<(&str, Row)> = vec![
-        (
-            "confirmation e-mails sent / scheduled (S11)",
-            Box::new(|m| format!("{}/{}", m.background.sent, m.background.scheduled)),
-        ),
-        (
-            "  sent after the answer went out",
-            Box::new(|m| m.background.sent_after_answer.to_string()),
-        ),
-    ];
-    for (name, f) in &background {
-        let _ = write!(out, "{name:<44}");
-        for m in &r.modes {
-            let _ = write!(out, "{:>12}", f(m));
-        }
-        let _ = writeln!(out);
-    }
-    let _ = writeln!(out);
-    let modes: Vec<&str> = r.modes.iter().map(|m| &m.mode.as_str()[..1]).collect();
-    let pair = modes.join("/");
-    let _ = writeln!(
-        out,
-        "{:<23}{:>22}{:>15}{:>15}{:>15}{:>18}",
-        "per hop",
-        format!("budget at arrival {pair}"),
-        format!("refused {pair}"),
-        format!("expired {pair}"),
-        format!("cancelled {pair}"),
-        format!("late work ms {pair}"),
-    );
-    let hop_names: Vec<String> = r
-        .modes
-        .first()
-        .map(|m| m.hops.iter().map(|h| h.service.clone()).collect())
-        .unwrap_or_default();
-    for (i, name) in hop_names.iter().enumerate() {
-        let hop = |m: &ModeResult| m.hops.get(i).cloned().unwrap_or_default();
-        let join = |f: &dyn Fn(&HopResult) -> String| {
-            r.modes
-                .iter()
-                .map(|m| f(&hop(m)))
-                .collect::<Vec<_>>()
-                .join("/")
-        };
-        let _ = writeln!(
-            out,
-            "{:<23}{:>22}{:>15}{:>15}{:>15}{:>18}",
-            name,
-            join(&|h| h
-                .budget_at_arrival_p50_ms
-                .map_or("-".into(), |v| v.to_string())),
-            join(&|h| h.refused.to_string()),
-            join(&|h| h.expired.to_string()),
-            join(&|h| h.cancelled.to_string()),
-            join(&|h| format!("{:.0}", h.work_after_give_up_ms)),
-        );
-    }
-    let _ = writeln!(
-        out,
-        "\nbudget at arrival: median ms left of the client's {} ms when the request reached the hop;\n\
-         in timeouts mode the hop does not know it (it only has its own fresh timeout).\n\
-         refused / expired: how calls to the hop ended, as its caller saw them (the client for\n\
-         the edge); in timeouts mode expired means a per-hop timeout fired, there or below.\n\
-         cancelled: the hop's caller went away while budget remained.\n\
-         late work: the hop's own work done after the client had stopped waiting.",
-        r.budget_ms
-    );
-    let cut: u64 = r.modes.iter().map(|m| m.work_cut_off).sum();
-    if cut > 0 {
-        let _ = writeln!(
-            out,
-            "{cut} pieces of work were still running when the drain limit stopped the run; \
-             the work figures count them up to that moment, so they are lower bounds."
-        );
-    }
-    for m in &r.modes {
-        for o in &m.over_shrunk {
-            let _ = writeln!(
-                out,
-                "\n{}: entry budget too small for this chain depth (S6): {:.0}% of calls to \
-                 {} (depth {}) were refused before work. It needs {} ms and got {} ms \
-                 (median); the chain above it spends about {} ms, so an entry budget of \
-                 about {} ms would let it start. The leaf is not failing; the budget is.",
-                m.mode.as_str(),
-                o.refused_pct,
-                o.leaf,
-                o.depth,
-                o.needs_ms,
-                o.budget_at_arrival_ms,
-                o.entry_budget_needed_ms - o.needs_ms as i64,
-                o.entry_budget_needed_ms
-            );
-        }
-    }
-    out
+    super::table::text(r)
 }
 
 /// Write `results.json`, `report.html` and `table.txt` into `dir`; returns the paths.
@@ -232,10 +32,13 @@ pub fn write_all(r: &DemoResults, dir: &Path) -> Result<Vec<PathBuf>, String> {
     ])
 }
 
-const COLORS: [RGBColor; 2] = [RGBColor(214, 96, 77), RGBColor(67, 147, 195)];
-
-fn color(i: usize) -> RGBColor {
-    COLORS[i % COLORS.len()]
+/// One colour per mode, the same in every chart.
+fn mode_color(mode: Mode) -> RGBColor {
+    match mode {
+        Mode::Detached => RGBColor(178, 24, 43),
+        Mode::Timeouts => RGBColor(230, 145, 56),
+        Mode::Propagated => RGBColor(67, 147, 195),
+    }
 }
 
 fn err(e: impl std::fmt::Display) -> String {
@@ -276,7 +79,7 @@ fn latency_chart(r: &DemoResults) -> Result<String, String> {
             .map_err(err)?
             .label(format!("budget {} ms", r.budget_ms))
             .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], RGBColor(120, 120, 120)));
-        for (i, m) in r.modes.iter().enumerate() {
+        for m in &r.modes {
             let n = m.latencies_ms.len().max(1) as f64;
             let step = (m.latencies_ms.len() / 400).max(1);
             let mut pts: Vec<(f64, f64)> = m
@@ -289,7 +92,7 @@ fn latency_chart(r: &DemoResults) -> Result<String, String> {
             if let Some(&last) = m.latencies_ms.last() {
                 pts.push((last, 1.0));
             }
-            let c = color(i);
+            let c = mode_color(m.mode);
             chart
                 .draw_series(LineSeries::new(pts, c.stroke_width(2)))
                 .map_err(err)?
@@ -363,7 +166,7 @@ fn hop_bars(
             .map_err(err)?;
         let k = r.modes.len().max(1) as f64;
         for (mi, m) in r.modes.iter().enumerate() {
-            let c = color(mi);
+            let c = mode_color(m.mode);
             let bars: Vec<Rectangle<(f64, f64)>> = m
                 .hops
                 .iter()
@@ -430,8 +233,8 @@ fn sweep_chart(r: &DemoResults) -> Result<String, String> {
             .map_err(err)?
             .label(format!("capacity {cap:.0} req/s ({})", r.bottleneck))
             .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], RGBColor(120, 120, 120)));
-        for (mi, m) in r.modes.iter().enumerate() {
-            let c = color(mi);
+        for m in &r.modes {
+            let c = mode_color(m.mode);
             let pts: Vec<(f64, f64)> = r
                 .sweep
                 .iter()
@@ -478,39 +281,235 @@ fn sweep_chart(r: &DemoResults) -> Result<String, String> {
     Ok(svg)
 }
 
-fn escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
+/// A vertical marker on a histogram: where, what, and its colour.
+struct Mark {
+    at_ms: f64,
+    label: String,
+    colour: RGBColor,
 }
+
+/// A histogram per mode (step outlines on one axis, `bin_ms` wide bins), with vertical marks.
+fn histogram_chart(
+    r: &DemoResults,
+    caption: &str,
+    x_desc: &str,
+    values: impl Fn(&super::ModeResult) -> &[f64],
+    bin_ms: f64,
+    marks: &[Mark],
+) -> Result<String, String> {
+    let xmax = r
+        .modes
+        .iter()
+        .filter_map(|m| values(m).last().copied())
+        .chain(marks.iter().map(|m| m.at_ms))
+        .fold(bin_ms, f64::max)
+        * 1.08;
+    let bins = (xmax / bin_ms).ceil() as usize + 1;
+    let counts: Vec<(Mode, Vec<u64>)> = r
+        .modes
+        .iter()
+        .map(|m| {
+            let mut c = vec![0u64; bins];
+            for &v in values(m) {
+                c[((v / bin_ms) as usize).min(bins - 1)] += 1;
+            }
+            (m.mode, c)
+        })
+        .collect();
+    let ymax = counts
+        .iter()
+        .flat_map(|(_, c)| c.iter().copied())
+        .max()
+        .unwrap_or(1)
+        .max(1) as f64
+        * 1.15;
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (860, 380)).into_drawing_area();
+        root.fill(&WHITE).map_err(err)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(caption, ("sans-serif", 18))
+            .margin(12)
+            .x_label_area_size(36)
+            .y_label_area_size(52)
+            .build_cartesian_2d(0f64..xmax, 0f64..ymax)
+            .map_err(err)?;
+        // No minor grid: with narrow bins it would hide the outlines.
+        chart
+            .configure_mesh()
+            .light_line_style(WHITE)
+            .x_desc(x_desc)
+            .y_desc("requests")
+            .draw()
+            .map_err(err)?;
+        for mark in marks {
+            let c = mark.colour;
+            chart
+                .draw_series(LineSeries::new(
+                    vec![(mark.at_ms, 0.0), (mark.at_ms, ymax)],
+                    c.stroke_width(2),
+                ))
+                .map_err(err)?
+                .label(mark.label.clone())
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], c));
+        }
+        for (mode, c) in &counts {
+            let colour = mode_color(*mode);
+            let mut pts = vec![(0.0, 0.0)];
+            for (i, &n) in c.iter().enumerate() {
+                let (x0, x1) = (i as f64 * bin_ms, (i + 1) as f64 * bin_ms);
+                pts.push((x0, n as f64));
+                pts.push((x1, n as f64));
+            }
+            pts.push((bins as f64 * bin_ms, 0.0));
+            chart
+                .draw_series(LineSeries::new(pts, colour.stroke_width(2)))
+                .map_err(err)?
+                .label(mode.as_str())
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], colour));
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .draw()
+            .map_err(err)?;
+        root.present().map_err(err)?;
+    }
+    Ok(svg)
+}
+
+const GREY: RGBColor = RGBColor(120, 120, 120);
+const DARK: RGBColor = RGBColor(40, 40, 40);
+
+const STYLE: &str = "body{font-family:sans-serif;max-width:1000px;margin:2em auto;padding:0 1em;\
+color:#222}table.figures{border-collapse:collapse;margin:1em 0;font-size:14px}\
+table.figures th,table.figures td{border:1px solid #ddd;padding:3px 8px}\
+table.figures td{text-align:right;font-variant-numeric:tabular-nums}\
+table.figures th{text-align:left;background:#f6f6f6;font-weight:normal}\
+table.figures thead th{font-weight:bold;text-align:center}\
+table.figures tr.sub th{padding-left:2em;color:#555}\
+table.hops td{min-width:4em}table.hops td.mode{text-align:left;color:#555}figure{margin:1.5em 0}.legend span{margin-right:1.2em;\
+font-size:13px}.finding{background:#fff4e5;padding:.5em 1em}ul.notes{font-size:13px;color:#444}";
 
 /// The self-contained HTML report.
 pub fn html(r: &DemoResults) -> Result<String, String> {
     let mut h = String::new();
-    h.push_str(
+    let _ = writeln!(
+        h,
         "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
          <title>hopbudget demo: per-hop timeouts vs propagated deadlines</title>\
-         <style>body{font-family:sans-serif;max-width:960px;margin:2em auto;padding:0 1em}\
-         pre{background:#f6f6f6;padding:1em;overflow-x:auto;font-size:13px}\
-         figure{margin:1.5em 0}</style></head><body>\n",
+         <style>{STYLE}</style></head><body>"
+    );
+    let modes: Vec<&str> = r.modes.iter().map(|m| m.mode.as_str()).collect();
+    let _ = writeln!(
+        h,
+        "<h1>hopbudget demo</h1>\n<p>The checkout call graph of scenario S7, run over the \
+         same seeded arrival schedule in each mode ({}): <b>detached</b> gives every hop a \
+         fresh timeout and runs its handler on a detached task, so work survives a caller \
+         that left (the seeds' incident); <b>timeouts</b> gives every hop a fresh timeout \
+         and nothing else, with Rust's drop-cancellation (a caller that gives up resets the \
+         call, and the callee's handler is dropped); <b>propagated</b> carries one \
+         shrinking deadline through every hop with hopbudget (S18). Client budget {} ms, \
+         client timeout {} ms.</p>",
+        modes.join(", "),
+        r.budget_ms,
+        r.client_timeout_ms
     );
     let _ = writeln!(
         h,
-        "<h1>hopbudget demo</h1>\n<p>The checkout call graph of scenario S7, run twice over \
-         the same seeded arrival schedule: with a fresh timeout at every hop, and with one \
-         propagated deadline. Client budget {} ms, client timeout {} ms.</p>",
-        r.budget_ms, r.client_timeout_ms
+        "<h2 id=\"figures\">Side by side</h2>\n{}",
+        super::table::html(r)
     );
-    let _ = writeln!(h, "<h2>Side by side</h2>\n<pre>{}</pre>", escape(&table(r)));
+    let panels = timeline::svg(r);
+    if let Some(id) = r
+        .modes
+        .iter()
+        .find_map(|m| m.timeline.as_ref().map(|t| t.request_id))
+    {
+        let _ = writeln!(
+            h,
+            "<h2 id=\"timeline\">One request, per mode</h2><p>Request {id}, the same seeded request in every \
+             mode: the one whose work went on longest after its client stopped waiting in the \
+             first mode. Each bar is a hop, from arrival to its terminal status; inside it, \
+             the hop's own work. Red work happened after the client had stopped waiting: work \
+             for nobody.</p><p class=\"legend\">{}</p>",
+            timeline::legend()
+        );
+        for (_, svg) in panels {
+            let _ = writeln!(h, "<figure>{svg}</figure>");
+        }
+    }
     let _ = writeln!(
         h,
-        "<h2>Latency distribution per mode</h2><figure>{}</figure>",
+        "<h2 id=\"histogram\">Latency histogram per mode</h2><figure>{}</figure>",
+        histogram_chart(
+            r,
+            "client latency (answer, error or giving up), 10 ms bins",
+            "client latency (ms)",
+            |m| &m.latencies_ms,
+            10.0,
+            &[
+                Mark {
+                    at_ms: r.budget_ms as f64,
+                    label: format!("budget {} ms", r.budget_ms),
+                    colour: GREY,
+                },
+                Mark {
+                    at_ms: r.client_timeout_ms as f64,
+                    label: format!("client timeout {} ms", r.client_timeout_ms),
+                    colour: DARK,
+                },
+            ],
+        )?
+    );
+    if let Some(name) = r.modes.first().and_then(|m| m.forgetful.clone())
+        && let Some(spec) = r.topology.service(&name)
+    {
+        let _ = writeln!(
+            h,
+            "<h2 id=\"chain-break\">The chain break (S13): {name}'s hop durations</h2><p>In \
+             propagated mode {name} ignores the inbound deadline and starts its own default of \
+             {} ms, so the work below it runs against that default, not against the client's \
+             budget; without propagation (detached) the same default bounds it. Hop durations \
+             then pile up against a timeout someone configured instead of the budget: up to \
+             {name}'s default, and in timeouts mode at the client's {} ms, where its giving up \
+             reaches {name} by drop-cancellation. Where work waits long enough the pile-up sits \
+             exactly at the default: the signature of a dropped deadline.</p>\
+             <figure>{}</figure>",
+            spec.timeout_ms,
+            r.client_timeout_ms,
+            histogram_chart(
+                r,
+                &format!("{name}: hop duration, 50 ms bins"),
+                "hop duration (ms)",
+                |m| &m.forgetful_hop_ms,
+                50.0,
+                &[
+                    Mark {
+                        at_ms: r.client_timeout_ms as f64,
+                        label: format!("client timeout {} ms", r.client_timeout_ms),
+                        colour: GREY,
+                    },
+                    Mark {
+                        at_ms: spec.timeout_ms as f64,
+                        label: format!("{name}'s default timeout {} ms", spec.timeout_ms),
+                        colour: DARK,
+                    },
+                ],
+            )?
+        );
+    }
+    let _ = writeln!(
+        h,
+        "<h2 id=\"cdf\">Latency distribution per mode</h2><figure>{}</figure>",
         latency_chart(r)?
     );
     let _ = writeln!(
         h,
-        "<h2>Budget waterfall per hop</h2><p>Median budget left when the request reached each \
-         hop. In timeouts mode the hop does not know this number.</p><figure>{}</figure>",
+        "<h2 id=\"waterfall\">Budget waterfall per hop</h2><p>Median budget left when the request reached each \
+         hop. Without propagation the hop does not know this number.</p><figure>{}</figure>",
         hop_bars(r, "budget left at arrival (median)", "ms", |x| x
             .budget_at_arrival_p50_ms
             .unwrap_or(0)
@@ -518,23 +517,23 @@ pub fn html(r: &DemoResults) -> Result<String, String> {
     );
     let _ = writeln!(
         h,
-        "<h2>Refusals per hop</h2><figure>{}</figure>",
+        "<h2 id=\"refusals\">Refusals per hop</h2><figure>{}</figure>",
         hop_bars(r, "refused before work (C3)", "requests", |x| x.refused
             as f64)?
     );
     let _ = writeln!(
         h,
-        "<h2>Work after the client gave up, per hop</h2><figure>{}</figure>",
+        "<h2 id=\"late-work\">Work after the client gave up, per hop</h2><figure>{}</figure>",
         hop_bars(r, "own work after the client stopped waiting", "ms", |x| x
             .work_after_give_up_ms)?
     );
     if !r.sweep.is_empty() {
         let _ = writeln!(
             h,
-            "<h2>Load sweep</h2><p>Offered load from 0.5x to 3x the graph's capacity (its \
-             bottleneck's): the budgeted graph degrades rather than collapses. Goodput counts \
-             answers within the budget, degraded ones (no recommendations) included; the thin \
-             lines count complete answers only.</p><figure>{}</figure>",
+            "<h2 id=\"sweep\">Load sweep</h2><p>Offered load from 0.5x to 3x the graph's capacity (its \
+             bottleneck's). Goodput counts answers within the budget, degraded ones (no \
+             recommendations) included; the thin lines count complete answers only.</p>\
+             <figure>{}</figure>",
             sweep_chart(r)?
         );
     }

@@ -5,9 +5,9 @@ use std::time::Duration;
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
+use super::mode::Mode;
 use super::runner::RunData;
 use super::topology::Topology;
-use super::wiring::Mode;
 
 /// Latency percentiles, ms.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -30,7 +30,7 @@ pub struct HopResult {
     /// Requests that reached it.
     pub arrivals: u64,
     /// Median budget left at arrival, ms (what the hop read in propagated mode; what the
-    /// client's budget implied, unknown to the hop, in timeouts mode).
+    /// client's budget implied, unknown to the hop, without propagation).
     pub budget_at_arrival_p50_ms: Option<i64>,
     /// 1st percentile of the same (the short end).
     pub budget_at_arrival_p1_ms: Option<i64>,
@@ -175,7 +175,7 @@ pub struct ModeResult {
     pub work_after_give_up_ms: f64,
     /// Edge hop duration (arrival to its answer, even one nobody waited for).
     pub edge_latency_ms: Percentiles,
-    /// Work intervals still open when the run was stopped (timeouts mode at overload).
+    /// Work intervals still open when the run was stopped (detached work at overload).
     pub work_cut_off: u64,
     /// Per service, in call order.
     pub hops: Vec<HopResult>,
@@ -188,6 +188,14 @@ pub struct ModeResult {
     /// Client latencies, ms, sorted (for the distribution chart; not in the JSON).
     #[serde(skip)]
     pub latencies_ms: Vec<f64>,
+    /// Hop durations of the forgetful service (S13), ms, sorted (for the histogram; not in
+    /// the JSON). Empty without `--forgetful`.
+    #[serde(skip)]
+    pub forgetful_hop_ms: Vec<f64>,
+    /// One request followed through every hop (the same request in every mode), for the
+    /// report's timeline.
+    #[serde(default)]
+    pub timeline: Option<Timeline>,
     /// Seconds the run took.
     pub wall_s: f64,
 }
@@ -303,6 +311,7 @@ pub fn summarise(
             })
         })
         .collect();
+    let forgetful_idx = forgetful.as_deref().and_then(|f| topo.index_of(f));
     ModeResult {
         mode,
         forgetful,
@@ -333,6 +342,109 @@ pub fn summarise(
             }
         },
         latencies_ms: latencies,
+        forgetful_hop_ms: {
+            let idx = forgetful_idx;
+            let mut d: Vec<f64> = data
+                .collector
+                .spans()
+                .iter()
+                .filter(|s| Some(s.service) == idx)
+                .map(|s| (s.end - s.start).as_secs_f64() * 1000.0)
+                .collect();
+            d.sort_by(f64::total_cmp);
+            d
+        },
+        timeline: None,
         wall_s: data.wall_s,
     }
+}
+
+/// One request as it went through the graph in one mode, times in ms from the moment the
+/// client sent it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Timeline {
+    /// The request id (the same in every mode: the same seeded request).
+    pub request_id: u64,
+    /// When the client stopped waiting.
+    pub client_end_ms: f64,
+    /// Whether it stopped because it gave up (its timeout fired).
+    pub gave_up: bool,
+    /// Whether it got a successful answer.
+    pub ok: bool,
+    /// Every hop the request reached, in the order they started.
+    pub hops: Vec<TimelineHop>,
+}
+
+/// One hop of a [`Timeline`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TimelineHop {
+    /// The service.
+    pub service: String,
+    /// Arrival.
+    pub start_ms: f64,
+    /// Terminal status.
+    pub end_ms: f64,
+    /// How it ended.
+    pub outcome: hopbudget::Outcome,
+    /// The budget it read on arrival, if it had one.
+    pub remaining_ms: Option<u64>,
+    /// Intervals of its own work.
+    pub work_ms: Vec<(f64, f64)>,
+}
+
+/// The request to draw: the one whose work went on longest after its client stopped waiting
+/// in `data` (a run of the first mode), so the picture shows the difference that matters.
+pub fn pick_request(data: &RunData) -> Option<u64> {
+    let clients = data.collector.clients();
+    let mut late: std::collections::HashMap<u64, f64> = std::collections::HashMap::new();
+    for w in data.collector.work_records() {
+        if let Some(end) = clients.get(&w.id).and_then(|c| c.end)
+            && w.end > end
+        {
+            *late.entry(w.id).or_default() += (w.end - w.start.max(end)).as_secs_f64();
+        }
+    }
+    late.into_iter()
+        .max_by(|a, b| a.1.total_cmp(&b.1).then(b.0.cmp(&a.0)))
+        .map(|(id, _)| id)
+        .or_else(|| clients.keys().min().copied())
+}
+
+/// Request `id` as it went through the graph in the run `data`.
+pub fn timeline(topo: &Topology, data: &RunData, id: u64) -> Option<Timeline> {
+    let client = data.collector.clients().get(&id).copied()?;
+    let ms = |t: tokio::time::Instant| {
+        if t >= client.start {
+            (t - client.start).as_secs_f64() * 1000.0
+        } else {
+            -((client.start - t).as_secs_f64() * 1000.0)
+        }
+    };
+    let work = data.collector.work_records();
+    let mut hops: Vec<TimelineHop> = data
+        .collector
+        .spans()
+        .into_iter()
+        .filter(|s| s.id == id)
+        .map(|s| TimelineHop {
+            service: topo.services[s.service].name.clone(),
+            start_ms: ms(s.start),
+            end_ms: ms(s.end),
+            outcome: s.outcome,
+            remaining_ms: s.remaining_ms,
+            work_ms: work
+                .iter()
+                .filter(|w| w.id == id && w.service == s.service)
+                .map(|w| (ms(w.start), ms(w.end)))
+                .collect(),
+        })
+        .collect();
+    hops.sort_by(|a, b| a.start_ms.total_cmp(&b.start_ms));
+    Some(Timeline {
+        request_id: id,
+        client_end_ms: client.end.map_or(f64::NAN, ms),
+        gave_up: client.gave_up,
+        ok: client.ok,
+        hops,
+    })
 }

@@ -2,7 +2,7 @@
 //! open-loop arrival schedule against the edge, wait for the work to drain, stop everything.
 //!
 //! Each run gets its own tokio runtime, which is shut down at the end: work still running
-//! after the drain limit (only possible in `timeouts` mode) is stopped there and counted up
+//! after the drain limit (only possible where work survives its caller) is stopped there and counted up
 //! to that moment, so the figure for wasted work is a lower bound.
 
 use std::io::IsTerminal;
@@ -17,10 +17,13 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::collector::Collector;
+use super::mode::Mode;
 use super::queue;
 use super::services::{self, Node, REQUEST_ID};
-use super::topology::Topology;
-use super::wiring::{self, Mode};
+use super::topology::{Protocol, Topology};
+use super::wiring::{self, HopError};
+use crate::proto::HopRequest;
+use crate::proto::hop_client::HopClient;
 
 /// What one run needs.
 #[derive(Clone, Debug)]
@@ -104,72 +107,59 @@ async fn run_async(topo: &Topology, spec: &RunSpec) -> Result<RunData, String> {
     for (idx, (listener, _)) in listeners.into_iter().enumerate() {
         let s = &topo.services[idx];
         let profile = services::profile_for(s).map_err(|e| format!("{}: {e}", s.name))?;
+        let behaviour = spec
+            .mode
+            .behaviour(spec.forgetful.as_deref() == Some(s.name.as_str()));
         let node = Arc::new(Node {
             idx,
             spec: s.clone(),
-            mode: spec.mode,
-            forgetful: spec.forgetful.as_deref() == Some(s.name.as_str()),
             sem: Semaphore::new(s.concurrency as usize),
-            peers: wiring::peers_for(topo, s, spec.mode, &profile, &addrs, &http)?,
+            peers: wiring::peers_for(topo, s, behaviour.layers().client, &profile, &addrs, &http)?,
             collector: collector.clone(),
             profile,
             seed: topo.client.seed,
             queue: s
                 .background
                 .as_ref()
-                .map(|bg| queue::start(bg, spec.mode, collector.clone())),
+                .map(|bg| queue::start(bg, behaviour.clone(), collector.clone())),
+            behaviour,
         });
         wiring::spawn_server(node, listener, stop.clone());
     }
     let edge = topo
         .index_of(&topo.edge().name)
         .ok_or("the topology has no edge service")?;
-    let url = format!("http://{}{}", addrs[edge], services::HTTP_PATH);
+    let client = EdgeClient::new(topo.edge().protocol, addrs[edge])?;
     let arrivals = schedule(topo.client.seed, spec.rate_per_s, spec.duration);
     let sent = arrivals.len();
     let bar = progress_bar(spec, sent as u64);
     let budget = Duration::from_millis(topo.client.budget_ms);
     let give_up = Duration::from_millis(topo.client.timeout_ms);
-    let client = wiring::reqwest_client()?;
-    warm_up(&client, &url).await;
+    // What the client sends is the mode's decision, like everything a hop does.
+    let forward = spec.mode.behaviour(false).client_forward(budget);
+    let _ = tokio::time::timeout(Duration::from_secs(2), client.call(0, forward)).await;
     let started = Instant::now();
     let mut tasks = Vec::with_capacity(sent);
     for (i, at) in arrivals.into_iter().enumerate() {
         tokio::time::sleep_until(started + at).await;
         let id = i as u64 + 1;
-        let (client, url, collector, bar) =
-            (client.clone(), url.clone(), collector.clone(), bar.clone());
-        let mode = spec.mode;
+        let (client, collector, bar) = (client.clone(), collector.clone(), bar.clone());
         tasks.push(tokio::spawn(async move {
             collector.client_start(id, Instant::now());
-            let req =
-                wiring::client_request(mode, client.post(&url), budget).header(REQUEST_ID, id);
-            match tokio::time::timeout(give_up, req.send()).await {
+            // The client gives up at its timeout: the call is dropped, its stream reset.
+            match tokio::time::timeout(give_up, client.call(id, forward)).await {
                 Err(_) => {
-                    // The client's own timeout fired on its call to the edge.
                     collector.expired(edge);
                     collector.client_end(id, false, true, false);
                 }
-                Ok(Err(_)) => collector.client_end(id, false, false, false),
-                Ok(Ok(resp)) => {
-                    match resp.status().as_u16() {
-                        503 => collector.refused(edge),
-                        504 => collector.expired(edge),
+                Ok(Ok(degraded)) => collector.client_end(id, true, false, degraded > 0),
+                Ok(Err(e)) => {
+                    match e.outcome() {
+                        hopbudget::Outcome::Refused => collector.refused(edge),
+                        hopbudget::Outcome::Expired => collector.expired(edge),
                         _ => {}
                     }
-                    let ok = resp.status().is_success();
-                    let degraded = if ok {
-                        match tokio::time::timeout(give_up, resp.bytes()).await {
-                            Ok(Ok(b)) => serde_json::from_slice::<serde_json::Value>(&b)
-                                .ok()
-                                .and_then(|v| v["degraded"].as_u64())
-                                .is_some_and(|d| d > 0),
-                            _ => false,
-                        }
-                    } else {
-                        false
-                    };
-                    collector.client_end(id, ok, false, degraded);
+                    collector.client_end(id, false, false, false);
                 }
             }
             bar.inc(1);
@@ -195,13 +185,79 @@ async fn run_async(topo: &Topology, spec: &RunSpec) -> Result<RunData, String> {
     })
 }
 
-/// One request before the clock starts, so connection set-up is not part of the figures.
-async fn warm_up(client: &reqwest::Client, url: &str) {
-    let _ = tokio::time::timeout(
-        Duration::from_secs(2),
-        client.post(url).header(REQUEST_ID, 0u64).send(),
-    )
-    .await;
+/// The client's connection to the edge service, in the edge's protocol.
+#[derive(Clone, Debug)]
+enum EdgeClient {
+    /// `POST /call` over HTTP/2 (reqwest), the budget in `x-request-timeout-ms`.
+    Http {
+        client: reqwest::Client,
+        url: String,
+    },
+    /// `hopbudget.demo.Hop/Call` (tonic), the budget in `grpc-timeout`.
+    Grpc(HopClient<tonic::transport::Channel>),
+}
+
+impl EdgeClient {
+    fn new(protocol: Protocol, addr: SocketAddr) -> Result<Self, String> {
+        Ok(match protocol {
+            Protocol::Http => EdgeClient::Http {
+                client: wiring::reqwest_client()?,
+                url: format!("http://{addr}{}", services::HTTP_PATH),
+            },
+            Protocol::Grpc => EdgeClient::Grpc(HopClient::new(
+                tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+                    .map_err(|e| format!("bad edge address {addr}: {e}"))?
+                    .tcp_nodelay(true)
+                    .connect_lazy(),
+            )),
+        })
+    }
+
+    /// One request; `forward` is the budget to send, if the mode sends one.
+    async fn call(&self, id: u64, forward: Option<Duration>) -> Result<u32, HopError> {
+        match self {
+            EdgeClient::Http { client, url } => {
+                let mut req = client.post(url).header(REQUEST_ID, id);
+                if let Some(f) = forward {
+                    req = req.header(
+                        hopbudget::codec::REQUEST_TIMEOUT_MS,
+                        hopbudget::codec::millis::encode(f).to_header_value(),
+                    );
+                }
+                let resp = req
+                    .send()
+                    .await
+                    .map_err(|e| HopError::Failed(format!("HTTP call failed: {e}")))?;
+                let status = resp.status().as_u16();
+                if status != 200 {
+                    return Err(wiring::from_http(status, resp.headers()));
+                }
+                let body = resp
+                    .bytes()
+                    .await
+                    .map_err(|e| HopError::Failed(format!("bad reply: {e}")))?;
+                Ok(serde_json::from_slice::<serde_json::Value>(&body)
+                    .ok()
+                    .and_then(|v| v["degraded"].as_u64())
+                    .unwrap_or(0) as u32)
+            }
+            EdgeClient::Grpc(client) => {
+                let mut req = tonic::Request::new(HopRequest { request_id: id });
+                req.metadata_mut()
+                    .insert(REQUEST_ID, tonic::metadata::MetadataValue::from(id));
+                if let Some(f) = forward {
+                    let v = hopbudget::codec::grpc_timeout::encode(f);
+                    if let Ok(v) = tonic::metadata::AsciiMetadataValue::try_from(v.as_bytes()) {
+                        req.metadata_mut().insert(hopbudget::codec::GRPC_TIMEOUT, v);
+                    }
+                }
+                match client.clone().call(req).await {
+                    Ok(reply) => Ok(reply.into_inner().degraded),
+                    Err(status) => Err(wiring::from_grpc(&status)),
+                }
+            }
+        }
+    }
 }
 
 fn progress_bar(spec: &RunSpec, len: u64) -> ProgressBar {

@@ -2,9 +2,9 @@
 //! each doing its own sampled work under a concurrency limit and then calling its downstream
 //! services in parallel.
 //!
-//! This module is the same in both modes. Everything that differs between per-hop timeouts
-//! and propagated deadlines (how an inbound request is admitted, how an outbound call is
-//! bounded, whether work survives its caller) lives in [`super::wiring`].
+//! This module is the same in every mode. Everything that differs between them (how an
+//! inbound request is admitted, how an outbound call is bounded, whether work survives its
+//! caller) is the node's [`HopMode`], one file per mode under `mode/`.
 
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::net::SocketAddr;
@@ -22,9 +22,10 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
 use super::collector::Collector;
+use super::mode::HopMode;
 use super::queue::Producer;
 use super::topology::{LatencySpec, Protocol, ServiceSpec, Topology};
-use super::wiring::{self, HopError, Mode, Peer};
+use super::wiring::{self, HopError, Peer};
 use crate::proto::hop_server::Hop;
 use crate::proto::{HopReply, HopRequest};
 
@@ -42,17 +43,15 @@ pub struct Node {
     pub idx: usize,
     /// Its spec.
     pub spec: ServiceSpec,
-    /// Which mode the run is in.
-    pub mode: Mode,
-    /// Ignore inbound deadlines and use its own default (S13).
-    pub forgetful: bool,
+    /// How this service behaves: its mode (a forgetful service, S13, has its own).
+    pub behaviour: Arc<dyn HopMode>,
     /// The concurrency limit on its own work.
     pub sem: Semaphore,
     /// Downstream services, aligned with `spec.calls`, with their topology index.
     pub peers: Vec<(usize, Peer)>,
     /// Where measurements go.
     pub collector: Arc<Collector>,
-    /// The adoption profile it runs with in propagated mode (min budget as a route).
+    /// The adoption profile its hopbudget layers run with (min budget as a route).
     pub profile: Profile,
     /// The run's seed.
     pub seed: u64,
@@ -62,7 +61,7 @@ pub struct Node {
 
 impl Node {
     /// This service's own work for request `id`: sampled from the log-normal fitted to its
-    /// p50/p99 (or to a fault's), seeded by (seed, service, request) so that both modes see
+    /// p50/p99 (or to a fault's), seeded by (seed, service, request) so that every mode sees
     /// exactly the same work for the same request.
     pub fn work_for(&self, id: u64) -> Duration {
         let mut h = DefaultHasher::new();
@@ -114,14 +113,14 @@ pub async fn body(node: Arc<Node>, id: u64) -> Result<u32, HopError> {
             .await
             .map_err(|_| HopError::Failed("service is shutting down".into()))?;
         // After queueing, check again that the work still fits (C3, S2).
-        wiring::before_work(&node)?;
+        node.behaviour.before_work(&node)?;
         let _work = node.collector.work(node.idx, id);
-        wiring::own_work(&node, cost).await?;
+        node.behaviour.own_work(&node, cost).await?;
     }
     let calls = node
         .peers
         .iter()
-        .map(|(callee, peer)| wiring::call(&node, *callee, peer, id));
+        .map(|(callee, peer)| node.behaviour.call(&node, *callee, peer, id));
     let results = join_all(calls).await;
     let mut degraded = 0;
     for (result, call) in results.into_iter().zip(&node.spec.calls) {
@@ -137,7 +136,7 @@ pub async fn body(node: Arc<Node>, id: u64) -> Result<u32, HopError> {
     Ok(degraded)
 }
 
-/// The profile a service runs with in propagated mode: its name, and its minimum budget as a
+/// The profile a service's hopbudget layers run with: its name, and its minimum budget as a
 /// route rule on the path it serves.
 pub fn profile_for(spec: &ServiceSpec) -> Result<Profile, String> {
     let path = match spec.protocol {

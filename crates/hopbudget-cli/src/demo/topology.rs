@@ -187,7 +187,7 @@ impl ServiceSpec {
 pub struct Topology {
     /// The client.
     pub client: ClientSpec,
-    /// The services; the first `http` service nobody calls is the edge.
+    /// The services; the one nobody calls is the edge (HTTP or gRPC).
     pub services: Vec<ServiceSpec>,
     #[serde(skip)]
     edge: usize,
@@ -350,18 +350,7 @@ impl Topology {
         }
         let roots: Vec<usize> = (0..self.services.len()).filter(|&i| !called[i]).collect();
         match roots.as_slice() {
-            [edge] => {
-                if self.services[*edge].protocol != Protocol::Http {
-                    issue(
-                        format!("services[{edge}].protocol"),
-                        format!(
-                            "`{}` faces the client (nobody calls it) and must be `http`",
-                            self.services[*edge].name
-                        ),
-                    );
-                }
-                self.edge = *edge;
-            }
+            [edge] => self.edge = *edge,
             [] if !self.services.is_empty() => issue(
                 "services".into(),
                 "every service has a caller: the graph has a cycle and no edge service".into(),

@@ -1,29 +1,12 @@
-//! The only place where the two modes differ: how a hop is admitted, how it bounds its own
-//! work and its outbound calls, whether its work survives a caller that went away, what the
-//! client sends, and how background work is handed over and consumed.
+//! The plumbing every mode shares: the error a hop ends with and how it is spelled on the
+//! wire and read back, how a node reaches its peers, and how its server is started. Which of
+//! hopbudget's layers a server and its clients get is the mode's decision
+//! ([`HopMode::layers`](super::mode::HopMode::layers)); everything else that differs between
+//! modes lives in `mode/`.
 //!
-//! - **`timeouts`**: every hop sets its own fresh timeout on each call it makes (the
-//!   topology's `timeout_ms`), sends no deadline, and cancels nothing. The "nothing is
-//!   cancelled" part is modelled by running each hop's handler on a *detached* task: when the
-//!   caller's timeout fires and the call is dropped, the server-side work goes on, exactly as
-//!   a service does that derives its outbound calls from a fresh `context.Background()`.
-//! - **`propagated`**: hopbudget at every hop. The inbound budget is read from the wire
-//!   (`grpc-timeout`, `x-request-timeout-ms`) and becomes a local monotonic deadline (C1); a
-//!   hop with less than its route's minimum budget refuses before any work (C3); the handler
-//!   stops at the deadline (C4, C7) or when the caller goes away (C5); each outbound call
-//!   forwards `remaining - margin - transit` (C2), refuses to start below the threshold (C3),
-//!   and is itself bounded by the budget.
-//! - **`--forgetful SERVICE`** (S13): in propagated mode that one service behaves like the
-//!   timeouts mode on the way in: it ignores the inbound deadline, starts a fresh budget of its
-//!   own default, forwards *that* downstream (the chain break), and its work survives its
-//!   caller.
-//!
-//! The propagated wiring is hopbudget's own layers, as a service would use them: the gRPC
-//! servers run behind `grpc::server::GrpcServerLayer`, the HTTP servers behind
-//! `http::server::ServerBudgetLayer` (both with a profile per service whose route minimum is
-//! the service's `min_budget_ms`), gRPC clients are wrapped in `grpc::client::GrpcClientLayer`
-//! and the HTTP client carries `http::reqwest::BudgetMiddleware`. Inside a handler the budget
-//! is the ambient `RequestBudget::current()` the server layer installed.
+//! Replies are read back with the library's own helpers (`hopbudget::grpc::outcome` and
+//! `refusal` for gRPC, `hopbudget::http::client::classify` for HTTP), never by matching
+//! status text, so an expiry anywhere below is an expiry here too (C4).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -32,16 +15,13 @@ use std::time::Duration;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::serve::ListenerExt;
-use hopbudget::clock::{SystemClock, WallClock};
-use hopbudget::codec::{self, Carrier};
 use hopbudget::grpc::client::{GrpcClient, GrpcClientLayer};
 use hopbudget::grpc::server::GrpcServerLayer;
 use hopbudget::http::reqwest::{BudgetMiddleware, budget_error};
 use hopbudget::http::server::ServerBudgetLayer;
 use hopbudget::status::{REFUSED_METADATA, REMAINING_MS_HEADER, REQUIRED_MS_HEADER};
-use hopbudget::{BudgetError, Deadline, HopPolicy, Outcome, Profile, RequestBudget, Source};
+use hopbudget::{BudgetError, Outcome, Profile, Refused};
 use reqwest_middleware::ClientWithMiddleware;
-use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
@@ -55,35 +35,14 @@ use crate::proto::hop_client::HopClient;
 use crate::proto::hop_server::HopServer;
 use crate::proto::{HopReply, HopRequest};
 
-/// Which behaviour every hop has.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Mode {
-    /// Per-hop fresh timeouts, no propagation, no cancellation.
-    Timeouts,
-    /// hopbudget everywhere.
-    Propagated,
-}
-
-impl Mode {
-    /// Lower-case name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Mode::Timeouts => "timeouts",
-            Mode::Propagated => "propagated",
-        }
-    }
-}
-
 /// How a hop failed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum HopError {
-    /// Refused before work (C3): required and remaining.
-    Refused(Duration, Duration),
-    /// The time limit fired.
-    Expired,
-    /// The caller went away.
-    Cancelled,
+    /// A budget stopped it: refused before work (C3), expired (C4) or cancelled (C5), here
+    /// or, as the reply said, below.
+    Budget(BudgetError),
+    /// A per-hop fresh timeout fired (`timeouts` and `detached` modes: there is no budget).
+    TimedOut,
     /// A malformed deadline header (C9).
     Malformed(String),
     /// Anything else.
@@ -91,142 +50,48 @@ pub enum HopError {
 }
 
 impl HopError {
-    fn outcome(&self) -> (Outcome, bool) {
+    /// The terminal status this error stands for; application failures are `completed`
+    /// (the hop ended on time, whatever it answered).
+    pub fn outcome(&self) -> Outcome {
         match self {
-            HopError::Refused(..) => (Outcome::Refused, false),
-            HopError::Expired => (Outcome::Expired, false),
-            HopError::Cancelled => (Outcome::Cancelled, false),
-            HopError::Malformed(_) | HopError::Failed(_) => (Outcome::Completed, true),
+            HopError::Budget(e) => e.outcome(),
+            HopError::TimedOut => Outcome::Expired,
+            HopError::Malformed(_) | HopError::Failed(_) => Outcome::Completed,
         }
     }
 }
 
-impl From<BudgetError> for HopError {
-    fn from(e: BudgetError) -> Self {
-        match e {
-            BudgetError::Refused(r) => HopError::Refused(r.required(), r.remaining()),
-            BudgetError::Cancelled => HopError::Cancelled,
-            _ => HopError::Expired,
-        }
-    }
-}
-
-fn propagates(node: &Node) -> bool {
-    node.mode == Mode::Propagated && !node.forgetful
-}
-
-/// Serve one inbound request (either protocol): admit it, run the hop body, record the
-/// terminal status.
-pub async fn serve(node: Arc<Node>, id: u64) -> Result<u32, HopError> {
-    if !propagates(&node) {
-        // A fresh budget of the service's own default when forgetful (it then propagates
-        // that reset budget, S13); no budget at all in timeouts mode.
-        let budget = (node.mode == Mode::Propagated).then(|| {
-            RequestBudget::new(
-                Deadline::after(node.spec.timeout()),
-                Source::Local,
-                node.profile.policy(),
-            )
-        });
-        let guard = node.collector.arrive(
-            node.idx,
-            id,
-            budget.as_ref().map(RequestBudget::remaining),
-            None,
-        );
-        let task_node = node.clone();
-        // Detached: nothing stops this work when the caller goes away.
-        let handle = tokio::spawn(async move {
-            let result = match budget {
-                Some(b) => match b.run(services::body(task_node, id)).await {
-                    Ok(r) => r,
-                    Err(e) => Err(e.into()),
-                },
-                None => services::body(task_node, id).await,
-            };
-            let (outcome, failed) = match &result {
-                Ok(_) => (Outcome::Completed, false),
-                Err(e) => e.outcome(),
-            };
-            guard.finish(outcome, failed);
-            result
-        });
-        return handle
-            .await
-            .unwrap_or_else(|e| Err(HopError::Failed(format!("handler task failed: {e}"))));
-    }
-
-    // The server layer read the inbound budget, refused calls below the route minimum
-    // before this handler (C3), and installed the budget in the task-local scope; it drops
-    // this future at the deadline (C4, C7) or when the caller resets the call (C5).
-    let Some(budget) = RequestBudget::current() else {
-        return Err(HopError::Failed(
-            "no request budget: the server layer is missing".into(),
-        ));
-    };
-    let guard = node.collector.arrive(
-        node.idx,
-        id,
-        Some(budget.at_arrival()),
-        Some(budget.clone()),
-    );
-    let result = services::body(node.clone(), id).await;
-    let (outcome, failed) = match &result {
-        Ok(_) => (Outcome::Completed, false),
-        Err(e) => e.outcome(),
-    };
-    guard.finish(outcome, failed);
+/// The terminal status of a hop's result.
+pub fn outcome_of<T>(result: &Result<T, HopError>) -> Outcome {
     result
+        .as_ref()
+        .err()
+        .map_or(Outcome::Completed, HopError::outcome)
 }
 
-/// After queueing for a work slot, before the work: in propagated mode the work must still
-/// fit in the remaining budget (C3).
-pub fn before_work(node: &Node) -> Result<(), HopError> {
-    if node.mode != Mode::Propagated {
-        return Ok(());
-    }
-    match RequestBudget::current() {
-        Some(b) => b.admit(node.spec.min_budget()).map_err(HopError::from),
-        None => Ok(()),
-    }
+/// Whether a hop's result is an application failure (not a deadline outcome).
+pub fn failed<T>(result: &Result<T, HopError>) -> bool {
+    matches!(result, Err(HopError::Malformed(_) | HopError::Failed(_)))
 }
 
-/// This service's own work (a sidecar call, a model evaluation), bounded by its own timeout
-/// in timeouts mode; in propagated mode the budget's `run` already bounds it.
-pub async fn own_work(node: &Node, cost: Duration) -> Result<(), HopError> {
-    if node.mode == Mode::Timeouts {
-        return tokio::time::timeout(node.spec.timeout(), tokio::time::sleep(cost))
-            .await
-            .map_err(|_| HopError::Expired);
-    }
-    tokio::time::sleep(cost).await;
-    Ok(())
-}
-
-/// One outbound call to `callee`.
-pub async fn call(node: &Node, callee: usize, peer: &Peer, id: u64) -> Result<u32, HopError> {
-    if node.mode == Mode::Timeouts {
-        let result = match tokio::time::timeout(node.spec.timeout(), send(peer, id)).await {
-            Ok(r) => r,
-            Err(_) => Err(HopError::Expired),
-        };
-        if result == Err(HopError::Expired) {
-            node.collector.expired(callee);
-        }
-        return result;
-    }
-    // The client layers take the ambient budget, refuse locally below the threshold (no
-    // connection, no bytes, C3), stamp the forward budget (C2) and bound the wait.
-    let result = send(peer, id).await;
-    match result {
-        Err(HopError::Refused(..)) => node.collector.refused(callee),
-        Err(HopError::Expired) => node.collector.expired(callee),
+/// Count how a call to `callee` ended, as its caller saw it: refusals and expiries are
+/// counted here because the callee may never have seen them (its caller refused locally, or
+/// its server layer answered before the handler).
+pub fn count_at_caller<T>(node: &Node, callee: usize, result: &Result<T, HopError>) {
+    match result.as_ref().err().map(HopError::outcome) {
+        Some(Outcome::Refused) => node.collector.refused(callee),
+        Some(Outcome::Expired) => node.collector.expired(callee),
         _ => {}
     }
-    result
 }
 
-async fn send(peer: &Peer, id: u64) -> Result<u32, HopError> {
+/// Serve one inbound request (either protocol) as the node's mode admits it.
+pub async fn serve(node: Arc<Node>, id: u64) -> Result<u32, HopError> {
+    node.behaviour.admit(node.clone(), id).await
+}
+
+/// Send one call through `peer`, with no bound of its own: the mode bounds it.
+pub async fn send(peer: &Peer, id: u64) -> Result<u32, HopError> {
     match peer {
         Peer::Grpc(client) => grpc_reply(client.clone().call(grpc_request(id)).await),
         Peer::GrpcBudget(client) => grpc_reply(client.clone().call(grpc_request(id)).await),
@@ -235,27 +100,20 @@ async fn send(peer: &Peer, id: u64) -> Result<u32, HopError> {
                 Ok(r) => r,
                 Err(e) => {
                     return Err(match budget_error(&e) {
-                        Some(b) => HopError::from(*b),
+                        Some(b) => HopError::Budget(*b),
                         None => HopError::Failed(format!("HTTP call failed: {e}")),
                     });
                 }
             };
-            match resp.status().as_u16() {
-                200 => {
-                    let v: serde_json::Value = resp
-                        .json()
-                        .await
-                        .map_err(|e| HopError::Failed(format!("bad reply: {e}")))?;
-                    Ok(v["degraded"].as_u64().unwrap_or(0) as u32)
-                }
-                503 => Err(HopError::Refused(
-                    ms_header(resp.headers(), REQUIRED_MS_HEADER),
-                    ms_header(resp.headers(), REMAINING_MS_HEADER),
-                )),
-                504 => Err(HopError::Expired),
-                499 => Err(HopError::Cancelled),
-                s => Err(HopError::Failed(format!("HTTP status {s}"))),
+            let status = resp.status().as_u16();
+            if status == 200 {
+                let v: serde_json::Value = resp
+                    .json()
+                    .await
+                    .map_err(|e| HopError::Failed(format!("bad reply: {e}")))?;
+                return Ok(v["degraded"].as_u64().unwrap_or(0) as u32);
             }
+            Err(from_http(status, resp.headers()))
         }
     }
 }
@@ -274,6 +132,39 @@ fn grpc_reply(r: Result<tonic::Response<HopReply>, tonic::Status>) -> Result<u32
     }
 }
 
+/// A gRPC error status read back as a hop error, with the library's reading of deadline
+/// statuses (`hopbudget::grpc::outcome`, `refusal`).
+pub fn from_grpc(status: &tonic::Status) -> HopError {
+    match hopbudget::grpc::outcome(status) {
+        Some(Outcome::Refused) => HopError::Budget(BudgetError::Refused(
+            hopbudget::grpc::refusal(status)
+                .unwrap_or(Refused::new(Duration::ZERO, Duration::ZERO)),
+        )),
+        Some(Outcome::Expired) => HopError::Budget(BudgetError::Expired),
+        Some(Outcome::Cancelled) => HopError::Budget(BudgetError::Cancelled),
+        _ if status.code() == tonic::Code::InvalidArgument => {
+            HopError::Malformed(status.message().to_string())
+        }
+        _ => HopError::Failed(format!("{:?}: {}", status.code(), status.message())),
+    }
+}
+
+/// An HTTP error status read back as a hop error, with the library's classification
+/// (`hopbudget::http::client::classify`, default status map).
+pub fn from_http(status: u16, headers: &HeaderMap) -> HopError {
+    let map = hopbudget::status::HttpStatusMap::default();
+    match hopbudget::http::client::classify(&map, status, headers) {
+        Outcome::Refused => HopError::Budget(BudgetError::Refused(Refused::new(
+            ms_header(headers, REQUIRED_MS_HEADER),
+            ms_header(headers, REMAINING_MS_HEADER),
+        ))),
+        Outcome::Expired => HopError::Budget(BudgetError::Expired),
+        Outcome::Cancelled => HopError::Budget(BudgetError::Cancelled),
+        Outcome::Completed if status == 400 => HopError::Malformed(format!("HTTP status {status}")),
+        Outcome::Completed => HopError::Failed(format!("HTTP status {status}")),
+    }
+}
+
 fn ms_header(h: &HeaderMap, name: &str) -> Duration {
     Duration::from_millis(
         h.get(name)
@@ -283,62 +174,13 @@ fn ms_header(h: &HeaderMap, name: &str) -> Duration {
     )
 }
 
-fn from_grpc(status: &tonic::Status) -> HopError {
-    let md = status.metadata();
-    let meta_ms = |name: &str| {
-        Duration::from_millis(
-            md.get(name)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0),
-        )
-    };
-    match status.code() {
-        tonic::Code::DeadlineExceeded
-            if md.get(REFUSED_METADATA).and_then(|v| v.to_str().ok()) == Some("refused") =>
-        {
-            HopError::Refused(meta_ms(REQUIRED_MS_HEADER), meta_ms(REMAINING_MS_HEADER))
-        }
-        tonic::Code::DeadlineExceeded => HopError::Expired,
-        // tonic's server enforces `grpc-timeout` itself and answers CANCELLED "Timeout
-        // expired" when it fires first; that is an expiry (C4).
-        tonic::Code::Cancelled if status.message().contains("Timeout expired") => HopError::Expired,
-        tonic::Code::Cancelled => HopError::Cancelled,
-        tonic::Code::InvalidArgument => HopError::Malformed(status.message().to_string()),
-        _ => HopError::Failed(format!("{:?}: {}", status.code(), status.message())),
-    }
-}
-
-/// The gRPC status for a hop error, spelled by the service's profile (C10).
+/// The gRPC status for a hop error, spelled by the service's profile (C10) through the
+/// library's `hopbudget::grpc::budget_status`.
 pub fn grpc_status(node: &Node, e: &HopError) -> tonic::Status {
-    let map = node.profile.grpc_status();
-    let code = |o: Outcome| {
-        tonic::Code::from_i32(
-            map.for_outcome(o)
-                .map_or(tonic::Code::Unknown as i32, |c| c.as_i32()),
-        )
-    };
     match e {
-        HopError::Refused(required, remaining) => {
-            let mut s = tonic::Status::new(
-                code(Outcome::Refused),
-                format!(
-                    "refused before start: needs {} ms, {} ms remain",
-                    required.as_millis(),
-                    remaining.as_millis()
-                ),
-            );
-            let md = s.metadata_mut();
-            md.insert(
-                REFUSED_METADATA,
-                tonic::metadata::MetadataValue::from_static("refused"),
-            );
-            md.insert(REQUIRED_MS_HEADER, (required.as_millis() as u64).into());
-            md.insert(REMAINING_MS_HEADER, (remaining.as_millis() as u64).into());
-            s
-        }
-        HopError::Expired => tonic::Status::new(code(Outcome::Expired), "deadline expired"),
-        HopError::Cancelled => tonic::Status::new(code(Outcome::Cancelled), "caller went away"),
+        HopError::Budget(b) => hopbudget::grpc::budget_status(b, node.profile.grpc_status()),
+        // A service without hopbudget spells its own timeout plainly, with no marker.
+        HopError::TimedOut => tonic::Status::deadline_exceeded("timeout"),
         HopError::Malformed(m) => tonic::Status::invalid_argument(m.clone()),
         HopError::Failed(m) => tonic::Status::unavailable(m.clone()),
     }
@@ -352,25 +194,29 @@ pub fn http_response(node: &Node, e: &HopError) -> Response {
             .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
     };
     match e {
-        HopError::Refused(required, remaining) => {
-            let mut r = (status(Outcome::Refused, 503), "refused before start").into_response();
-            let h = r.headers_mut();
+        HopError::Budget(BudgetError::Refused(r)) => {
+            let mut resp = (status(Outcome::Refused, 503), "refused before start").into_response();
+            let h = resp.headers_mut();
             h.insert("retry-after", HeaderValue::from_static("0"));
             h.insert(REFUSED_METADATA, HeaderValue::from_static("refused"));
             h.insert(
                 REQUIRED_MS_HEADER,
-                HeaderValue::from(required.as_millis() as u64),
+                HeaderValue::from(r.required().as_millis() as u64),
             );
             h.insert(
                 REMAINING_MS_HEADER,
-                HeaderValue::from(remaining.as_millis() as u64),
+                HeaderValue::from(r.remaining().as_millis() as u64),
             );
-            r
+            resp
         }
-        HopError::Expired => (status(Outcome::Expired, 504), "deadline expired").into_response(),
-        HopError::Cancelled => {
-            (status(Outcome::Cancelled, 499), "caller went away").into_response()
+        HopError::Budget(b) => {
+            let o = b.outcome();
+            let mut resp = (status(o, 504), b.to_string()).into_response();
+            resp.headers_mut()
+                .insert(REFUSED_METADATA, HeaderValue::from_static(o.as_str()));
+            resp
         }
+        HopError::TimedOut => (StatusCode::GATEWAY_TIMEOUT, "timeout").into_response(),
         HopError::Malformed(m) => (StatusCode::BAD_REQUEST, m.clone()).into_response(),
         HopError::Failed(m) => (StatusCode::BAD_GATEWAY, m.clone()).into_response(),
     }
@@ -379,13 +225,13 @@ pub fn http_response(node: &Node, e: &HopError) -> Response {
 /// How a node reaches one downstream service.
 #[derive(Clone, Debug)]
 pub enum Peer {
-    /// A gRPC service, plain tonic (timeouts mode).
+    /// A gRPC service, plain tonic.
     Grpc(HopClient<Channel>),
-    /// A gRPC service behind hopbudget's client layer (propagated mode).
+    /// A gRPC service behind hopbudget's client layer.
     GrpcBudget(HopClient<GrpcClient<Channel>>),
     /// An HTTP service.
     Http {
-        /// The client (with `BudgetMiddleware` in propagated mode).
+        /// The client (with `BudgetMiddleware` when the mode has client layers).
         client: ClientWithMiddleware,
         /// `http://addr/call`.
         url: String,
@@ -403,17 +249,18 @@ pub fn reqwest_client() -> Result<reqwest::Client, String> {
         .map_err(|e| format!("cannot build the HTTP client: {e}"))
 }
 
-/// How `spec` reaches each service it calls, at `addrs` (aligned with `topo.services`).
+/// How `spec` reaches each service it calls, at `addrs` (aligned with `topo.services`),
+/// through hopbudget's client layers when `budget_layers` is set.
 pub fn peers_for(
     topo: &Topology,
     spec: &ServiceSpec,
-    mode: Mode,
+    budget_layers: bool,
     profile: &Profile,
     addrs: &[SocketAddr],
     http: &reqwest::Client,
 ) -> Result<Vec<(usize, Peer)>, String> {
     let mut builder = reqwest_middleware::ClientBuilder::new(http.clone());
-    if mode == Mode::Propagated {
+    if budget_layers {
         builder = builder.with(BudgetMiddleware::new(profile.clone()));
     }
     let http = builder.build();
@@ -429,13 +276,14 @@ pub fn peers_for(
                     .map_err(|e| format!("{}: bad address {addr}: {e}", call.service))?
                     .tcp_nodelay(true)
                     .connect_lazy();
-                match mode {
-                    Mode::Timeouts => Peer::Grpc(HopClient::new(channel)),
-                    Mode::Propagated => Peer::GrpcBudget(HopClient::new(
+                if budget_layers {
+                    Peer::GrpcBudget(HopClient::new(
                         ServiceBuilder::new()
                             .layer(GrpcClientLayer::new(profile.clone()))
                             .service(channel),
-                    )),
+                    ))
+                } else {
+                    Peer::Grpc(HopClient::new(channel))
                 }
             }
             Protocol::Http => Peer::Http {
@@ -448,10 +296,14 @@ pub fn peers_for(
     Ok(peers)
 }
 
-/// Serve `node` on `listener` until `stop` is cancelled: behind hopbudget's server layer in
-/// propagated mode (except a forgetful service, which has none: S13).
-pub fn spawn_server(node: Arc<Node>, listener: TcpListener, stop: CancellationToken) {
-    let layered = propagates(&node);
+/// Serve `node` on `listener` until `stop` is cancelled, behind hopbudget's server layer when
+/// its mode has one.
+pub fn spawn_server(
+    node: Arc<Node>,
+    listener: TcpListener,
+    stop: CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    let layered = node.behaviour.layers().server;
     let profile = node.profile.clone();
     match node.spec.protocol {
         Protocol::Grpc => {
@@ -473,7 +325,7 @@ pub fn spawn_server(node: Arc<Node>, listener: TcpListener, stop: CancellationTo
                         .serve_with_incoming_shutdown(incoming, stop.cancelled_owned())
                         .await
                 };
-            });
+            })
         }
         Protocol::Http => {
             let mut app = axum::Router::new()
@@ -490,7 +342,7 @@ pub fn spawn_server(node: Arc<Node>, listener: TcpListener, stop: CancellationTo
                 let _ = axum::serve(listener, app)
                     .with_graceful_shutdown(stop.cancelled_owned())
                     .await;
-            });
+            })
         }
     }
 }
@@ -507,23 +359,12 @@ fn accept_stream(
     })
 }
 
-/// Hand background work over the queue (S11). Propagated: the message carries a deadline of
-/// its own, rooted now and linked to the request's budget only for tracing (C12), as an
-/// absolute `deadline-epoch-ms` header; timeouts: no deadline at all.
+/// Hand background work over the queue (S11), with the headers the node's mode stamps.
 pub fn hand_off(node: &Node, queue: &Producer, id: u64) {
-    let Some(bg) = &node.spec.background else {
+    if node.spec.background.is_none() {
         return;
-    };
-    let mut headers = HeaderMap::new();
-    if node.mode == Mode::Propagated {
-        let own = Duration::from_millis(bg.deadline_ms);
-        let budget = match RequestBudget::current() {
-            Some(request) => request.detach(own),
-            None => RequestBudget::local(own, node.profile.policy()),
-        };
-        let stamp = codec::epoch::encode(budget.remaining(), SystemClock.now_unix_ms());
-        headers.insert(codec::QUEUE_DEADLINE_EPOCH_MS, stamp.to_header_value());
     }
+    let headers = node.behaviour.background_headers(node);
     node.collector.background_scheduled(id);
     let job = Job {
         id,
@@ -535,50 +376,4 @@ pub fn hand_off(node: &Node, queue: &Producer, id: u64) {
         node.collector
             .background_done(e.0.id, BackgroundOutcome::DroppedExpired);
     }
-}
-
-/// Consume one queued message. Propagated: check its deadline before any work and drop it
-/// if it passed in the queue (S10), else run it bounded by that deadline; timeouts: run it.
-pub async fn consume(mode: Mode, job: &Job) -> BackgroundOutcome {
-    if mode == Mode::Timeouts {
-        tokio::time::sleep(job.work).await;
-        return BackgroundOutcome::Sent;
-    }
-    let inbound = job
-        .headers
-        .get(codec::QUEUE_DEADLINE_EPOCH_MS)
-        .and_then(|v| {
-            Carrier::Queue
-                .decode(v.as_bytes(), || SystemClock.now_unix_ms())
-                .ok()
-        });
-    let Some(left) = inbound else {
-        return BackgroundOutcome::DroppedExpired;
-    };
-    if left.is_zero() {
-        return BackgroundOutcome::DroppedExpired;
-    }
-    let budget = RequestBudget::from_carrier(Carrier::Queue, left, HopPolicy::DEFAULT);
-    match budget.run(tokio::time::sleep(job.work)).await {
-        Ok(()) => BackgroundOutcome::Sent,
-        Err(_) => BackgroundOutcome::Expired,
-    }
-}
-
-/// The client's request to the edge. Propagated: the client is the first hop and forwards
-/// its budget less its own margin and the transit allowance (C2), in `x-request-timeout-ms`;
-/// timeouts: it sends no deadline, only waits for its own timeout.
-pub fn client_request(
-    mode: Mode,
-    req: reqwest::RequestBuilder,
-    budget: Duration,
-) -> reqwest::RequestBuilder {
-    if mode == Mode::Timeouts {
-        return req;
-    }
-    let own = RequestBudget::local(budget, HopPolicy::DEFAULT);
-    req.header(
-        codec::REQUEST_TIMEOUT_MS,
-        codec::millis::encode(own.forward()).to_header_value(),
-    )
 }

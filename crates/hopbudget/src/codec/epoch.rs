@@ -32,6 +32,14 @@ pub fn decode(value: &[u8], now_unix_ms: u64) -> Result<Duration, InvalidValue> 
 }
 
 /// Encode "`budget` from now" as an absolute epoch-millisecond instant, rounded down.
+///
+/// ```
+/// use std::time::Duration;
+/// use hopbudget::codec::epoch;
+///
+/// let now = 1_800_000_000_000;
+/// assert_eq!(epoch::encode(Duration::from_micros(400_900), now).as_str(), "1800000000400");
+/// ```
 pub fn encode(budget: Duration, now_unix_ms: u64) -> Encoded {
     let ms = u64::try_from(budget.as_millis()).unwrap_or(u64::MAX);
     let at = now_unix_ms
@@ -53,6 +61,18 @@ mod tests {
             decode(b"12345678901234567", 10),
             Err(InvalidValue::TooManyDigits { max: 16 })
         );
+    }
+
+    #[test]
+    fn encoder_edges_decode() {
+        // Any budget at any wall-clock reading, including a clock already past the largest
+        // deadline the header can carry, encodes to something the decoder reads.
+        for now in [0, 1_800_000_000_000, 10u64.pow(MAX_DIGITS as u32), u64::MAX] {
+            for budget in [Duration::ZERO, Duration::from_millis(400), Duration::MAX] {
+                let back = decode(encode(budget, now).as_bytes(), now).unwrap();
+                assert!(back <= budget, "{budget:?} at {now} came back as {back:?}");
+            }
+        }
     }
 
     #[test]

@@ -69,6 +69,19 @@ pub fn decode(value: &[u8]) -> Result<Duration, InvalidValue> {
 }
 
 /// An encoded `grpc-timeout` value held on the stack: at most 8 digits and a unit.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use hopbudget::codec::grpc_timeout;
+///
+/// let encoded = grpc_timeout::encode(Duration::from_millis(480));
+/// assert_eq!(encoded.as_str(), "480000u");
+/// assert_eq!(encoded.as_bytes(), b"480000u");
+/// let mut request = http::Request::new(());
+/// request.headers_mut().insert("grpc-timeout", encoded.to_header_value());
+/// ```
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct Encoded {
     buf: [u8; 9],
@@ -77,17 +90,23 @@ pub struct Encoded {
 
 impl Encoded {
     /// The value as text, e.g. `"480m"`.
+    ///
+    /// See the [example](Self#examples).
     pub fn as_str(&self) -> &str {
         // Only ASCII digits and a unit letter are ever written.
         std::str::from_utf8(self.as_bytes()).unwrap_or("0n")
     }
 
     /// The value as bytes, ready for a header.
+    ///
+    /// See the [example](Self#examples).
     pub fn as_bytes(&self) -> &[u8] {
         &self.buf[..self.len as usize]
     }
 
     /// As an HTTP header value.
+    ///
+    /// See the [example](Self#examples).
     pub fn to_header_value(&self) -> http::HeaderValue {
         // Digits and a letter are always a valid header value.
         http::HeaderValue::from_bytes(self.as_bytes())
@@ -208,6 +227,21 @@ mod tests {
         assert_eq!(e(Duration::from_secs(100_000_000)), "1666666M");
         assert_eq!(e(Duration::from_secs(99_999_999 * 60 + 60)), "1666666H");
         assert_eq!(e(Duration::MAX), "99999999H");
+    }
+
+    #[test]
+    fn encoder_edges_decode() {
+        // The largest budgets a caller can hold come back through the decoder, never above.
+        for d in [
+            Duration::MAX,
+            Duration::new(u64::MAX, 0),
+            Duration::from_secs(MAX_VALUE * 3600 + 3599),
+            Duration::new(99, 999_999_999),
+            Duration::new(99_999, 999_999_999),
+        ] {
+            let back = decode(encode(d).as_bytes()).unwrap();
+            assert!(back <= d, "{d:?} came back as {back:?}");
+        }
     }
 
     #[test]

@@ -13,6 +13,21 @@ use super::{Carrier, InvalidValue};
 use crate::clock::WallClock;
 
 /// The carriers a server reads, each with its header name, resolved once from a profile.
+///
+/// # Examples
+///
+/// ```
+/// use http::HeaderName;
+/// use hopbudget::codec::{Carrier, InboundCarriers};
+///
+/// let defaults = InboundCarriers::new([Carrier::GrpcTimeout, Carrier::RelativeMs]);
+/// let names: Vec<_> = defaults.iter().map(|(_, name)| name.as_str()).collect();
+/// assert_eq!(names, ["grpc-timeout", "x-request-timeout-ms"]);
+///
+/// // A profile that renames the HTTP header.
+/// let renamed = InboundCarriers::with_names([(Carrier::RelativeMs, HeaderName::from_static("x-budget-ms"))]);
+/// assert_eq!(renamed.iter().next(), Some((Carrier::RelativeMs, &HeaderName::from_static("x-budget-ms"))));
+/// ```
 #[derive(Clone, Debug)]
 pub struct InboundCarriers {
     carriers: Vec<(Carrier, HeaderName)>,
@@ -20,6 +35,8 @@ pub struct InboundCarriers {
 
 impl InboundCarriers {
     /// Read these carriers under their default header names.
+    ///
+    /// See the [example](Self#examples).
     pub fn new(carriers: impl IntoIterator<Item = Carrier>) -> Self {
         Self {
             carriers: carriers
@@ -30,6 +47,8 @@ impl InboundCarriers {
     }
 
     /// Read these carriers under the given header names.
+    ///
+    /// See the [example](Self#examples).
     pub fn with_names(carriers: impl IntoIterator<Item = (Carrier, HeaderName)>) -> Self {
         Self {
             carriers: carriers.into_iter().collect(),
@@ -37,12 +56,16 @@ impl InboundCarriers {
     }
 
     /// The carriers and their header names, in reading order.
+    ///
+    /// See the [example](Self#examples).
     pub fn iter(&self) -> impl Iterator<Item = (Carrier, &HeaderName)> {
         self.carriers.iter().map(|(c, n)| (*c, n))
     }
 }
 
-/// A budget read off the wire.
+/// A budget read off the wire: what [`read_inbound`] returns.
+///
+/// See the [example](read_inbound#examples).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Inbound {
     /// The carrier whose value won (the tightest).
@@ -55,6 +78,27 @@ pub struct Inbound {
 
 /// A deadline header that is present but cannot be read. Answered with 400 /
 /// INVALID_ARGUMENT (rule C9); its `Display` names the header and the reason.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use http::{HeaderMap, HeaderName};
+/// use hopbudget::clock::SystemClock;
+/// use hopbudget::codec::{Carrier, InboundCarriers, InvalidValue, MalformedHeader, read_inbound};
+///
+/// let mut headers = HeaderMap::new();
+/// headers.insert("x-request-timeout-ms", "soon".parse().unwrap());
+/// let carriers = InboundCarriers::new([Carrier::RelativeMs]);
+/// let err = read_inbound(&headers, &carriers, Duration::from_secs(30), &SystemClock).unwrap_err();
+/// assert_eq!(err.header(), "x-request-timeout-ms");
+/// assert_eq!(err.reason(), InvalidValue::NotADigit);
+/// assert_eq!(
+///     err,
+///     MalformedHeader::new(HeaderName::from_static("x-request-timeout-ms"), InvalidValue::NotADigit)
+/// );
+/// assert_eq!(err.to_string(), "malformed deadline header `x-request-timeout-ms`: not a decimal number");
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MalformedHeader {
     header: HeaderName,
@@ -63,16 +107,22 @@ pub struct MalformedHeader {
 
 impl MalformedHeader {
     /// A malformed-header error for `header`.
+    ///
+    /// See the [example](Self#examples).
     pub fn new(header: HeaderName, reason: InvalidValue) -> Self {
         Self { header, reason }
     }
 
     /// The header's name.
+    ///
+    /// See the [example](Self#examples).
     pub fn header(&self) -> &HeaderName {
         &self.header
     }
 
     /// Why its value was rejected.
+    ///
+    /// See the [example](Self#examples).
     pub fn reason(&self) -> InvalidValue {
         self.reason
     }
@@ -99,6 +149,8 @@ const SCAN_BELOW: usize = 8;
 /// Returns `Ok(None)` when no enabled carrier is present (the caller then falls back to the
 /// profile's edge total, rule C8). The wall clock is read at most once, and only if an absolute
 /// carrier is present.
+///
+/// # Examples
 ///
 /// ```
 /// use std::time::Duration;

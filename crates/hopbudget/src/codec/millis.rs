@@ -14,6 +14,9 @@ use super::{InvalidValue, parse_digits, trim};
 
 /// Digit limit for hopbudget's own relative header: anything longer is not a budget.
 pub const MAX_DIGITS: u8 = 19;
+/// The largest value the relative header can carry: nineteen nines, so that what the encoder
+/// writes the decoder reads back (a `u64` can need 20 digits).
+pub const MAX_MS: u64 = 9_999_999_999_999_999_999;
 /// Connect's digit limit.
 pub const CONNECT_MAX_DIGITS: u8 = 10;
 /// The largest value Connect can carry: ten nines.
@@ -38,17 +41,40 @@ pub fn decode(value: &[u8]) -> Result<Duration, InvalidValue> {
 }
 
 /// Decode Connect's `connect-timeout-ms`: 1 to 10 digits, no sign.
+///
+/// ```
+/// use std::time::Duration;
+/// use hopbudget::codec::millis;
+///
+/// assert_eq!(millis::decode_connect(b"250"), Ok(Duration::from_millis(250)));
+/// assert!(millis::decode_connect(b"12345678901").is_err()); // more than 10 digits
+/// ```
 pub fn decode_connect(value: &[u8]) -> Result<Duration, InvalidValue> {
     parse_digits(trim(value), CONNECT_MAX_DIGITS).map(Duration::from_millis)
 }
 
-/// Encode a budget as whole milliseconds, rounded down (rule C2).
+/// Encode a budget as whole milliseconds, rounded down (rule C2) and capped at [`MAX_MS`], so
+/// any budget, up to `Duration::MAX`, encodes to a value [`decode`] accepts.
+///
+/// ```
+/// use std::time::Duration;
+/// use hopbudget::codec::millis;
+///
+/// assert_eq!(millis::encode(Duration::from_micros(94_999)).as_str(), "94");
+/// ```
 pub fn encode(budget: Duration) -> Encoded {
-    let ms = u64::try_from(budget.as_millis()).unwrap_or(u64::MAX);
+    let ms = u64::try_from(budget.as_millis()).map_or(MAX_MS, |ms| ms.min(MAX_MS));
     Encoded::new(ms)
 }
 
 /// Encode for Connect: rounded down and capped at ten digits.
+///
+/// ```
+/// use std::time::Duration;
+/// use hopbudget::codec::millis;
+///
+/// assert_eq!(millis::encode_connect(Duration::from_secs(u64::MAX)).as_str(), "9999999999");
+/// ```
 pub fn encode_connect(budget: Duration) -> Encoded {
     encode(budget.min(Duration::from_millis(CONNECT_MAX_MS)))
 }
@@ -94,6 +120,25 @@ mod tests {
     fn encode_rounds_down() {
         assert_eq!(encode(Duration::from_micros(480_999)).as_str(), "480");
         assert_eq!(encode(Duration::from_micros(999)).as_str(), "0");
-        assert_eq!(encode(Duration::MAX).as_str(), u64::MAX.to_string());
+    }
+
+    #[test]
+    fn every_encoded_budget_decodes() {
+        // Found by the `codec_millis` fuzz target: `encode(Duration::MAX)` wrote u64::MAX, 20
+        // digits, which `decode` rejects as too long.
+        assert_eq!(encode(Duration::MAX).as_str(), MAX_MS.to_string());
+        assert_eq!(
+            decode(encode(Duration::MAX).as_bytes()),
+            Ok(Duration::from_millis(MAX_MS))
+        );
+        let just_over = Duration::from_millis(MAX_MS) + Duration::from_millis(1);
+        assert_eq!(
+            decode(encode(just_over).as_bytes()),
+            Ok(Duration::from_millis(MAX_MS))
+        );
+        assert_eq!(
+            decode_connect(encode_connect(Duration::MAX).as_bytes()),
+            Ok(Duration::from_millis(CONNECT_MAX_MS))
+        );
     }
 }

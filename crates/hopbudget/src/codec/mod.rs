@@ -1,5 +1,5 @@
-//! Wire codecs: one file per carrier in the contract's table, each turning header bytes into a
-//! relative budget and back.
+//! Wire codecs: one file per carrier in the contract's table (`docs/contract.md`, "On the
+//! wire"), each turning header bytes into a relative budget and back.
 //!
 //! Codecs are pure functions over bytes. They never panic, enforce the carrier's length limits
 //! in both directions, round *down* when encoding (rule C2: the downstream must never be told it
@@ -32,6 +32,21 @@ pub const QUEUE_DEADLINE_EPOCH_MS: &str = "deadline-epoch-ms";
 pub const QUEUE_ORIGIN_BUDGET_MS: &str = "deadline-origin-ms";
 
 /// Where a budget came from: one of the wire carriers in the contract's table.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use hopbudget::codec::Carrier;
+///
+/// let carrier = Carrier::GrpcTimeout;
+/// assert_eq!(carrier.name(), "grpc-timeout");
+/// assert_eq!(Carrier::RelativeMs.default_header(), "x-request-timeout-ms");
+/// assert!(Carrier::EpochMs.is_absolute() && !carrier.is_absolute());
+/// // Relative carriers never call the wall clock; absolute ones subtract "now".
+/// assert_eq!(carrier.decode(b"250m", || unreachable!()), Ok(Duration::from_millis(250)));
+/// assert_eq!(Carrier::EpochMs.decode(b"1000400", || 1_000_000), Ok(Duration::from_millis(400)));
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 #[non_exhaustive]
@@ -62,6 +77,8 @@ impl Carrier {
     ];
 
     /// The carrier's name as it appears in profiles, traces and metric labels.
+    ///
+    /// See the [example](Self#examples).
     pub const fn name(self) -> &'static str {
         match self {
             Carrier::GrpcTimeout => "grpc-timeout",
@@ -74,6 +91,8 @@ impl Carrier {
     }
 
     /// The header this carrier uses unless a profile renames it.
+    ///
+    /// See the [example](Self#examples).
     pub const fn default_header(self) -> &'static str {
         match self {
             Carrier::GrpcTimeout => GRPC_TIMEOUT,
@@ -86,12 +105,16 @@ impl Carrier {
     }
 
     /// Whether the value is an absolute instant (and so reads the wall clock once, rule C1).
+    ///
+    /// See the [example](Self#examples).
     pub const fn is_absolute(self) -> bool {
         matches!(self, Carrier::EpochMs | Carrier::Queue)
     }
 
     /// Decode one header value of this carrier into a relative budget. Absolute carriers
     /// subtract `now_unix_ms`, which the caller reads from its wall clock at most once.
+    ///
+    /// See the [example](Self#examples).
     pub fn decode(
         self,
         value: &[u8],
@@ -113,6 +136,13 @@ impl fmt::Display for Carrier {
 }
 
 /// Why a header value could not be read as a budget.
+///
+/// ```
+/// use hopbudget::codec::{InvalidValue, grpc_timeout};
+///
+/// assert_eq!(grpc_timeout::decode(b"10s"), Err(InvalidValue::UnknownUnit(b's')));
+/// assert_eq!(grpc_timeout::decode(b"123456789m"), Err(InvalidValue::TooManyDigits { max: 8 }));
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum InvalidValue {

@@ -23,7 +23,9 @@
 //! [`REFUSED_METADATA`] entry `x-deadline-outcome`
 //! (`refused`, `expired` or `cancelled`); a refusal adds `x-deadline-required-ms` and
 //! `x-deadline-remaining-ms`. [`outcome`] and [`refusal`] read them back from a
-//! `tonic::Status`.
+//! `tonic::Status`, and [`BudgetError::from_grpc`](crate::BudgetError::from_grpc) (or
+//! `BudgetError::try_from(status)`) turns one back into the error, the reverse of
+//! `From<BudgetError> for tonic::Status`.
 //!
 //! ## Interop: the `grpc-timeout` edge cases
 //!
@@ -49,6 +51,7 @@
 //! layer of one protocol installs the budget, the client layer of the other reads it.
 
 pub mod client;
+mod convert;
 pub mod server;
 
 use std::time::Duration;
@@ -72,6 +75,8 @@ fn ms_metadata(d: Duration) -> tonic::metadata::AsciiMetadataValue {
 
 /// A `tonic::Status` for a budget outcome, spelled with `map` and marked with
 /// `x-deadline-outcome` (and, for a refusal, the required and remaining milliseconds).
+///
+/// # Examples
 ///
 /// ```
 /// use std::time::Duration;
@@ -123,6 +128,8 @@ impl From<BudgetError> for tonic::Status {
 /// The terminal status a `tonic::Status` stands for, if it is a deadline status:
 /// DEADLINE_EXCEEDED is `expired` unless marked `refused` in its metadata, CANCELLED is
 /// `cancelled`. Other codes are application results: `None`.
+///
+/// See the [example](budget_status#examples).
 pub fn outcome(status: &tonic::Status) -> Option<Outcome> {
     let marked = status
         .metadata()
@@ -138,6 +145,8 @@ pub fn outcome(status: &tonic::Status) -> Option<Outcome> {
 
 /// The refusal a `tonic::Status` carries: the required and remaining budget a refuser
 /// stated in its metadata (rule C3), for a caller deciding whether a retry could fit (C6).
+///
+/// See the [example](budget_status#examples).
 pub fn refusal(status: &tonic::Status) -> Option<Refused> {
     if outcome(status) != Some(Outcome::Refused) {
         return None;

@@ -12,6 +12,8 @@ use crate::RequestBudget;
 
 /// Rejection of the [`RequestBudget`] extractor: the request carries no budget, which means
 /// the server layer is not installed in front of this handler.
+///
+/// See the [server layer example](crate::http::server#example), whose handler reads the budget.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MissingBudget(());
 

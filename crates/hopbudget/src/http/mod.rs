@@ -9,14 +9,19 @@
 //!   parent ends (C2-C8). Works with hyper-util's legacy `Client` and any tower HTTP client.
 //! - `reqwest` (feature `reqwest`): the same client behaviour as a reqwest-middleware
 //!   `Middleware`.
-//! - With the feature `axum`, [`RequestBudget`](crate::RequestBudget) is an axum extractor.
+//! - With the feature `axum`, [`RequestBudget`](crate::RequestBudget) is an axum extractor,
+//!   and [`BudgetError`](crate::BudgetError) an axum response ([`budget_response`] spells it
+//!   for any status map).
 //!
 //! Responses a layer produces itself (refusal, expiry, malformed header) carry the header
 //! [`x-deadline-outcome`](crate::status::REFUSED_METADATA) naming the outcome, so that a
 //! caller can tell them apart even when a profile maps two outcomes to one status code.
 
+mod answer;
 pub mod client;
 pub mod server;
+
+pub use answer::budget_response;
 
 #[cfg(feature = "reqwest")]
 pub mod reqwest;

@@ -8,14 +8,23 @@
 //! the parent ends (C5, C7); a downstream expiry fails the call as expired (C4); nothing is
 //! retried (C6).
 //!
+//! Beyond the head: the response body is bounded by the same wait, so reading it with
+//! `bytes()`, `text()` or `chunk()` fails at the deadline with a body error that
+//! [`budget_error`] finds as `Expired` (or `Cancelled`) instead of waiting for a server that
+//! trickles (C4, C5). A per-call `RequestBuilder::timeout` (or a hand-set carrier header)
+//! combines with the budget as the minimum of the two (C16): the callee is told the tighter
+//! value and the wait ends with it, reported as `Expired`. Deadline headers go only to trusted
+//! hosts (C19, S16; see [`BudgetMiddleware::untrusted`]).
+//!
 //! Deadline failures are `reqwest_middleware::Error::Middleware` wrapping a
-//! [`BudgetError`]; [`budget_error`] finds it.
+//! [`BudgetError`]; [`BudgetError::find`] (or [`budget_error`]) finds it, and
+//! [`DownstreamError`](crate::DownstreamError) hands it on from a handler with `?`.
 //!
 //! # Example
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-//! use hopbudget::http::reqwest::{BudgetMiddleware, budget_error};
+//! use hopbudget::http::reqwest::BudgetMiddleware;
 //! use hopbudget::{BudgetError, Profile};
 //!
 //! let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
@@ -25,7 +34,7 @@
 //! // request, the profile's edge total is (C8).
 //! match client.get("http://127.0.0.1:8080/tax").send().await {
 //!     Ok(res) => println!("{}", res.status()),
-//!     Err(e) if budget_error(&e) == Some(&BudgetError::Expired) => println!("out of time"),
+//!     Err(e) if BudgetError::find(&e) == Some(&BudgetError::Expired) => println!("out of time"),
 //!     Err(e) => return Err(e.into()),
 //! }
 //! # Ok(())
@@ -33,14 +42,18 @@
 //! ```
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use http::Extensions;
+use reqwest::ResponseBuilderExt;
 use reqwest_middleware::{Error, Middleware, Next, Result};
 
-use super::client::{Shared, ended, reply_error};
+use super::client::{Bound, ResponseBody, Shared, Trust, reply_error};
 use crate::{BudgetError, Profile, RequestBudget};
 
 /// reqwest-middleware [`Middleware`] that carries the request budget onto outbound calls.
+///
+/// See the [module example](crate::http::reqwest#example).
 #[derive(Clone, Debug)]
 pub struct BudgetMiddleware {
     shared: Arc<Shared>,
@@ -48,20 +61,50 @@ pub struct BudgetMiddleware {
 
 impl BudgetMiddleware {
     /// Middleware following `profile`.
+    ///
+    /// See the [module example](crate::http::reqwest#example).
     pub fn new(profile: Profile) -> Self {
         Self {
             shared: Shared::new(profile),
         }
     }
+
+    /// Send deadline headers to every host this client calls, whatever the profile's
+    /// `outbound.trusted_hosts` says.
+    pub fn trust_all(self) -> Self {
+        Self {
+            shared: Shared::with_trust(&self.shared, Trust::All),
+        }
+    }
+
+    /// Send no deadline header from this client (C19, S16: a third-party API client). The wait
+    /// is still bounded by the budget.
+    pub fn untrusted(self) -> Self {
+        Self {
+            shared: Shared::with_trust(&self.shared, Trust::Nobody),
+        }
+    }
 }
 
 /// The deadline outcome inside a reqwest-middleware error, if that is what it is.
+///
+/// See the [module example](crate::http::reqwest#example).
 pub fn budget_error(error: &Error) -> Option<&BudgetError> {
     match error {
         Error::Middleware(e) => e
             .downcast_ref::<BudgetError>()
             .or_else(|| e.chain().find_map(|c| c.downcast_ref::<BudgetError>())),
         Error::Reqwest(e) => BudgetError::find(e),
+    }
+}
+
+/// The tighter of the per-call values the application set: `RequestBuilder::timeout` and a
+/// hand-set carrier header (C16).
+fn per_call(shared: &Shared, req: &reqwest::Request) -> Option<Duration> {
+    let hand_set = shared.hand_set_http(req.headers());
+    match (req.timeout().copied(), hand_set) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
 }
 
@@ -73,23 +116,64 @@ impl Middleware for BudgetMiddleware {
         extensions: &mut Extensions,
         next: Next<'_>,
     ) -> Result<reqwest::Response> {
-        let budget = self.shared.budget_for(extensions.get::<RequestBudget>());
+        let per_call = per_call(&self.shared, &req);
+        let host = req.url().host_str().map(str::to_owned);
         // C3: no connection, no bytes for a refused call.
-        let forward = budget.admit_forward().map_err(Error::middleware)?;
-        self.shared.stamp(req.headers_mut(), forward);
-        let wait_until = budget.deadline().saturating_sub(budget.policy().hop_margin);
-        let token = budget.token();
-        let res = tokio::select! {
-            biased;
-            () = token.cancelled() => return Err(Error::middleware(ended(&budget))),
-            () = tokio::time::sleep_until(wait_until.instant()) => {
-                return Err(Error::middleware(BudgetError::Expired));
-            }
-            res = next.run(req, extensions) => res?,
+        let call = self
+            .shared
+            .plan(extensions.get::<RequestBudget>(), per_call, host.as_deref())
+            .map_err(Error::middleware)?;
+        self.shared.stamp_http(req.headers_mut(), &call);
+        // The callee's hop span continues this trace (feature `otel`).
+        #[cfg(feature = "otel")]
+        crate::observe::propagation::inject_current(req.headers_mut());
+        let mut bound = Bound::new(call.budget, call.watched, call.wait_until);
+        let res = {
+            let send = next.run(req, extensions);
+            tokio::pin!(send);
+            std::future::poll_fn(|cx| {
+                if let std::task::Poll::Ready(res) = send.as_mut().poll(cx) {
+                    return std::task::Poll::Ready(Ok(res));
+                }
+                bound.poll_over(cx).map(Err)
+            })
+            .await
         };
-        match reply_error(self.shared.status(), res.status().as_u16(), res.headers()) {
-            Some(error) => Err(Error::middleware(error)),
-            None => Ok(res),
+        let res = match res {
+            Ok(res) => res.map_err(|e| expiry_of_timeout(e, &bound))?,
+            Err(error) => return Err(Error::middleware(error)),
+        };
+        if let Some(error) = reply_error(
+            self.shared.status(),
+            res.status().as_u16(),
+            res.headers(),
+            bound.budget(),
+        ) {
+            return Err(Error::middleware(error));
         }
+        Ok(bounded(res, bound))
     }
+}
+
+/// reqwest's own timer (the per-call `timeout`, which the wait normally beats by the hop
+/// margin) is the call's deadline too: report it as expired (C4), not as a transport error.
+fn expiry_of_timeout(error: Error, bound: &Bound) -> Error {
+    match &error {
+        Error::Reqwest(e) if e.is_timeout() && bound.budget().is_done() => {
+            Error::middleware(BudgetError::Expired)
+        }
+        _ => error,
+    }
+}
+
+/// The response with its body bounded by the call's wait, keeping its URL.
+fn bounded(res: reqwest::Response, bound: Bound) -> reqwest::Response {
+    let url = res.url().clone();
+    let (mut parts, body) = http::Response::<reqwest::Body>::from(res).into_parts();
+    // `From<http::Response>` reads the URL from an extension only reqwest's builder can set.
+    if let Ok(carrier) = http::Response::builder().url(url).body(()) {
+        parts.extensions.extend(carrier.into_parts().0.extensions);
+    }
+    let body = reqwest::Body::wrap(ResponseBody::new(body, bound));
+    reqwest::Response::from(http::Response::from_parts(parts, body))
 }

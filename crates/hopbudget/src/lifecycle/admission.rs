@@ -17,6 +17,8 @@ use crate::{Deadline, Profile, RequestBudget, Source};
 /// Everything a server hop reads on every request: the profile, the service name, the wall
 /// clock used to convert epoch carriers, and the bounded set of route labels. One per layer,
 /// shared by every clone of the service and every request.
+///
+/// See the [example](super#example-a-custom-protocol-adapter).
 pub struct HopConfig {
     profile: Profile,
     service: Arc<str>,
@@ -36,6 +38,8 @@ impl fmt::Debug for HopConfig {
 }
 
 /// The verdict on an arriving request. Only `Admitted` runs any work.
+///
+/// See the [example](super#example-a-custom-protocol-adapter).
 #[derive(Debug)]
 pub enum Admission {
     /// A deadline header could not be read: a client error naming the header (C9). Counted.
@@ -51,6 +55,8 @@ pub enum Admission {
 impl HopConfig {
     /// A hop configuration for `protocol` that follows `profile`, reading epoch carriers with
     /// the machine's wall clock.
+    ///
+    /// See the [example](super#example-a-custom-protocol-adapter).
     pub fn new(profile: Profile, protocol: Protocol) -> Self {
         Self {
             service: Arc::from(profile.service()),
@@ -63,27 +69,37 @@ impl HopConfig {
 
     /// Read epoch carriers with `clock` instead of the machine's wall clock: a host whose
     /// clock is skewed (S3) or stepped (S5), in tests and demos.
+    ///
+    /// See the [example](super#example-a-custom-protocol-adapter).
     pub fn with_wall_clock(mut self, clock: Arc<dyn WallClock>) -> Self {
         self.wall_clock = clock;
         self
     }
 
     /// The profile.
+    ///
+    /// See the [example](super#example-a-custom-protocol-adapter).
     pub fn profile(&self) -> &Profile {
         &self.profile
     }
 
     /// The service name, as labels want it.
+    ///
+    /// See the [example](super#example-a-custom-protocol-adapter).
     pub fn service(&self) -> &Arc<str> {
         &self.service
     }
 
     /// The protocol this configuration serves.
+    ///
+    /// See the [example](super#example-a-custom-protocol-adapter).
     pub fn protocol(&self) -> Protocol {
         self.protocol
     }
 
     /// The bounded label for a route (C20).
+    ///
+    /// See the [example](super#example-a-custom-protocol-adapter).
     pub fn route_label<'a>(&'a self, route: RouteLabel<'a>) -> &'a str {
         match route {
             RouteLabel::Matched { pattern, .. } | RouteLabel::Known(pattern) => pattern,
@@ -99,6 +115,8 @@ impl HopConfig {
     }
 
     /// Decide on a request from its deadline headers and its route.
+    ///
+    /// See the [example](super#example-a-custom-protocol-adapter).
     pub fn admit(self: &Arc<Self>, headers: &HeaderMap, route: RouteLabel<'_>) -> Admission {
         let inbound = read_inbound(
             headers,
@@ -106,13 +124,25 @@ impl HopConfig {
             self.profile.max(),
             &*self.wall_clock,
         );
-        self.admit_inbound(inbound, route)
+        self.admit_with(Some(headers), inbound, route)
     }
 
     /// Decide on a request whose carriers were already read (a queue message's headers, a
     /// protocol with its own carrier format).
+    ///
+    /// See the [example](super#example-a-custom-protocol-adapter).
     pub fn admit_inbound(
         self: &Arc<Self>,
+        inbound: Result<Option<Inbound>, MalformedHeader>,
+        route: RouteLabel<'_>,
+    ) -> Admission {
+        self.admit_with(None, inbound, route)
+    }
+
+    /// `headers`, when the request has them, also carry the caller's trace context.
+    fn admit_with(
+        self: &Arc<Self>,
+        #[cfg_attr(not(feature = "otel"), allow(unused_variables))] headers: Option<&HeaderMap>,
         inbound: Result<Option<Inbound>, MalformedHeader>,
         route: RouteLabel<'_>,
     ) -> Admission {
@@ -153,6 +183,11 @@ impl HopConfig {
             ),
         };
         let hop = Hop::start(&labels, &budget);
+        // The hop span is the child of the caller's span across the wire (feature `otel`).
+        #[cfg(feature = "otel")]
+        if let Some(headers) = headers {
+            observe::propagation::set_parent(hop.span(), headers);
+        }
         // The budget was made a moment ago from this very value: no second clock read.
         let arrived = budget.at_arrival();
         if arrived.is_zero() {
@@ -197,6 +232,17 @@ const MARKER_PREFIX: &str = "x-deadline-";
 /// ever written on answers, so one arriving on a request was forged or leaked from outside,
 /// and a handler or a client layer below must not mistake it for a real outcome. One pass
 /// over the names, and nothing else unless one is there.
+///
+/// ```
+/// use hopbudget::lifecycle::strip_internal_markers;
+///
+/// let mut headers = http::HeaderMap::new();
+/// headers.insert("x-deadline-outcome", "refused".parse().unwrap()); // forged by a client
+/// headers.insert("x-request-timeout-ms", "300".parse().unwrap());
+/// strip_internal_markers(&mut headers);
+/// assert!(!headers.contains_key("x-deadline-outcome"));
+/// assert_eq!(headers["x-request-timeout-ms"], "300");
+/// ```
 pub fn strip_internal_markers(headers: &mut HeaderMap) {
     if !headers
         .keys()

@@ -21,6 +21,8 @@ use crate::{Outcome, Refused, RequestBudget};
 ///   cancels a request's context when its handler returns.
 /// - Dropped before either: the caller went away. The budget is cancelled and the outcome is
 ///   its end cause: `cancelled`, or `expired` when the deadline had already passed (C4, C5).
+///
+/// See the [example](super#example-a-custom-protocol-adapter).
 #[derive(Debug)]
 pub struct HopGuard {
     budget: RequestBudget,
@@ -59,12 +61,16 @@ impl HopGuard {
     }
 
     /// The request's budget.
+    ///
+    /// See the [example](super#example-a-custom-protocol-adapter).
     pub fn budget(&self) -> &RequestBudget {
         &self.budget
     }
 
     /// Run `f` (a poll of the handler or of its body) inside the budget's task-local scope
     /// and the hop's span.
+    ///
+    /// See the [example](super#example-a-custom-protocol-adapter).
     #[inline]
     pub fn enter<R>(&self, f: impl FnOnce() -> R) -> R {
         let _entered = self.hop.as_ref().map(|hop| hop.span().enter());
@@ -72,11 +78,15 @@ impl HopGuard {
     }
 
     /// The stream lifetime, on a stream route (C13).
+    ///
+    /// See the [example](super#example-a-custom-protocol-adapter).
     pub fn stream_lifetime(&self) -> Option<Duration> {
         self.stream_lifetime
     }
 
     /// Whether the first chunk of a stream route went out.
+    ///
+    /// See the [example](super#example-a-custom-protocol-adapter).
     pub fn is_streaming(&self) -> bool {
         self.streaming
     }
@@ -84,6 +94,8 @@ impl HopGuard {
     /// The first chunk of a stream route went out: from now on the budget, and everything
     /// spawned or called under it, runs under the stream lifetime instead of the request
     /// deadline (C13, S12). Does nothing on other routes.
+    ///
+    /// See the [example](super#example-a-custom-protocol-adapter).
     pub fn stream_started(&mut self) {
         if let (Some(lifetime), false) = (self.stream_lifetime, self.streaming) {
             self.streaming = true;
@@ -93,11 +105,15 @@ impl HopGuard {
 
     /// The answer states this outcome itself (C17): a handler's own expiry, refusal or
     /// cancellation status. `completed` clears an earlier note.
+    ///
+    /// See the [example](super#example-a-custom-protocol-adapter).
     pub fn answered(&mut self, outcome: Outcome) {
         self.answer = Some(Answer::Outcome(outcome));
     }
 
     /// The answer is a refusal stating what it needed (C3, C17).
+    ///
+    /// See the [example](super#example-a-custom-protocol-adapter).
     pub fn answered_refused(&mut self, refused: Refused) {
         self.answer = Some(Answer::Refused(refused.required()));
     }
@@ -105,6 +121,8 @@ impl HopGuard {
     /// The adapter's deadline timer fired with the work still running: mark the budget
     /// expired, which stops its children (C4, C7), and end the hop `expired`. The layer's own
     /// expiry answer is not late work.
+    ///
+    /// See the [example](super#example-a-custom-protocol-adapter).
     pub fn expired(&mut self) {
         self.budget.expire();
         if let Some(hop) = self.hop.take() {
@@ -113,6 +131,8 @@ impl HopGuard {
     }
 
     /// The answer went out completely: record the outcome and end the request's work.
+    ///
+    /// See the [example](super#example-a-custom-protocol-adapter).
     pub fn finish(&mut self) {
         let Some(hop) = self.hop.take() else { return };
         let now = tokio::time::Instant::now();

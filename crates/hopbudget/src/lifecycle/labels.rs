@@ -14,6 +14,8 @@ pub const OTHER_ROUTE: &str = "other";
 pub(crate) const MAX_METHODS: usize = 512;
 
 /// What the adapter knows about the request's route.
+///
+/// See the [example](super#example-a-custom-protocol-adapter).
 #[derive(Clone, Copy, Debug)]
 pub enum RouteLabel<'a> {
     /// A pattern a router matched (axum's `MatchedPath`), bounded by the router's routes,

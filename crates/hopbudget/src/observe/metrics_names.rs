@@ -68,6 +68,8 @@ pub const METRICS: [(&str, &str, &[&str]); 12] = [
 
 /// Give the current recorder a description and unit for every hopbudget metric, so an
 /// exporter can print `# HELP` lines. Call it once after installing the recorder.
+///
+/// See the [example](crate::observe::prometheus#examples) (feature `prometheus`).
 pub fn describe_metrics() {
     use metrics::{describe_counter, describe_histogram};
     describe_counter!(

@@ -42,8 +42,12 @@ pub(crate) use metrics_names::{cache_read_key, count, degraded_key};
 pub mod otlp;
 #[cfg(feature = "prometheus")]
 pub mod prometheus;
+#[cfg(feature = "otel")]
+pub mod propagation;
 
 /// The protocol a hop speaks, for the span's `rpc.system` / `network.protocol.name`.
+///
+/// See the [example](Hop#examples).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Protocol {
     /// An HTTP request.
@@ -56,6 +60,8 @@ pub enum Protocol {
 
 impl Protocol {
     /// Lower-case name.
+    ///
+    /// See the [example](Hop#examples).
     pub const fn as_str(self) -> &'static str {
         match self {
             Protocol::Http => "http",
@@ -66,6 +72,8 @@ impl Protocol {
 
     /// The OpenTelemetry span kind of a hop over this protocol (`otel.kind`): a hop serves a
     /// request (`server`) or consumes a message (`consumer`).
+    ///
+    /// See the [example](Hop#examples).
     pub const fn span_kind(self) -> &'static str {
         match self {
             Protocol::Http | Protocol::Grpc => "server",
@@ -81,6 +89,8 @@ impl Protocol {
 /// Build one `HopLabels` per route and clone it for each request, or, when the route is a
 /// borrowed per-request string such as a matched path, use [`for_route`](Self::for_route),
 /// which reuses the strings of a route seen before.
+///
+/// See the [example](Hop#examples).
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct HopLabels {
@@ -100,6 +110,8 @@ pub struct HopLabels {
 
 impl HopLabels {
     /// Labels for `service` and `route` over `protocol`.
+    ///
+    /// See the [example](Hop#examples).
     pub fn new(
         service: impl Into<Arc<str>>,
         route: impl Into<Arc<str>>,
@@ -120,6 +132,8 @@ impl HopLabels {
     /// Labels for `service` and a `route` known only as a borrowed string per request (a
     /// matched path): with the `metrics` feature, a route seen before reuses the labels and
     /// metric keys already built for it instead of allocating. Same result as [`new`](Self::new).
+    ///
+    /// See the [example](Hop#examples).
     pub fn for_route(service: &Arc<str>, route: &str, protocol: Protocol) -> Self {
         #[cfg(feature = "metrics")]
         {
@@ -139,12 +153,16 @@ impl HopLabels {
     /// Count arrivals with less than `low_budget` left as low-budget arrivals
     /// (`hopbudget_low_budget_arrivals_total`). Layers pass the profile's `low_budget_ms`;
     /// the default is 50 ms.
+    ///
+    /// See the [example](Hop#examples).
     pub fn with_low_budget(mut self, low_budget: Duration) -> Self {
         self.low_budget = low_budget;
         self
     }
 
     /// The low-budget threshold: arrivals with less than this left are counted as low.
+    ///
+    /// See the [example](Hop#examples).
     pub fn low_budget(&self) -> Duration {
         self.low_budget
     }
@@ -155,18 +173,40 @@ pub const DEFAULT_LOW_BUDGET: Duration = Duration::from_millis(50);
 
 /// One hop, from arrival to terminal status.
 ///
+/// # Examples
+///
+/// A queue consumer or a custom server opens one hop per request (the HTTP and gRPC layers do
+/// this themselves):
+///
 /// ```
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() {
+/// use std::sync::Arc;
 /// use std::time::Duration;
 /// use hopbudget::observe::{Hop, HopLabels, Protocol};
 /// use hopbudget::{HopPolicy, Outcome, RequestBudget};
 ///
-/// let labels = HopLabels::new("tax", "/tax", Protocol::Http);
+/// // Labels once per route; the low-budget threshold usually comes from the profile.
+/// let labels = HopLabels::new("tax", "/tax", Protocol::Http)
+///     .with_low_budget(Duration::from_millis(80));
+/// assert_eq!(labels.low_budget(), Duration::from_millis(80));
+/// assert_eq!((Protocol::Http.as_str(), Protocol::Queue.span_kind()), ("http", "consumer"));
+///
 /// let budget = RequestBudget::local(Duration::from_millis(120), HopPolicy::DEFAULT);
 /// let hop = Hop::start(&labels, &budget);
-/// // ... run the handler inside `hop.span()` ...
+/// hop.span().in_scope(|| { /* the handler, inside the hop's span */ });
 /// hop.finish(Outcome::Completed);
+///
+/// // A route known only per request, and a refusal before work (C3).
+/// let service: Arc<str> = Arc::from("tax");
+/// let labels = HopLabels::for_route(&service, "/tax/{id}", Protocol::Http);
+/// let short = RequestBudget::local(Duration::from_millis(30), HopPolicy::DEFAULT);
+/// Hop::start(&labels, &short).refuse(Duration::from_millis(200));
+///
+/// // Work that finished after its deadline is counted as late (C14).
+/// let hop = Hop::start(&labels, &budget);
+/// hop.late_work(Duration::from_millis(15));
+/// hop.finish(Outcome::Expired);
 /// # }
 /// ```
 #[derive(Debug)]
@@ -182,6 +222,8 @@ pub struct Hop {
 impl Hop {
     /// Open a hop for a request that arrived with `budget`: create its span and count the
     /// arrival (remaining budget, missing deadline, low budget).
+    ///
+    /// See the [example](Self#examples).
     pub fn start(labels: &HopLabels, budget: &RequestBudget) -> Self {
         let remaining = budget.at_arrival();
         let remaining_ms = span_ms(remaining);
@@ -215,22 +257,30 @@ impl Hop {
     }
 
     /// The hop's span: run the handler inside it.
+    ///
+    /// See the [example](Self#examples).
     pub fn span(&self) -> &Span {
         &self.span
     }
 
     /// Close the hop with its terminal status.
+    ///
+    /// See the [example](Self#examples).
     pub fn finish(mut self, outcome: Outcome) {
         self.close(outcome, None, None);
     }
 
     /// Close the hop as refused before any work (rule C3).
+    ///
+    /// See the [example](Self#examples).
     pub fn refuse(mut self, required: Duration) {
         self.close(Outcome::Refused, Some(required), None);
     }
 
     /// Record that the hop's work finished `overrun` after its deadline: work done for nobody.
     /// The hop's outcome stays what the caller saw (usually `expired`).
+    ///
+    /// See the [example](Self#examples).
     pub fn late_work(&self, overrun: Duration) {
         // `Span::record` looks the field up by name even on a disabled span: skip it.
         if !self.span.is_disabled() {
@@ -272,6 +322,13 @@ fn span_ms(d: Duration) -> i64 {
 }
 
 /// Count a malformed deadline header (rule C9).
+///
+/// ```
+/// use hopbudget::observe::{HopLabels, Protocol, malformed_header};
+///
+/// let labels = HopLabels::new("tax", "/tax", Protocol::Http);
+/// malformed_header(&labels, "x-request-timeout-ms"); // hopbudget_malformed_headers_total + 1
+/// ```
 pub fn malformed_header(labels: &HopLabels, header: &str) {
     tracing::debug!(service = %labels.service, route = %labels.route, header, "malformed deadline header");
     #[cfg(feature = "metrics")]
@@ -281,6 +338,10 @@ pub fn malformed_header(labels: &HopLabels, header: &str) {
 }
 
 /// Count a queue message dropped because its deadline had passed (scenario S10).
+///
+/// ```
+/// hopbudget::observe::queue_expired("billing", "orders"); // hopbudget_queue_expired_total + 1
+/// ```
 pub fn queue_expired(service: &str, queue: &str) {
     tracing::debug!(service, queue, "queue message dropped: deadline passed");
     #[cfg(feature = "metrics")]

@@ -5,15 +5,26 @@
 //! camelCase names, `resourceSpans` → `scopeSpans` → `spans`, hex `traceId`/`spanId`,
 //! timestamps and `intValue`s as decimal strings, attributes as
 //! `{"key": .., "value": {"stringValue" | "intValue" | ..: ..}}`. A collector's `otlpjsonfile`
-//! receiver, `jq`, or `hopbudget audit` can read it back.
+//! receiver, `jq`, [`read`] or `hopbudget audit` can read it back.
 //!
 //! The `deadline.*` fields of a hop's span (see [`observe`](super)) arrive as span attributes
 //! under the same names, through `tracing-opentelemetry`.
 //!
 //! One call sets up a process: [`install`] opens the file and sets a global `tracing`
-//! subscriber that exports every span to it. Keep the returned [`OtlpFile`] alive; dropping
-//! it flushes what is buffered. To combine with other layers (logs to stderr, filters), build
-//! an [`OtlpFile`] and add [`OtlpFile::layer`] to your own subscriber.
+//! subscriber that exports spans to it through [`default_filter`]: hopbudget's hop spans and
+//! your own, without the transport crates' internals (one tonic call otherwise exports about
+//! 180 `h2`/`hyper` spans; through the filter, the hops alone). [`install_with`] takes your own
+//! filter. Keep the returned [`OtlpFile`] alive; dropping it flushes what is buffered. To
+//! combine with other layers (logs to stderr), build an [`OtlpFile`] and add
+//! [`OtlpFile::layer`] to your own subscriber, with
+//! `.with_filter(otlp::default_filter())` if you want the same selection.
+//!
+//! [`read`] parses a file back; its types are re-exported in [`proto`], so a reader needs no
+//! `opentelemetry-proto` dependency of its own.
+//!
+//! A whole process exporting its spans: `examples/observability.rs`.
+//!
+//! # Examples
 //!
 //! ```
 //! use std::time::Duration;
@@ -29,9 +40,39 @@
 //!     let budget = RequestBudget::local(Duration::from_millis(120), HopPolicy::DEFAULT);
 //!     Hop::start(&labels, &budget).finish(Outcome::Completed);
 //! });
+//! assert_eq!(otlp.path(), path.as_path());
+//! otlp.flush()?;
 //! otlp.shutdown()?;
 //! let line = std::fs::read_to_string(&path)?;
 //! assert!(line.contains(r#""key":"deadline.outcome","value":{"stringValue":"completed"}"#));
+//!
+//! // Read it back as OTLP types.
+//! let requests = hopbudget::observe::otlp::read(&path)?;
+//! let span = &requests[0].resource_spans[0].scope_spans[0].spans[0];
+//! assert_eq!(span.name, "/tax");
+//! # std::fs::remove_file(&path)?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! Appending to a file through an exporter you build, and the error for a file that cannot
+//! be opened:
+//!
+//! ```
+//! use hopbudget::observe::otlp::{FileSpanExporter, OtlpFile};
+//!
+//! let path = std::env::temp_dir().join(format!("hopbudget-doc-append-{}.jsonl", std::process::id()));
+//! let exporter = FileSpanExporter::append(&path)?;
+//! assert_eq!(exporter.path(), path.as_path());
+//! // What one exported batch becomes: one `ExportTraceServiceRequest`, one line.
+//! let request = exporter.to_request(Vec::new());
+//! assert_eq!(request.resource_spans.iter().flat_map(|r| &r.scope_spans).flat_map(|s| &s.spans).count(), 0);
+//! let otlp = OtlpFile::with_exporter(exporter, "tax");
+//! let _sdk_provider = otlp.provider(); // for code that makes OpenTelemetry spans directly
+//! otlp.shutdown()?;
+//!
+//! let missing = std::env::temp_dir().join("hopbudget-no-such-dir").join("t.jsonl");
+//! let err = FileSpanExporter::create(&missing).unwrap_err();
+//! assert!(err.to_string().contains("t.jsonl"));
 //! # std::fs::remove_file(&path)?;
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
@@ -43,17 +84,61 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use opentelemetry::trace::TracerProvider as _;
-use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::transform::common::tonic::ResourceAttributesWithSchema;
 use opentelemetry_proto::transform::trace::tonic::group_spans_by_resource_and_scope;
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
 use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider, SpanData, SpanExporter};
 use tracing_opentelemetry::OpenTelemetryLayer;
+use tracing_subscriber::Layer as _;
+use tracing_subscriber::filter::{LevelFilter, Targets};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::registry::LookupSpan;
 
+use self::proto::ExportTraceServiceRequest;
+
+/// The OTLP types [`read`] returns (from `opentelemetry-proto`), re-exported so that code
+/// reading a trace file needs no dependency of its own.
+///
+/// ```
+/// use hopbudget::observe::otlp::proto::{AnyValue, ExportTraceServiceRequest, KeyValue, Value};
+///
+/// fn int_attribute(request: &ExportTraceServiceRequest, key: &str) -> Option<i64> {
+///     let spans = request.resource_spans.iter().flat_map(|r| &r.scope_spans).flat_map(|s| &s.spans);
+///     spans.flat_map(|s| &s.attributes).find_map(|KeyValue { key: k, value, .. }| match value {
+///         Some(AnyValue { value: Some(Value::IntValue(v)) }) if k == key => Some(*v),
+///         _ => None,
+///     })
+/// }
+/// assert_eq!(int_attribute(&ExportTraceServiceRequest::default(), "deadline.remaining_ms"), None);
+/// ```
+pub mod proto {
+    pub use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    pub use opentelemetry_proto::tonic::common::v1::any_value::Value;
+    pub use opentelemetry_proto::tonic::common::v1::{AnyValue, InstrumentationScope, KeyValue};
+    pub use opentelemetry_proto::tonic::resource::v1::Resource;
+    pub use opentelemetry_proto::tonic::trace::v1::span::{Event, Link, SpanKind};
+    pub use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span, Status};
+}
+
+/// Crates whose spans describe their own machinery (HTTP/2 frames, connection pools, polls of
+/// a service), not a hop: left out by [`default_filter`].
+pub const TRANSPORT_TARGETS: &[&str] = &[
+    "h2",
+    "hyper",
+    "hyper_util",
+    "tonic",
+    "tower",
+    "reqwest",
+    "tokio",
+    "tokio_util",
+    "mio",
+    "want",
+];
+
 /// What went wrong setting up or flushing the OTLP file export.
+///
+/// See the [module example](crate::observe::otlp#examples).
 #[derive(Debug, thiserror::Error)]
 #[error("{context}")]
 pub struct OtlpError {
@@ -73,6 +158,8 @@ impl OtlpError {
 
 /// An OpenTelemetry SDK `SpanExporter` that appends each batch to a file as one OTLP JSON
 /// `ExportTraceServiceRequest` per line.
+///
+/// See the [module example](crate::observe::otlp#examples).
 pub struct FileSpanExporter {
     path: PathBuf,
     out: Mutex<Option<BufWriter<File>>>,
@@ -92,6 +179,8 @@ impl FileSpanExporter {
     ///
     /// # Errors
     /// The file cannot be created; the error names it.
+    ///
+    /// See the [module example](crate::observe::otlp#examples).
     pub fn create(path: impl AsRef<Path>) -> Result<Self, OtlpError> {
         Self::open(path.as_ref(), false)
     }
@@ -100,6 +189,8 @@ impl FileSpanExporter {
     ///
     /// # Errors
     /// The file cannot be opened; the error names it.
+    ///
+    /// See the [module example](crate::observe::otlp#examples).
     pub fn append(path: impl AsRef<Path>) -> Result<Self, OtlpError> {
         Self::open(path.as_ref(), true)
     }
@@ -125,11 +216,15 @@ impl FileSpanExporter {
     }
 
     /// The file it writes.
+    ///
+    /// See the [module example](crate::observe::otlp#examples).
     pub fn path(&self) -> &Path {
         &self.path
     }
 
     /// The request one batch becomes: the line [`SpanExporter::export`] writes.
+    ///
+    /// See the [module example](crate::observe::otlp#examples).
     pub fn to_request(&self, batch: Vec<SpanData>) -> ExportTraceServiceRequest {
         ExportTraceServiceRequest {
             resource_spans: group_spans_by_resource_and_scope(batch, &self.resource),
@@ -192,6 +287,8 @@ impl SpanExporter for FileSpanExporter {
 
 /// A tracer provider that exports spans to an OTLP JSON file in the background. Dropping it
 /// flushes and closes the file.
+///
+/// See the [module example](crate::observe::otlp#examples).
 #[derive(Debug)]
 pub struct OtlpFile {
     provider: SdkTracerProvider,
@@ -205,6 +302,8 @@ impl OtlpFile {
     ///
     /// # Errors
     /// The file cannot be created; the error names it.
+    ///
+    /// See the [module example](crate::observe::otlp#examples).
     pub fn create(path: impl AsRef<Path>, service_name: &str) -> Result<Self, OtlpError> {
         let exporter = FileSpanExporter::create(path.as_ref())?;
         Ok(Self::with_exporter(exporter, service_name))
@@ -212,6 +311,8 @@ impl OtlpFile {
 
     /// Like [`create`](Self::create), with an exporter you built (for example with
     /// [`FileSpanExporter::append`]).
+    ///
+    /// See the [module example](crate::observe::otlp#examples).
     pub fn with_exporter(exporter: FileSpanExporter, service_name: &str) -> Self {
         let path = exporter.path().to_owned();
         let provider = SdkTracerProvider::builder()
@@ -231,6 +332,8 @@ impl OtlpFile {
     }
 
     /// A `tracing` layer that turns spans into OpenTelemetry spans exported to the file.
+    ///
+    /// See the [module example](crate::observe::otlp#examples).
     pub fn layer<S>(&self) -> OpenTelemetryLayer<S, SdkTracer>
     where
         S: tracing::Subscriber + for<'span> LookupSpan<'span>,
@@ -239,11 +342,15 @@ impl OtlpFile {
     }
 
     /// The OpenTelemetry tracer provider, for code that creates OpenTelemetry spans directly.
+    ///
+    /// See the [module example](crate::observe::otlp#examples).
     pub fn provider(&self) -> &SdkTracerProvider {
         &self.provider
     }
 
     /// The file spans go to.
+    ///
+    /// See the [module example](crate::observe::otlp#examples).
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -252,6 +359,8 @@ impl OtlpFile {
     ///
     /// # Errors
     /// The export or the write failed; the error names the file.
+    ///
+    /// See the [module example](crate::observe::otlp#examples).
     pub fn flush(&self) -> Result<(), OtlpError> {
         self.provider.force_flush().map_err(|e| {
             OtlpError::new(
@@ -265,6 +374,8 @@ impl OtlpFile {
     ///
     /// # Errors
     /// The export or the write failed; the error names the file.
+    ///
+    /// See the [module example](crate::observe::otlp#examples).
     pub fn shutdown(self) -> Result<(), OtlpError> {
         self.provider.shutdown().map_err(|e| {
             OtlpError::new(
@@ -289,6 +400,8 @@ impl Drop for OtlpFile {
 /// # Errors
 /// The file cannot be read, or a line is not an OTLP JSON trace request; the error names the
 /// file and the line.
+///
+/// See the [module example](crate::observe::otlp#examples).
 pub fn read(path: impl AsRef<Path>) -> Result<Vec<ExportTraceServiceRequest>, OtlpError> {
     let path = path.as_ref();
     let text = std::fs::read_to_string(path).map_err(|e| {
@@ -315,15 +428,65 @@ pub fn read(path: impl AsRef<Path>) -> Result<Vec<ExportTraceServiceRequest>, Ot
         .collect()
 }
 
-/// Export every `tracing` span of this process to `path` as OTLP JSON: open the file and set
-/// the global default subscriber to one that exports to it. Keep the returned [`OtlpFile`]
-/// until the end of `main`; dropping it flushes.
+/// The spans [`install`] exports: every span at every level (hopbudget's `hop` spans, your
+/// own, a `tower_http` trace layer you added), except those of the [`TRANSPORT_TARGETS`],
+/// whose internals would otherwise outnumber the hops a hundred to one.
+///
+/// ```
+/// use tracing::Level;
+/// use hopbudget::observe::otlp::default_filter;
+///
+/// let filter = default_filter();
+/// assert!(filter.would_enable("hopbudget::observe", &Level::INFO));
+/// assert!(filter.would_enable("my_service::orders", &Level::TRACE));
+/// assert!(!filter.would_enable("h2::proto::connection", &Level::TRACE));
+/// assert!(!filter.would_enable("hyper_util::client::legacy", &Level::DEBUG));
+/// ```
+pub fn default_filter() -> Targets {
+    TRANSPORT_TARGETS
+        .iter()
+        .fold(Targets::new().with_default(LevelFilter::TRACE), |f, t| {
+            f.with_target(*t, LevelFilter::OFF)
+        })
+}
+
+/// Export the spans of this process that [`default_filter`] selects to `path` as OTLP JSON:
+/// open the file and set the global default subscriber to one that exports to it. Keep the
+/// returned [`OtlpFile`] until the end of `main`; dropping it flushes.
+///
+/// ```no_run
+/// let _traces = hopbudget::observe::otlp::install("traces.jsonl", "checkout")?;
+/// // ... serve; every hop's span goes to traces.jsonl ...
+/// # Ok::<(), hopbudget::observe::otlp::OtlpError>(())
+/// ```
 ///
 /// # Errors
 /// The file cannot be created, or a global subscriber is already set.
 pub fn install(path: impl AsRef<Path>, service_name: &str) -> Result<OtlpFile, OtlpError> {
+    install_with(path, service_name, default_filter())
+}
+
+/// [`install`] with your own selection of spans, for example only hopbudget's and one crate's:
+///
+/// ```no_run
+/// use tracing_subscriber::filter::{LevelFilter, Targets};
+///
+/// let filter = Targets::new()
+///     .with_target("hopbudget", LevelFilter::TRACE)
+///     .with_target("orders", LevelFilter::INFO);
+/// let _traces = hopbudget::observe::otlp::install_with("traces.jsonl", "orders", filter)?;
+/// # Ok::<(), hopbudget::observe::otlp::OtlpError>(())
+/// ```
+///
+/// # Errors
+/// The file cannot be created, or a global subscriber is already set.
+pub fn install_with(
+    path: impl AsRef<Path>,
+    service_name: &str,
+    filter: Targets,
+) -> Result<OtlpFile, OtlpError> {
     let otlp = OtlpFile::create(path, service_name)?;
-    let subscriber = tracing_subscriber::registry().with(otlp.layer());
+    let subscriber = tracing_subscriber::registry().with(otlp.layer().with_filter(filter));
     tracing::subscriber::set_global_default(subscriber).map_err(|e| {
         OtlpError::new(
             format!(

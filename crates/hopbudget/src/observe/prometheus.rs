@@ -10,6 +10,8 @@
 //! have to pick a window inside the process. It is a ready-made recording rule over two
 //! counters instead, [`RECORDING_RULES`], so Prometheus picks the window.
 //!
+//! # Examples
+//!
 //! ```
 //! use hopbudget::observe::{self, Hop, HopLabels, Protocol};
 //! use hopbudget::{HopPolicy, Outcome, RequestBudget};
@@ -25,6 +27,10 @@
 //! });
 //! let text = handle.render();
 //! assert!(text.contains("hopbudget_remaining_at_arrival_ms_bucket{service=\"tax\",route=\"/tax\",le=\"30\"} 1"));
+//!
+//! // Or the buckets added to a builder you configured already.
+//! let custom = metrics_exporter_prometheus::PrometheusBuilder::new().add_global_label("zone", "a");
+//! let _recorder = observe::prometheus::with_buckets(custom)?.build_recorder();
 //! # Ok::<(), metrics_exporter_prometheus::BuildError>(())
 //! ```
 
@@ -66,6 +72,8 @@ pub const RECORDING_RULES: &str = r#"groups:
 ///
 /// # Errors
 /// Only if the exporter rejects the bucket lists, which are fixed and non-empty.
+///
+/// See the [module example](crate::observe::prometheus#examples).
 pub fn builder() -> Result<PrometheusBuilder, BuildError> {
     with_buckets(PrometheusBuilder::new())
 }
@@ -74,6 +82,8 @@ pub fn builder() -> Result<PrometheusBuilder, BuildError> {
 ///
 /// # Errors
 /// Only if the exporter rejects the bucket lists, which are fixed and non-empty.
+///
+/// See the [module example](crate::observe::prometheus#examples).
 pub fn with_buckets(builder: PrometheusBuilder) -> Result<PrometheusBuilder, BuildError> {
     builder
         .set_buckets_for_metric(

@@ -6,6 +6,7 @@ use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
 use super::future::Watch;
+use crate::http::client::Bound;
 use crate::status::{GrpcCode, Outcome, REFUSED_METADATA};
 
 /// Rewrite a CANCELLED that arrived after the deadline as DEADLINE_EXCEEDED (rule C4).
@@ -15,7 +16,7 @@ pub(super) fn relabel_late_cancel(headers: &mut http::HeaderMap, watch: &Watch) 
     {
         return;
     }
-    let code = watch.profile.grpc_status().expired.as_i32();
+    let code = watch.shared.profile.grpc_status().expired.as_i32();
     let code = crate::codec::Decimal::new(u64::try_from(code).unwrap_or(4));
     headers.insert("grpc-status", code.to_header_value());
     headers.insert(
@@ -33,11 +34,18 @@ pub(super) fn relabel_late_cancel(headers: &mut http::HeaderMap, watch: &Watch) 
 pin_project! {
     /// Response body of [`GrpcClient`](super::GrpcClient): the downstream's body with a late
     /// CANCELLED in its trailers relabelled as DEADLINE_EXCEEDED, or an empty body for a
-    /// status the layer answered itself.
+    /// status the layer answered itself. Bounded by the call's wait: when the wait ends
+    /// before the body does, the downstream body is dropped (resetting the stream) and the
+    /// body ends with DEADLINE_EXCEEDED trailers (CANCELLED if the request was cancelled), so a
+    /// tonic client reports the right code (C4, C5).
+    ///
+    /// See the [module example](super#example).
+    #[project = ResponseBodyProj]
     pub struct ResponseBody<B> {
         #[pin]
         inner: Option<B>,
         watch: Option<Watch>,
+        bound: Option<Bound>,
     }
 }
 
@@ -50,10 +58,11 @@ impl<B> std::fmt::Debug for ResponseBody<B> {
 }
 
 impl<B> ResponseBody<B> {
-    pub(super) fn new(inner: B, watch: Watch) -> Self {
+    pub(super) fn new(inner: B, watch: Watch, bound: Option<Bound>) -> Self {
         Self {
             inner: Some(inner),
             watch: Some(watch),
+            bound,
         }
     }
 
@@ -61,7 +70,19 @@ impl<B> ResponseBody<B> {
         Self {
             inner: None,
             watch: None,
+            bound: None,
         }
+    }
+}
+
+impl<B> ResponseBodyProj<'_, B> {
+    /// End the body now: drop the downstream's (which resets its stream) and finish with
+    /// trailers naming why.
+    fn cut_off<D, E>(&mut self, err: &crate::BudgetError) -> Option<Result<Frame<D>, E>> {
+        *self.bound = None;
+        self.inner.set(None);
+        let watch = self.watch.as_ref()?;
+        Some(Ok(Frame::trailers(watch.trailers(err))))
     }
 }
 
@@ -73,11 +94,34 @@ impl<B: Body> Body for ResponseBody<B> {
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
-        let this = self.project();
-        let Some(inner) = this.inner.as_pin_mut() else {
+        let mut this = self.project();
+        let over = match this.bound.as_mut() {
+            Some(bound) => bound.over_now(),
+            None => None,
+        };
+        if let Some(err) = over {
+            return Poll::Ready(this.cut_off(&err));
+        }
+        let Some(inner) = this.inner.as_mut().as_pin_mut() else {
             return Poll::Ready(None);
         };
-        let mut frame = ready!(inner.poll_frame(cx));
+        let mut frame = match inner.poll_frame(cx) {
+            Poll::Ready(frame) => frame,
+            Poll::Pending => {
+                let Some(bound) = this.bound.as_mut() else {
+                    return Poll::Pending;
+                };
+                let err = ready!(bound.poll_over(cx));
+                return Poll::Ready(this.cut_off(&err));
+            }
+        };
+        if frame
+            .as_ref()
+            .is_none_or(|f| f.as_ref().is_ok_and(Frame::is_trailers))
+        {
+            // Complete in time (the trailers are the last frame): nothing left to bound.
+            *this.bound = None;
+        }
         if let (Some(Ok(f)), Some(watch)) = (frame.as_mut(), this.watch.as_ref()) {
             if let Some(trailers) = f.trailers_mut() {
                 relabel_late_cancel(trailers, watch);

@@ -5,8 +5,6 @@ use std::task::{Context, Poll};
 
 use http::Response;
 use pin_project_lite::pin_project;
-use tokio::time::Sleep;
-use tokio_util::sync::WaitForCancellationFutureOwned;
 use tower::BoxError;
 
 use super::ResponseBody;
@@ -14,10 +12,12 @@ use crate::budget::Deadline;
 use crate::context::RequestBudget;
 use crate::error::{BudgetError, EndCause};
 use crate::grpc::{budget_status, status_parts};
-use crate::profile::Profile;
+use crate::http::client::{Bound, Shared};
 
 pin_project! {
     /// Response future of [`GrpcClient`](super::GrpcClient).
+    ///
+    /// See the [module example](super#example).
     pub struct ResponseFuture<F> {
         #[pin]
         state: State<F>,
@@ -30,10 +30,7 @@ pin_project! {
         Waiting {
             #[pin]
             inner: F,
-            #[pin]
-            sleep: Sleep,
-            #[pin]
-            cancelled: WaitForCancellationFutureOwned,
+            bound: Option<Bound>,
             watch: Watch,
         },
         Answer {
@@ -48,7 +45,7 @@ pub(super) struct Watch {
     pub(super) budget: RequestBudget,
     /// The instant the downstream was told (its `grpc-timeout`, on our clock).
     pub(super) call_deadline: Deadline,
-    pub(super) profile: Arc<Profile>,
+    pub(super) shared: Arc<Shared>,
 }
 
 impl Watch {
@@ -59,7 +56,16 @@ impl Watch {
     }
 
     fn answer(&self, err: BudgetError) -> http::response::Parts {
-        status_parts(budget_status(&err, self.profile.grpc_status()))
+        status_parts(budget_status(&err, self.shared.profile.grpc_status()))
+    }
+
+    /// The trailers that end a body cut off by the wait: DEADLINE_EXCEEDED marked expired, or
+    /// CANCELLED when the request's budget was cancelled (C4, C5).
+    pub(super) fn trailers(&self, err: &BudgetError) -> http::HeaderMap {
+        let mut trailers =
+            status_parts(budget_status(err, self.shared.profile.grpc_status())).headers;
+        trailers.remove(http::header::CONTENT_TYPE);
+        trailers
     }
 }
 
@@ -78,21 +84,19 @@ impl<F> ResponseFuture<F> {
 
     pub(super) fn waiting(
         inner: F,
-        wait_until: Deadline,
-        cancelled: WaitForCancellationFutureOwned,
+        bound: Bound,
         budget: RequestBudget,
         call_deadline: Deadline,
-        profile: Arc<Profile>,
+        shared: Arc<Shared>,
     ) -> Self {
         Self {
             state: State::Waiting {
                 inner,
-                sleep: tokio::time::sleep_until(wait_until.instant()),
-                cancelled,
+                bound: Some(bound),
                 watch: Watch {
                     budget,
                     call_deadline,
-                    profile,
+                    shared,
                 },
             },
         }
@@ -124,8 +128,7 @@ where
             StateProj::Answer { parts } => parts.take(),
             StateProj::Waiting {
                 inner,
-                sleep,
-                cancelled,
+                bound,
                 watch,
             } => {
                 let parts = if let Poll::Ready(result) = inner.poll(cx) {
@@ -133,8 +136,11 @@ where
                         Ok(mut response) => {
                             super::body::relabel_late_cancel(response.headers_mut(), watch);
                             let watch = watch.clone();
+                            // The body stays bounded by the same wait: a server that trickles
+                            // its messages cannot hold the caller past its budget.
+                            let bound = bound.take();
                             return Poll::Ready(Ok(
-                                response.map(|body| ResponseBody::new(body, watch))
+                                response.map(|body| ResponseBody::new(body, watch, bound))
                             ));
                         }
                         Err(err) => {
@@ -145,13 +151,10 @@ where
                             watch.answer(BudgetError::Expired)
                         }
                     }
-                } else if cancelled.poll(cx).is_ready() {
-                    // The parent budget ended: stop waiting, which resets the stream so the
-                    // downstream cancels its own tree (C5, C7).
-                    let cause = watch.budget.end_cause().unwrap_or(EndCause::Cancelled);
-                    watch.answer(cause.into())
-                } else if sleep.poll(cx).is_ready() {
-                    watch.answer(BudgetError::Expired)
+                } else if let Some(Poll::Ready(err)) = bound.as_mut().map(|b| b.poll_over(cx)) {
+                    // The wait is over (C2, S4), or the parent budget ended: stop waiting,
+                    // which resets the stream so the downstream cancels its own tree (C5, C7).
+                    watch.answer(err)
                 } else {
                     return Poll::Pending;
                 };

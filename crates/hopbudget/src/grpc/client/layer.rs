@@ -3,26 +3,51 @@ use std::sync::Arc;
 use tower_layer::Layer;
 
 use super::GrpcClient;
+use crate::http::client::{Shared, Trust};
 use crate::profile::Profile;
 
 /// Applies [`GrpcClient`] to a tonic `Channel` or any tower gRPC client service. See the
 /// [module docs](super).
+///
+/// See the [module example](super#example).
 #[derive(Clone, Debug)]
 pub struct GrpcClientLayer {
-    pub(super) profile: Arc<Profile>,
+    pub(super) shared: Arc<Shared>,
 }
 
 impl GrpcClientLayer {
     /// A layer forwarding budgets with `profile`'s policy, fallback and status codes.
+    ///
+    /// See the [module example](super#example).
     pub fn new(profile: Profile) -> Self {
         Self {
-            profile: Arc::new(profile),
+            shared: Shared::new(profile),
         }
     }
 
     /// The profile this layer applies.
+    ///
+    /// See the [module example](super#example).
     pub fn profile(&self) -> &Profile {
-        &self.profile
+        &self.shared.profile
+    }
+
+    /// Send `grpc-timeout` on every call of this channel, whatever the profile's
+    /// `outbound.trusted_hosts` says about a host in the request URI.
+    pub fn trust_all(self) -> Self {
+        Self {
+            shared: Shared::with_trust(&self.shared, Trust::All),
+        }
+    }
+
+    /// Mark this channel as leading to a third party (rule C19, S16): no `grpc-timeout` and no
+    /// `x-deadline-*` metadata go out, not even a per-call timeout the application set, but
+    /// the wait is still bounded by the budget (and by that per-call timeout), and a call is
+    /// still refused locally when too little is left (C2, C3, C16).
+    pub fn untrusted(self) -> Self {
+        Self {
+            shared: Shared::with_trust(&self.shared, Trust::Nobody),
+        }
     }
 }
 
@@ -32,7 +57,7 @@ impl<S> Layer<S> for GrpcClientLayer {
     fn layer(&self, inner: S) -> Self::Service {
         GrpcClient {
             inner,
-            profile: self.profile.clone(),
+            shared: self.shared.clone(),
         }
     }
 }

@@ -9,12 +9,24 @@
 //! - **Refuse locally** when the forward budget is below the profile's threshold (C3): nothing
 //!   is sent, no connection is opened, and the caller gets DEADLINE_EXCEEDED marked
 //!   `x-deadline-outcome: refused` with the required and remaining milliseconds.
+//! - **Narrow to the call's own timeout** (C16): a `grpc-timeout` already on the request
+//!   (tonic's `Request::set_timeout` puts it there, or the application set it by hand) makes
+//!   the call run under a child budget
+//!   ([`RequestBudget::child_until`](crate::RequestBudget::child_until)) ending at the tighter
+//!   of the two deadlines. It never extends the budget and is never dropped.
 //! - **Stamp** `grpc-timeout` with the forward budget (remaining minus hop margin minus transit
-//!   allowance, rounded down, C2) on every call, replacing any value already set, so nobody
-//!   can forget it.
-//! - **Bound the wait** at the budget's deadline minus the hop margin, and stop waiting as soon
+//!   allowance, rounded down, C2) on every call, so nobody can forget it; but only on a
+//!   trusted channel (C19, S16): a layer made [`untrusted`](GrpcClientLayer::untrusted), or a
+//!   request whose URI names a host outside the profile's `outbound.trusted_hosts`, sends no
+//!   `grpc-timeout` and no `x-deadline-*` metadata, and is still bounded locally.
+//! - **Bound the wait** at the call's deadline minus the hop margin, and stop waiting as soon
 //!   as the parent budget ends (expired or cancelled). Stopping drops the call, which resets
-//!   the HTTP/2 stream so the downstream cancels its own work (C5, C7).
+//!   the HTTP/2 stream so the downstream cancels its own work (C5, C7). The response *body*
+//!   (a server stream, or a unary reply that trickles) is bounded by the same end: it is cut
+//!   off with DEADLINE_EXCEEDED trailers marked `expired`, or CANCELLED when the request was
+//!   cancelled ([`ResponseBody`]).
+//! - **Fall back** to the profile's edge total outside any request, counted and logged by the
+//!   same code as the HTTP client's (C8).
 //! - **Classify**: a CANCELLED that arrives after the call's deadline, and tonic's own client
 //!   timer (which it reports as CANCELLED), become DEADLINE_EXCEEDED, as grpc-java and
 //!   grpc-dotnet report them (C4).

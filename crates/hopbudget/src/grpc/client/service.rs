@@ -9,36 +9,44 @@ use super::ResponseBody;
 use super::future::ResponseFuture;
 use crate::budget::Deadline;
 use crate::codec::grpc_timeout;
-use crate::context::{RequestBudget, Source};
+use crate::context::RequestBudget;
 use crate::grpc::{budget_status, status_parts};
-use crate::profile::Profile;
+use crate::http::client::{Bound, Shared};
 use tower::BoxError;
 
 const GRPC_TIMEOUT: HeaderName = HeaderName::from_static(crate::codec::GRPC_TIMEOUT);
 
 /// Middleware that forwards the current budget on every gRPC call. See the
 /// [module docs](super).
+///
+/// See the [module example](super#example).
 #[derive(Clone, Debug)]
 pub struct GrpcClient<S> {
     pub(super) inner: S,
-    pub(super) profile: Arc<Profile>,
+    pub(super) shared: Arc<Shared>,
 }
 
 impl<S> GrpcClient<S> {
     /// Wrap `inner` with the rules of `layer`'s profile.
+    ///
+    /// See the [module example](super#example).
     pub fn new(inner: S, layer: &super::GrpcClientLayer) -> Self {
         Self {
             inner,
-            profile: layer.profile.clone(),
+            shared: layer.shared.clone(),
         }
     }
 
     /// The wrapped service.
+    ///
+    /// See the [module example](super#example).
     pub fn get_ref(&self) -> &S {
         &self.inner
     }
 
     /// Unwrap the inner service.
+    ///
+    /// See the [module example](super#example).
     pub fn into_inner(self) -> S {
         self.inner
     }
@@ -59,46 +67,52 @@ where
     }
 
     fn call(&mut self, mut req: Request<ReqBody>) -> Self::Future {
-        let profile = &self.profile;
-        let budget = req
-            .extensions()
-            .get::<RequestBudget>()
-            .cloned()
-            .or_else(RequestBudget::current)
-            .unwrap_or_else(|| {
-                // C8: a call made outside any request still gets a finite budget.
-                RequestBudget::new(
-                    Deadline::after(profile.edge_total()),
-                    Source::Fallback,
-                    profile.policy(),
-                )
-            });
-        // C3: below the threshold nothing is sent, not even a connection attempt.
-        let forward = match budget.admit_forward() {
-            Ok(forward) => forward,
+        let shared = &self.shared;
+        // C16: tonic's `Request::set_timeout` (or a hand-set value) is already in
+        // `grpc-timeout`; it narrows the call and never widens the budget. A value that does
+        // not parse is replaced, not trusted.
+        let per_call = req
+            .headers()
+            .get(&GRPC_TIMEOUT)
+            .and_then(|v| grpc_timeout::decode(v.as_bytes()).ok());
+        // The explicit budget, else the ambient one, else the edge total, counted and logged
+        // as the HTTP client does (C8); then C3: below the threshold nothing is sent, not even
+        // a connection attempt.
+        let call = match shared.plan(
+            req.extensions().get::<RequestBudget>(),
+            per_call,
+            req.uri().host(),
+        ) {
+            Ok(call) => call,
             Err(err) => {
                 return ResponseFuture::answer(status_parts(budget_status(
                     &err,
-                    profile.grpc_status(),
+                    shared.profile.grpc_status(),
                 )));
             }
         };
-        // C2: stamp what the downstream may use, replacing whatever the caller set.
-        req.headers_mut().insert(
-            GRPC_TIMEOUT,
-            grpc_timeout::encode(forward).to_header_value(),
-        );
-        let call_deadline = Deadline::after(forward);
-        // The hop margin stays with this hop: the wait ends when only the margin is left.
-        let wait_until = budget.deadline().saturating_sub(budget.policy().hop_margin);
-        let cancelled = budget.token().cancelled_owned();
+        if call.trusted {
+            // C2: stamp what the downstream may use, replacing whatever the caller set (the
+            // tighter value already: C16).
+            req.headers_mut().insert(
+                GRPC_TIMEOUT,
+                grpc_timeout::encode(call.forward).to_header_value(),
+            );
+        } else {
+            // C19, S16: a third party learns nothing of our deadlines.
+            shared.strip(req.headers_mut());
+        }
+        // The callee's hop span continues this trace (feature `otel`).
+        #[cfg(feature = "otel")]
+        crate::observe::propagation::inject_current(req.headers_mut());
+        let call_deadline = Deadline::after(call.forward);
+        let bound = Bound::new(call.budget.clone(), call.watched, call.wait_until);
         ResponseFuture::waiting(
             self.inner.call(req),
-            wait_until,
-            cancelled,
-            budget,
+            bound,
+            call.budget,
             call_deadline,
-            profile.clone(),
+            shared.clone(),
         )
     }
 }

@@ -118,3 +118,35 @@ async fn the_wait_ends_at_the_deadline_minus_the_hop_margin() {
     assert_eq!(start.elapsed(), Duration::from_millis(95));
     assert_eq!(res.headers()["grpc-status"], "4");
 }
+
+/// C8 for gRPC: a call outside any request gets the edge total, and is counted and logged as
+/// the HTTP client's is (the same code path, `outbound::Shared::budget_for`).
+#[cfg(feature = "metrics")]
+#[tokio::test(start_paused = true)]
+async fn a_call_outside_any_request_uses_the_edge_total_and_is_counted() {
+    use tower::Service;
+    let seen = service_fn(|req: http::Request<()>| async move {
+        let sent = req.headers()["grpc-timeout"].clone();
+        Ok::<_, Infallible>(
+            http::Response::builder()
+                .header("seen", sent)
+                .body(())
+                .unwrap(),
+        )
+    });
+    let mut client = ServiceBuilder::new()
+        .layer(GrpcClientLayer::new(
+            Profile::default().with_service("cron"),
+        ))
+        .service(seen);
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    let call = metrics::with_local_recorder(&recorder, || client.call(request()));
+    let res = call.await.unwrap();
+    // 1000 ms edge total minus 5 ms margin minus 1 ms transit (C2).
+    assert_eq!(res.headers()["seen"], "994000u");
+    let text = recorder.handle().render();
+    assert!(
+        text.contains("hopbudget_deadline_missing_total{service=\"cron\",route=\"(outbound)\"} 1"),
+        "{text}"
+    );
+}

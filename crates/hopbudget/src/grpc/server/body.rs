@@ -21,6 +21,8 @@ pin_project! {
     /// A body still running at the deadline is ended with DEADLINE_EXCEEDED trailers and the
     /// handler's stream is dropped. On a stream route (C13) the first message moves the
     /// budget, and so this limit, to the profile's stream lifetime.
+    ///
+    /// See the [module example](super#example).
     pub struct ResponseBody<B> {
         #[pin]
         inner: Option<B>,

@@ -15,6 +15,8 @@ use crate::lifecycle::{HopConfig, HopGuard};
 pin_project! {
     /// Response future of [`GrpcServer`](super::GrpcServer). Like tower's futures it panics if
     /// polled again after it finished.
+    ///
+    /// See the [module example](super#example).
     pub struct ResponseFuture<F> {
         #[pin]
         state: State<F>,

@@ -9,6 +9,8 @@ use crate::observe::Protocol;
 use crate::profile::Profile;
 
 /// Applies [`GrpcServer`] to a tonic server's services. See the [module docs](super).
+///
+/// See the [module example](super#example).
 #[derive(Clone, Debug)]
 pub struct GrpcServerLayer {
     pub(super) config: Arc<HopConfig>,
@@ -16,6 +18,8 @@ pub struct GrpcServerLayer {
 
 impl GrpcServerLayer {
     /// A layer reading budgets, thresholds and status codes from `profile`.
+    ///
+    /// See the [module example](super#example).
     pub fn new(profile: Profile) -> Self {
         Self {
             config: Arc::new(HopConfig::new(profile, Protocol::Grpc)),
@@ -24,6 +28,8 @@ impl GrpcServerLayer {
 
     /// Convert epoch carriers with `clock` instead of the machine's wall clock: a host whose
     /// clock is skewed (S3) or stepped (S5).
+    ///
+    /// See the [module example](super#example).
     pub fn with_wall_clock(self, clock: Arc<dyn WallClock>) -> Self {
         let config = match Arc::try_unwrap(self.config) {
             Ok(config) => config,
@@ -35,6 +41,8 @@ impl GrpcServerLayer {
     }
 
     /// The profile this layer applies.
+    ///
+    /// See the [module example](super#example).
     pub fn profile(&self) -> &Profile {
         self.config.profile()
     }

@@ -12,6 +12,8 @@ use crate::lifecycle::{Admission, HopConfig, RouteLabel, strip_internal_markers}
 
 /// Middleware that gives each gRPC call its [`RequestBudget`](crate::RequestBudget). See the
 /// [module docs](super).
+///
+/// See the [module example](super#example).
 #[derive(Clone, Debug)]
 pub struct GrpcServer<S> {
     pub(super) inner: S,
@@ -20,6 +22,8 @@ pub struct GrpcServer<S> {
 
 impl<S> GrpcServer<S> {
     /// Wrap `inner` with the budget rules of `layer`'s profile.
+    ///
+    /// See the [module example](super#example).
     pub fn new(inner: S, layer: &super::GrpcServerLayer) -> Self {
         Self {
             inner,
@@ -28,11 +32,15 @@ impl<S> GrpcServer<S> {
     }
 
     /// The wrapped service.
+    ///
+    /// See the [module example](super#example).
     pub fn get_ref(&self) -> &S {
         &self.inner
     }
 
     /// Unwrap the inner service.
+    ///
+    /// See the [module example](super#example).
     pub fn into_inner(self) -> S {
         self.inner
     }

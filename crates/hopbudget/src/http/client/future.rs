@@ -5,21 +5,23 @@ use std::task::{Context, Poll};
 
 use http::Response;
 use pin_project_lite::pin_project;
-use tokio::time::Sleep;
-use tokio_util::sync::WaitForCancellationFutureOwned;
-
-use super::outbound::{ended, reply_error};
-use crate::status::HttpStatusMap;
 use tower::BoxError;
 
-use crate::{BudgetError, Deadline, RequestBudget};
+use super::ResponseBody;
+use super::bound::Bound;
+use super::outbound::reply_error;
+use crate::BudgetError;
+use crate::status::HttpStatusMap;
 
 pin_project! {
     /// Response future of [`ClientBudget`](super::ClientBudget).
     ///
     /// Fails with a boxed [`BudgetError`]: `Refused` before the call started, `Expired` when
     /// the forward budget ran out or the callee answered with its expiry status, `Cancelled`
-    /// when the parent budget was cancelled. Dropping the inner future aborts the call.
+    /// when the parent budget was cancelled. Dropping the inner future aborts the call. The
+    /// response's body stays bounded by the same wait ([`ResponseBody`]).
+    ///
+    /// See the [module example](super#example).
     pub struct ResponseFuture<F> {
         #[pin]
         kind: Kind<F>,
@@ -35,14 +37,7 @@ pin_project! {
         Running {
             #[pin]
             inner: F,
-            // Both created on the first `Pending`: a call answered at once pays for neither
-            // a timer nor a cancellation token.
-            #[pin]
-            sleep: Option<Sleep>,
-            #[pin]
-            cancelled: Option<WaitForCancellationFutureOwned>,
-            budget: RequestBudget,
-            wait_until: Deadline,
+            bound: Option<Bound>,
             status: HttpStatusMap,
         },
     }
@@ -55,19 +50,11 @@ impl<F> ResponseFuture<F> {
         }
     }
 
-    pub(super) fn running(
-        inner: F,
-        budget: RequestBudget,
-        wait_until: Deadline,
-        status: HttpStatusMap,
-    ) -> Self {
+    pub(super) fn running(inner: F, bound: Bound, status: HttpStatusMap) -> Self {
         Self {
             kind: Kind::Running {
                 inner,
-                sleep: None,
-                cancelled: None,
-                budget,
-                wait_until,
+                bound: Some(bound),
                 status,
             },
         }
@@ -81,9 +68,9 @@ impl<F> fmt::Debug for ResponseFuture<F> {
                 .debug_struct("ResponseFuture")
                 .field("failed", error)
                 .finish(),
-            Kind::Running { budget, .. } => f
+            Kind::Running { bound, .. } => f
                 .debug_struct("ResponseFuture")
-                .field("budget", budget)
+                .field("bound", bound)
                 .finish(),
         }
     }
@@ -94,7 +81,7 @@ where
     F: Future<Output = Result<Response<B>, E>>,
     E: Into<BoxError>,
 {
-    type Output = Result<Response<B>, BoxError>;
+    type Output = Result<Response<ResponseBody<B>>, BoxError>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().kind.project() {
@@ -103,43 +90,29 @@ where
                 .map_or_else(|| BudgetError::Cancelled.into(), Into::into))),
             KindProj::Running {
                 inner,
-                mut sleep,
-                mut cancelled,
-                budget,
-                wait_until,
+                bound,
                 status,
             } => {
                 if let Poll::Ready(result) = inner.poll(cx) {
                     let res = result.map_err(Into::into)?;
                     // C4: a downstream expiry is an expiry here too, never a cancellation.
                     // C6: nothing here retries.
-                    if let Some(error) = reply_error(status, res.status().as_u16(), res.headers()) {
+                    let Some(bound) = bound.take() else {
+                        return Poll::Ready(Err(BudgetError::Cancelled.into()));
+                    };
+                    if let Some(error) =
+                        reply_error(status, res.status().as_u16(), res.headers(), bound.budget())
+                    {
                         return Poll::Ready(Err(error.into()));
                     }
-                    return Poll::Ready(Ok(res));
+                    return Poll::Ready(Ok(res.map(|body| ResponseBody::new(body, bound))));
                 }
-                if cancelled.is_none() {
-                    cancelled.set(Some(budget.token().cancelled_owned()));
-                }
-                if cancelled
-                    .as_mut()
-                    .as_pin_mut()
-                    .is_some_and(|c| c.poll(cx).is_ready())
-                {
-                    // C5, C7: the parent ended; dropping `inner` aborts the call.
-                    return Poll::Ready(Err(ended(budget).into()));
-                }
-                if sleep.is_none() {
-                    sleep.set(Some(tokio::time::sleep_until(wait_until.instant())));
-                }
-                if sleep
-                    .as_mut()
-                    .as_pin_mut()
-                    .is_some_and(|s| s.poll(cx).is_ready())
-                {
-                    return Poll::Ready(Err(BudgetError::Expired.into()));
-                }
-                Poll::Pending
+                let Some(watch) = bound.as_mut() else {
+                    return Poll::Ready(Err(BudgetError::Cancelled.into()));
+                };
+                // C5, C7: the parent ended, or C2/S4: the wait is over. Returning drops
+                // nothing yet; the caller dropping this future aborts the call.
+                watch.poll_over(cx).map(|error| Err(error.into()))
             }
         }
     }

@@ -3,7 +3,7 @@ use std::sync::Arc;
 use tower_layer::Layer;
 
 use super::ClientBudget;
-use super::outbound::Shared;
+use super::outbound::{Shared, Trust};
 use crate::Profile;
 
 /// Applies [`ClientBudget`] to an HTTP client service.
@@ -16,10 +16,29 @@ pub struct ClientBudgetLayer {
 
 impl ClientBudgetLayer {
     /// A layer that follows `profile`: hop margin, transit allowance, refuse threshold, edge
-    /// total, outbound carrier and status codes.
+    /// total, outbound carrier, trusted hosts and status codes.
+    ///
+    /// See the [module example](super#example).
     pub fn new(profile: Profile) -> Self {
         Self {
             shared: Shared::new(profile),
+        }
+    }
+
+    /// Send deadline headers to every destination of this client, whatever the profile's
+    /// `outbound.trusted_hosts` says (for a client that only ever calls internal services).
+    pub fn trust_all(self) -> Self {
+        Self {
+            shared: Shared::with_trust(&self.shared, Trust::All),
+        }
+    }
+
+    /// Send no deadline header from this client (rule C19, S16): a third-party API client.
+    /// The wait is still bounded by the budget, and a call is still refused locally when too
+    /// little is left (C2, C3).
+    pub fn untrusted(self) -> Self {
+        Self {
+            shared: Shared::with_trust(&self.shared, Trust::Nobody),
         }
     }
 }

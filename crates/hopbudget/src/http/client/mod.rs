@@ -6,20 +6,32 @@
 //! 1. takes the budget from the request extensions, else the task-local scope
 //!    ([`RequestBudget::current`](crate::RequestBudget::current)), else a fresh budget of the
 //!    profile's edge total, counted and logged (C8): a call is never unbounded;
-//! 2. computes the forward budget, `remaining - hop_margin - transit_allowance` (C2), and
+//! 2. narrows it to a timeout the application set on this call by hand in the carrier header
+//!    (`x-request-timeout-ms: 150`), as a child budget
+//!    ([`RequestBudget::child_until`](crate::RequestBudget::child_until)): the tighter of the
+//!    two wins, a longer per-call value never extends the budget (C16);
+//! 3. computes the forward budget, `remaining - hop_margin - transit_allowance` (C2), and
 //!    fails with [`BudgetError::Refused`](crate::BudgetError::Refused) below the refuse
 //!    threshold without calling the inner client, so no connection is opened (C3);
-//! 3. stamps the profile's outbound carrier: relative milliseconds by default
+//! 4. stamps the profile's outbound carrier: relative milliseconds by default
 //!    (`x-request-timeout-ms`), absolute epoch milliseconds (`x-request-deadline`) when the
-//!    profile says clocks are trusted;
-//! 4. bounds the wait by the forward budget plus the transit allowance for the reply, that is
+//!    profile says clocks are trusted; but only for a trusted destination (C19, S16): for a
+//!    host outside the profile's `outbound.trusted_hosts`, or from a layer made
+//!    [`untrusted`](ClientBudgetLayer::untrusted), every deadline header (`x-request-timeout-ms`,
+//!    `x-request-deadline`, `grpc-timeout`, `x-deadline-*`) is removed instead;
+//! 5. bounds the wait by the forward budget plus the transit allowance for the reply, that is
 //!    until `deadline - hop_margin`, so that the margin stays with this hop (S4); and aborts
-//!    (drops) the call when the parent budget is cancelled or expires (C5, C7);
-//! 5. classifies the reply with [`classify`]: a downstream `expired` answer (504) fails the
+//!    (drops) the call when the parent budget is cancelled or expires (C5, C7). The response
+//!    *body* is bounded by the same end ([`ResponseBody`]): a server that sends its headers in
+//!    time and then trickles the body fails the body read with `Expired` at the deadline
+//!    (`Cancelled` when the parent was cancelled), so it cannot hold the caller past its budget;
+//! 6. classifies the reply with [`classify`]: a downstream `expired` answer (504) fails the
 //!    call with [`BudgetError::Expired`](crate::BudgetError::Expired), a deadline refusal
 //!    with `Refused` (required and remaining ms taken from its headers), a `cancelled` answer
-//!    with `Cancelled` (C4). Any other response, errors like 500 included, is returned as is;
-//! 6. never retries (C6); pair it with [`retry`](crate::retry) for that.
+//!    with `Cancelled` (C4). Any other response, errors like 500 included, is returned as is,
+//!    and so is a bare 504 (no `x-deadline-outcome` marker) that arrives while the caller
+//!    could still forward a call: that is a proxy's own timeout, not this request's deadline;
+//! 7. never retries (C6); pair it with [`retry`](crate::retry) for that.
 //!
 //! Errors are boxed (`tower::BoxError`); find the deadline outcome in them with
 //! [`BudgetError::find`](crate::BudgetError::find).
@@ -51,7 +63,7 @@
 //!     .await
 //!     .unwrap();
 //! // 300 ms minus 5 ms margin minus 1 ms transit, rounded down (C2).
-//! assert!(res.body().parse::<u64>().unwrap() <= 294);
+//! assert!(res.into_body().into_inner().parse::<u64>().unwrap() <= 294);
 //!
 //! // 12 ms left: the forward budget is below the 10 ms threshold, refused locally (C3).
 //! let short = RequestBudget::local(Duration::from_millis(12), profile.policy());
@@ -60,15 +72,22 @@
 //! # }
 //! ```
 
+mod body;
+mod bound;
 mod future;
 mod layer;
 mod outbound;
 mod service;
 
+pub use body::ResponseBody;
 pub use future::ResponseFuture;
 pub use layer::ClientBudgetLayer;
 pub use outbound::classify;
 pub use service::ClientBudget;
 
+#[cfg(any(feature = "reqwest", feature = "grpc"))]
+pub(crate) use bound::Bound;
 #[cfg(feature = "reqwest")]
-pub(crate) use outbound::{Shared, ended, reply_error};
+pub(crate) use outbound::reply_error;
+#[cfg(any(feature = "reqwest", feature = "grpc"))]
+pub(crate) use outbound::{Shared, Trust};

@@ -1,26 +1,107 @@
-//! What every outbound HTTP call does, whichever client carries it: pick the budget, stamp
-//! the carrier, classify the reply. Shared by the tower layer and the reqwest middleware.
+//! What every outbound call does, whichever client carries it: pick the budget (C8), narrow
+//! it to the call's own timeout (C16), decide whether the destination may see deadline
+//! headers (C19), stamp the carrier, classify the reply. Shared by the HTTP tower layer, the
+//! reqwest middleware and the gRPC client layer.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::{HeaderMap, HeaderValue};
+use http::{HeaderMap, HeaderName, HeaderValue};
 
 use crate::clock::{SystemClock, WallClock};
 use crate::codec::{Carrier, epoch, grpc_timeout, millis};
 use crate::status::{HttpStatusMap, Outcome};
 use crate::{BudgetError, Deadline, Profile, Refused, RequestBudget, Source};
 
-#[derive(Debug)]
+/// Which destinations a client layer sends deadline headers to (C19).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Trust {
+    /// The profile's `outbound.trusted_hosts` decides, by the request's host.
+    Profile,
+    /// Every destination (the layer's owner vouches for it).
+    All,
+    /// No destination: the wait is bounded, nothing is stamped.
+    Nobody,
+}
+
+#[derive(Clone, Debug)]
 pub(crate) struct Shared {
     pub(crate) profile: Profile,
     pub(crate) service: Arc<str>,
+    pub(crate) trust: Trust,
+}
+
+/// One outbound call, planned: the budget it runs under, what the callee is told, how long
+/// this hop waits, and whether the destination may see deadline headers.
+#[derive(Debug)]
+pub(crate) struct Call {
+    /// The request's budget, or a child narrowed to the call's own timeout (C16).
+    pub(crate) budget: RequestBudget,
+    /// The budget whose cancellation aborts the call (the request's; C5, C7).
+    pub(crate) watched: RequestBudget,
+    /// What the callee may use (C2).
+    pub(crate) forward: Duration,
+    /// When this hop stops waiting: the call's deadline minus the hop margin (S4).
+    pub(crate) wait_until: Deadline,
+    /// Whether deadline headers go out (C19).
+    pub(crate) trusted: bool,
 }
 
 impl Shared {
     pub(crate) fn new(profile: Profile) -> Arc<Self> {
         let service = Arc::from(profile.service());
-        Arc::new(Self { profile, service })
+        Arc::new(Self {
+            profile,
+            service,
+            trust: Trust::Profile,
+        })
+    }
+
+    /// A copy of `shared` with another trust mode.
+    pub(crate) fn with_trust(shared: &Arc<Self>, trust: Trust) -> Arc<Self> {
+        let mut copy = Self::clone(shared);
+        copy.trust = trust;
+        Arc::new(copy)
+    }
+
+    /// Whether a call to `host` may carry deadline headers (C19). A request without a host
+    /// (an in-process service, or gRPC, whose channel adds the authority below this layer)
+    /// follows the layer's mark: trusted unless the layer was made `untrusted()`.
+    pub(crate) fn trusts(&self, host: Option<&str>) -> bool {
+        match self.trust {
+            Trust::All => true,
+            Trust::Nobody => false,
+            Trust::Profile => host.is_none_or(|h| self.profile.trusted_hosts().allows(h)),
+        }
+    }
+
+    /// Plan a call: the budget (explicit, ambient or the edge total, C8), narrowed to the
+    /// call's own timeout if the application set one (C16: the tighter wins, never the
+    /// looser), then admitted (C3: refused below the threshold, before any connection).
+    pub(crate) fn plan(
+        &self,
+        explicit: Option<&RequestBudget>,
+        per_call: Option<Duration>,
+        host: Option<&str>,
+    ) -> Result<Call, BudgetError> {
+        let watched = self.budget_for(explicit);
+        let budget = match per_call {
+            Some(timeout) if Deadline::after(timeout) < watched.deadline() => {
+                watched.child_until(Deadline::after(timeout))
+            }
+            _ => watched.clone(),
+        };
+        let forward = budget.admit_forward()?;
+        // The callee was told `forward`; its reply gets the transit allowance to come back;
+        // the hop margin stays with this hop (S4). So the wait ends at deadline - margin.
+        let wait_until = budget.deadline().saturating_sub(budget.policy().hop_margin);
+        Ok(Call {
+            budget,
+            watched,
+            forward,
+            wait_until,
+            trusted: self.trusts(host),
+        })
     }
 
     /// The explicit budget, else the ambient one, else a fresh one from the edge total: a call
@@ -36,7 +117,7 @@ impl Shared {
     }
 
     #[cold]
-    fn fallback(&self) -> RequestBudget {
+    pub(crate) fn fallback(&self) -> RequestBudget {
         let edge_total = self.profile.edge_total();
         tracing::debug!(
             service = %self.service,
@@ -65,6 +146,50 @@ impl Shared {
         headers.insert(name.clone(), value);
     }
 
+    /// Stamp the call's forward budget for a trusted destination, or remove every deadline
+    /// header for an untrusted one (C19, S16).
+    pub(crate) fn stamp_http(&self, headers: &mut HeaderMap, call: &Call) {
+        if call.trusted {
+            self.stamp(headers, call.forward);
+        } else {
+            self.strip(headers);
+        }
+    }
+
+    /// A timeout the application put on the request by hand in the profile's outbound
+    /// carrier (C16). A value that does not parse is replaced by the stamp, not trusted.
+    pub(crate) fn hand_set_http(&self, headers: &HeaderMap) -> Option<Duration> {
+        let (carrier, name) = self.profile.outbound_http();
+        let value = headers.get(name)?.as_bytes();
+        match carrier {
+            Carrier::EpochMs => epoch::decode(value, SystemClock.now_unix_ms()).ok(),
+            _ => millis::decode(value).ok(),
+        }
+    }
+
+    /// Remove every header that would tell a third party about this system's deadlines.
+    pub(crate) fn strip(&self, headers: &mut HeaderMap) {
+        let (_, ours) = self.profile.outbound_http();
+        headers.remove(ours);
+        for name in [
+            crate::codec::REQUEST_TIMEOUT_MS,
+            crate::codec::REQUEST_DEADLINE,
+            crate::codec::GRPC_TIMEOUT,
+            crate::codec::CONNECT_TIMEOUT_MS,
+            crate::codec::ENVOY_EXPECTED_RQ_TIMEOUT_MS,
+        ] {
+            headers.remove(name);
+        }
+        let internal: Vec<HeaderName> = headers
+            .keys()
+            .filter(|k| k.as_str().starts_with("x-deadline-"))
+            .cloned()
+            .collect();
+        for name in internal {
+            headers.remove(name);
+        }
+    }
+
     pub(crate) fn status(&self) -> &HttpStatusMap {
         self.profile.http_status()
     }
@@ -87,6 +212,16 @@ fn encode(carrier: Carrier, forward: Duration) -> HeaderValue {
 /// first; otherwise the status code is read through `map`. A `refused` status without the
 /// `x-deadline-required-ms` header is an ordinary overload answer, not a deadline refusal, and
 /// counts as `completed`.
+///
+/// This reads the reply alone. The client layers add one rule that needs the caller's budget:
+/// an unmarked expiry status (a bare 504) that arrives while the caller could still forward a
+/// call (its forward budget is at or above the refuse threshold) did not come from this
+/// request's deadline: a proxy or gateway on the way gave up on its own, shorter timeout (the
+/// chain break of S13). The layers return that reply as it is, an upstream failure for the
+/// handler to map (say to 502), log it, and do not turn it into [`BudgetError::Expired`]:
+/// the request still has time, and C6 lets a retry spend it.
+///
+/// See the [module example](super#example).
 pub fn classify(map: &HttpStatusMap, status: u16, headers: &HeaderMap) -> Outcome {
     if let Some(named) = headers.get(&super::super::OUTCOME_HEADER) {
         match named.as_bytes() {
@@ -104,14 +239,25 @@ pub fn classify(map: &HttpStatusMap, status: u16, headers: &HeaderMap) -> Outcom
     }
 }
 
-/// The error a classified reply turns into; `None` for a completed call.
+/// The error a classified reply turns into; `None` for a completed call, and for a proxy's
+/// own timeout while `budget` still has time (see [`classify`]).
 pub(crate) fn reply_error(
     map: &HttpStatusMap,
     status: u16,
     headers: &HeaderMap,
+    budget: &RequestBudget,
 ) -> Option<BudgetError> {
     match classify(map, status, headers) {
         Outcome::Completed => None,
+        Outcome::Expired if is_proxy_timeout(headers, budget) => {
+            tracing::warn!(
+                status,
+                forward_ms = budget.forward().as_millis() as u64,
+                "downstream answered with an unmarked expiry status while budget remains: \
+                 a proxy's own timeout (chain break, S13), returned as an upstream failure"
+            );
+            None
+        }
         Outcome::Expired => Some(BudgetError::Expired),
         Outcome::Cancelled => Some(BudgetError::Cancelled),
         Outcome::Refused => {
@@ -127,6 +273,13 @@ pub(crate) fn reply_error(
             )))
         }
     }
+}
+
+/// An expiry status without hopbudget's marker, while the caller could still start a call:
+/// not this request's deadline (a hopbudget server always marks its own expiry).
+fn is_proxy_timeout(headers: &HeaderMap, budget: &RequestBudget) -> bool {
+    !headers.contains_key(&super::super::OUTCOME_HEADER)
+        && budget.forward() >= budget.policy().refuse_below
 }
 
 /// The error for a wait that the parent budget ended: its recorded cause.
@@ -155,13 +308,34 @@ mod tests {
     #[test]
     fn a_downstream_504_is_expired_not_cancelled() {
         let map = HttpStatusMap::default();
+        let spent = RequestBudget::local(Duration::from_millis(3), Profile::default().policy());
         assert_eq!(classify(&map, 504, &HeaderMap::new()), Outcome::Expired);
         assert_eq!(
-            reply_error(&map, 504, &HeaderMap::new()),
+            reply_error(&map, 504, &HeaderMap::new(), &spent),
             Some(BudgetError::Expired)
         );
         assert_eq!(classify(&map, 499, &HeaderMap::new()), Outcome::Cancelled);
-        assert_eq!(reply_error(&map, 200, &HeaderMap::new()), None);
+        assert_eq!(reply_error(&map, 200, &HeaderMap::new(), &spent), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_proxys_own_504_while_budget_remains_is_not_an_expiry() {
+        let map = HttpStatusMap::default();
+        let plenty = RequestBudget::local(Duration::from_secs(2), Profile::default().policy());
+        // A bare 504 with 2 s left: some proxy's own timeout, returned as is.
+        assert_eq!(reply_error(&map, 504, &HeaderMap::new(), &plenty), None);
+        // A hopbudget server's own expiry is marked, and is one whatever the caller has left.
+        let marked = headers(&[("x-deadline-outcome", "expired")]);
+        assert_eq!(
+            reply_error(&map, 504, &marked, &plenty),
+            Some(BudgetError::Expired)
+        );
+        // With less than the refuse threshold to forward, the time is up: a bare 504 is expired.
+        let nearly = RequestBudget::local(Duration::from_millis(15), Profile::default().policy());
+        assert_eq!(
+            reply_error(&map, 504, &HeaderMap::new(), &nearly),
+            Some(BudgetError::Expired)
+        );
     }
 
     #[test]
@@ -172,8 +346,9 @@ mod tests {
             ("x-deadline-required-ms", "200"),
             ("x-deadline-remaining-ms", "114"),
         ]);
+        let plenty = RequestBudget::local(Duration::from_secs(2), Profile::default().policy());
         assert_eq!(
-            reply_error(&map, 503, &h),
+            reply_error(&map, 503, &h, &plenty),
             Some(BudgetError::Refused(Refused::new(
                 Duration::from_millis(200),
                 Duration::from_millis(114)

@@ -19,6 +19,8 @@ pin_project! {
     /// hop's outcome is recorded when the body has gone out completely; then the request's
     /// non-detached work ends (C17). Dropped before its end, the client went away (C5).
     /// The inner body's error type is kept, so the layer adds no error of its own.
+    ///
+    /// See the [module example](super#example).
     pub struct ResponseBody<B: Body> {
         #[pin]
         kind: Kind<B>,

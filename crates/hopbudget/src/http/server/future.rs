@@ -13,6 +13,7 @@ use tokio::time::Sleep;
 
 use super::ResponseBody;
 use super::answer::expired_response;
+use crate::http::client::classify;
 use crate::lifecycle::HopGuard;
 use crate::status::{HttpStatusMap, Outcome};
 use crate::{Refused, RequestBudget};
@@ -23,6 +24,8 @@ pin_project! {
     /// Dropping it before it finishes (hyper does so when the client disconnects) cancels
     /// the request's budget, and with it every child call and task (C5). Like tower's
     /// futures it panics if polled again after it finished.
+    ///
+    /// See the [module example](super#example).
     pub struct ResponseFuture<F, B> {
         #[pin]
         state: State<F, B>,
@@ -112,24 +115,41 @@ impl<F, B> fmt::Debug for ResponseFuture<F, B> {
     }
 }
 
-/// The outcome a handler's own answer states (C17): its expiry (504), its refusal (503 with
-/// `x-deadline-required-ms`) or its cancellation (499), in the profile's spelling.
+/// The outcome a handler's own answer states (C17): its expiry, refusal or cancellation,
+/// read as a hopbudget client reads it (the `x-deadline-outcome` mark first, then the
+/// profile's status codes).
 fn note_answer<B>(guard: &mut HopGuard, status: &HttpStatusMap, res: &Response<B>) {
-    let code = res.status().as_u16();
-    if code == status.expired {
-        guard.answered(Outcome::Expired);
-    } else if code == status.cancelled {
-        guard.answered(Outcome::Cancelled);
-    } else if code == status.refused {
-        let ms = |name: &http::HeaderName| {
-            let text = res.headers().get(name)?.to_str().ok()?;
-            Some(Duration::from_millis(text.trim().parse().ok()?))
-        };
-        if let Some(required) = ms(&super::super::REQUIRED_HEADER) {
+    let headers = res.headers();
+    match classify(status, res.status().as_u16(), headers) {
+        Outcome::Completed => {}
+        Outcome::Refused => {
+            let ms = |name: &http::HeaderName| {
+                let text = headers.get(name)?.to_str().ok()?;
+                Some(Duration::from_millis(text.trim().parse().ok()?))
+            };
+            let required = ms(&super::super::REQUIRED_HEADER).unwrap_or_default();
             let remaining = ms(&super::super::REMAINING_HEADER).unwrap_or_default();
             guard.answered_refused(Refused::new(required, remaining));
         }
+        outcome => guard.answered(outcome),
     }
+}
+
+/// A handler's own expiry or cancellation answer (a 504 it returned for a downstream that ran
+/// out of time) carries the `x-deadline-outcome` marker as the layer's own answers do, so the
+/// hop above can tell it from a proxy's own timeout, which has no marker (C4, C17).
+fn mark_handler_outcome<B>(res: &mut Response<B>, status: &HttpStatusMap) {
+    let code = res.status().as_u16();
+    let name = if code == status.expired {
+        "expired"
+    } else if code == status.cancelled {
+        "cancelled"
+    } else {
+        return;
+    };
+    res.headers_mut()
+        .entry(&super::super::OUTCOME_HEADER)
+        .or_insert(http::HeaderValue::from_static(name));
 }
 
 impl<F, B, E> Future for ResponseFuture<F, B>
@@ -155,8 +175,9 @@ where
                         break;
                     };
                     match guard.enter(|| inner.poll(cx)) {
-                        Poll::Ready(Ok(res)) => {
+                        Poll::Ready(Ok(mut res)) => {
                             note_answer(guard, this.status, &res);
+                            mark_handler_outcome(&mut res, this.status);
                             if guard.stream_lifetime().is_some() {
                                 let (parts, body) = res.into_parts();
                                 this.state.set(State::FirstFrame {

@@ -21,6 +21,8 @@ pub struct ServerBudgetLayer {
 impl ServerBudgetLayer {
     /// A layer that follows `profile`: its inbound carriers, maximum, edge total, route
     /// minimums, streaming routes and status codes.
+    ///
+    /// See the [module example](super#example).
     pub fn new(profile: Profile) -> Self {
         let status = *profile.http_status();
         Self {
@@ -31,6 +33,8 @@ impl ServerBudgetLayer {
 
     /// Convert epoch carriers (`x-request-deadline`) with `clock` instead of the machine's
     /// wall clock: a host whose clock is skewed (S3) or stepped (S5).
+    ///
+    /// See the [module example](super#example).
     pub fn with_wall_clock(self, clock: Arc<dyn WallClock>) -> Self {
         let config = match Arc::try_unwrap(self.config) {
             Ok(config) => config,
@@ -43,6 +47,8 @@ impl ServerBudgetLayer {
     }
 
     /// The profile this layer follows.
+    ///
+    /// See the [module example](super#example).
     pub fn profile(&self) -> &Profile {
         self.config.profile()
     }

@@ -37,12 +37,14 @@
 //!    frame, which the layer waits for before sending the head (so an expiry can still be a
 //!    504). After that the budget itself moves to `stream_lifetime_ms`: the body, the tasks
 //!    feeding it and the calls they make are no longer ended by the request deadline (S12).
+//!
 //! The admission and outcome rules live once in [`lifecycle`](crate::lifecycle), shared with
 //! the gRPC layer and the queue consumer; this module only spells them in HTTP.
 //!
 //! The layer answers with responses, never errors: the inner error type is kept, as in
-//! tower-http's timeout middleware. The route used for the minimum and the trace label is
-//! axum's `MatchedPath` when present (feature `axum`), else the URI path.
+//! tower-http's timeout middleware. The route used for the minimum and the metric label is
+//! axum's `MatchedPath` when present (feature `axum`; apply the layer with `Router::layer`),
+//! else the profile rule matching the path, else `other` (C20).
 //!
 //! # Example
 //!

@@ -13,6 +13,8 @@ use crate::lifecycle::{Admission, RouteLabel, strip_internal_markers};
 /// Middleware that gives each inbound HTTP request its [`RequestBudget`](crate::RequestBudget).
 ///
 /// Made by [`ServerBudgetLayer`]; see the [module docs](super).
+///
+/// See the [module example](super#example).
 #[derive(Clone, Debug)]
 pub struct ServerBudget<S> {
     pub(super) inner: S,
@@ -21,6 +23,8 @@ pub struct ServerBudget<S> {
 
 impl<S> ServerBudget<S> {
     /// Wrap `inner` with the behaviour `profile` describes.
+    ///
+    /// See the [module example](super#example).
     pub fn new(inner: S, profile: Profile) -> Self {
         ServerBudget {
             inner,
@@ -29,21 +33,29 @@ impl<S> ServerBudget<S> {
     }
 
     /// A layer for this middleware.
+    ///
+    /// See the [module example](super#example).
     pub fn layer(profile: Profile) -> ServerBudgetLayer {
         ServerBudgetLayer::new(profile)
     }
 
     /// The wrapped service.
+    ///
+    /// See the [module example](super#example).
     pub fn get_ref(&self) -> &S {
         &self.inner
     }
 
     /// The wrapped service, mutably.
+    ///
+    /// See the [module example](super#example).
     pub fn get_mut(&mut self) -> &mut S {
         &mut self.inner
     }
 
     /// Unwrap the inner service.
+    ///
+    /// See the [module example](super#example).
     pub fn into_inner(self) -> S {
         self.inner
     }

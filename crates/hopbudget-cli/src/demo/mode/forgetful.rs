@@ -1,0 +1,98 @@
+//! The forgetful service of `--forgetful SERVICE` (S13), in a propagated run: it has no
+//! server layer, ignores the inbound deadline, starts a fresh budget of its own default
+//! (`timeout_ms`), forwards *that* downstream (the chain break), and its work survives its
+//! caller. Below it, every hop is [`Propagated`] again and obeys the reset budget.
+//!
+//! Only admission and the server layer differ from `propagated`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use hopbudget::{Deadline, RequestBudget, Source};
+use http::HeaderMap;
+
+use super::{HopMode, Layers, Mode, Propagated};
+use crate::demo::collector::BackgroundOutcome;
+use crate::demo::queue::Job;
+use crate::demo::services::{self, Node};
+use crate::demo::wiring::{self, HopError, Peer};
+
+/// What the forgetful hop shares with `propagated`.
+static BASE: Propagated = Propagated;
+
+/// A propagated-mode service that ignores inbound deadlines.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Forgetful;
+
+impl HopMode for Forgetful {
+    fn mode(&self) -> Mode {
+        Mode::Propagated
+    }
+
+    fn layers(&self) -> Layers {
+        Layers {
+            server: false,
+            client: true,
+        }
+    }
+
+    fn admit(&self, node: Arc<Node>, id: u64) -> BoxFuture<'static, Result<u32, HopError>> {
+        Box::pin(async move {
+            let budget = RequestBudget::new(
+                Deadline::after(node.spec.timeout()),
+                Source::Local,
+                node.profile.policy(),
+            );
+            let guard =
+                node.collector
+                    .arrive(node.idx, id, Some(budget.remaining()), Some(budget.clone()));
+            // Detached: nothing stops this work when the caller goes away.
+            let handle = tokio::spawn(async move {
+                let result = match budget.run(services::body(node, id)).await {
+                    Ok(r) => r,
+                    Err(e) => Err(HopError::Budget(e)),
+                };
+                guard.finish(wiring::outcome_of(&result), wiring::failed(&result));
+                result
+            });
+            handle
+                .await
+                .unwrap_or_else(|e| Err(HopError::Failed(format!("handler task failed: {e}"))))
+        })
+    }
+
+    fn before_work(&self, node: &Node) -> Result<(), HopError> {
+        BASE.before_work(node)
+    }
+
+    fn own_work<'a>(
+        &'a self,
+        node: &'a Node,
+        cost: Duration,
+    ) -> BoxFuture<'a, Result<(), HopError>> {
+        BASE.own_work(node, cost)
+    }
+
+    fn call<'a>(
+        &'a self,
+        node: &'a Node,
+        callee: usize,
+        peer: &'a Peer,
+        id: u64,
+    ) -> BoxFuture<'a, Result<u32, HopError>> {
+        BASE.call(node, callee, peer, id)
+    }
+
+    fn background_headers(&self, node: &Node) -> HeaderMap {
+        BASE.background_headers(node)
+    }
+
+    fn consume<'a>(&'a self, job: &'a Job) -> BoxFuture<'a, BackgroundOutcome> {
+        BASE.consume(job)
+    }
+
+    fn client_forward(&self, budget: Duration) -> Option<Duration> {
+        BASE.client_forward(budget)
+    }
+}

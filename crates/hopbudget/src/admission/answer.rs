@@ -1,0 +1,103 @@
+//! How [`Admission`](super::Admission) spells a waiter it drops: an HTTP refusal like the
+//! server layer's, or the [`BudgetError`] itself as the service's error.
+
+use std::time::Duration;
+
+use http::{HeaderName, HeaderValue, Response, StatusCode};
+
+use crate::codec::millis;
+use crate::error::{BudgetError, Refused};
+use crate::status::{
+    HttpStatusMap, Outcome, REFUSED_METADATA, REMAINING_MS_HEADER, REQUIRED_MS_HEADER,
+};
+
+/// Turns a dropped waiter's [`BudgetError`] into what the wrapped service returns.
+///
+/// See the [module example](crate::admission#example).
+pub trait RefusalAnswer<Res, E> {
+    /// The answer for a request the layer will not run.
+    ///
+    /// See the [module example](crate::admission#example).
+    fn answer(&self, error: BudgetError) -> Result<Res, E>;
+}
+
+/// Answers like the HTTP server layer (`ServerBudgetLayer`, feature `http`) does (C3, C10):
+/// the profile's `refused` status (503) with `Retry-After: 0`, `x-deadline-required-ms`,
+/// `x-deadline-remaining-ms` and `x-deadline-outcome: refused`; the `expired` status (504)
+/// for a budget already spent. The body is one line of plain text.
+///
+/// See the [module example](crate::admission#example).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct HttpAnswer {
+    status: HttpStatusMap,
+}
+
+impl HttpAnswer {
+    /// Answer with the status codes of `status` (usually [`Profile::http_status`](crate::Profile::http_status)).
+    ///
+    /// See the [module example](crate::admission#example).
+    pub const fn new(status: HttpStatusMap) -> Self {
+        Self { status }
+    }
+}
+
+impl<B, E> RefusalAnswer<Response<B>, E> for HttpAnswer
+where
+    B: From<String>,
+{
+    fn answer(&self, error: BudgetError) -> Result<Response<B>, E> {
+        let outcome = error.outcome();
+        let code = self
+            .status
+            .for_outcome(outcome)
+            .unwrap_or(self.status.refused);
+        let mut res = Response::new(B::from(format!("{error}\n")));
+        *res.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
+        let headers = res.headers_mut();
+        headers.insert(
+            http::header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
+        headers.insert(
+            HeaderName::from_static(REFUSED_METADATA),
+            HeaderValue::from_static(outcome.as_str()),
+        );
+        if let BudgetError::Refused(refused) = error {
+            refusal_headers(headers, refused);
+        }
+        debug_assert!(outcome != Outcome::Completed);
+        Ok(res)
+    }
+}
+
+fn refusal_headers(headers: &mut http::HeaderMap, refused: Refused) {
+    headers.insert(http::header::RETRY_AFTER, HeaderValue::from_static("0"));
+    headers.insert(
+        HeaderName::from_static(REQUIRED_MS_HEADER),
+        ms(refused.required()),
+    );
+    headers.insert(
+        HeaderName::from_static(REMAINING_MS_HEADER),
+        ms(refused.remaining()),
+    );
+}
+
+fn ms(d: Duration) -> HeaderValue {
+    millis::encode(d).to_header_value()
+}
+
+/// Answers with the [`BudgetError`] as the service's error, for services that are not HTTP
+/// (a `tower::BoxError` accepts it; find it again with [`BudgetError::find`]).
+///
+/// See the [module example](crate::admission#example).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ErrorAnswer;
+
+impl<Res, E> RefusalAnswer<Res, E> for ErrorAnswer
+where
+    E: From<BudgetError>,
+{
+    fn answer(&self, error: BudgetError) -> Result<Res, E> {
+        Err(E::from(error))
+    }
+}

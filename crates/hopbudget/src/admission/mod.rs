@@ -1,0 +1,253 @@
+//! Deadline-aware admission (rule C21, scenario S17): at most `limit` requests do their work
+//! at once, and the ones waiting for a slot are ordered and dropped by their budgets.
+//!
+//! A server that is past its capacity queues requests somewhere: for a worker, a connection,
+//! a semaphore. tower's `ConcurrencyLimit` and `Buffer` serve that queue first-come
+//! first-served and cannot see deadlines, so a request can wait past the point where its work
+//! could still finish and then run anyway, spending a slot on an answer nobody will read.
+//! [`AdmissionLayer`] (a tower layer) and [`BudgetSemaphore`] (the same decision inside a
+//! handler) wait differently:
+//!
+//! - **Refused, not run, when time is short.** A request whose remaining budget no longer
+//!   covers its route's cost is refused with [`BudgetError::Refused`](crate::BudgetError)
+//!   (required and remaining), and never takes a slot. On arrival that is checked at once; a
+//!   waiter arms one timer at `deadline - cost` and leaves at that exact instant. A start at
+//!   that instant would end *at* the deadline, which already counts as expired (C9), so a
+//!   waiter needs strictly more than its cost to be granted a slot. A slot freed while
+//!   waiters are queued skips every waiter that can no longer use it.
+//! - **Earliest deadline first** ([`QueuePolicy::EarliestDeadlineFirst`], the default), ties
+//!   in arrival order. The alternative, [`QueuePolicy::AdaptiveLifo`], serves arrivals in
+//!   order until the queue has been non-empty for a while, then newest first, as Facebook's
+//!   CoDel-plus-adaptive-LIFO servers do: under sustained overload the freshest requests,
+//!   whose callers are still waiting, are served, and the deadline timers shed the rest.
+//! - **Cancelled at once.** Dropping a waiting request (the client disconnected, the server
+//!   layer's deadline fired) removes it from the queue; a slot it had just been handed is
+//!   passed on, never leaked (C5).
+//! - **Bounded.** Beyond `queue_bound` waiters a newcomer is refused at once.
+//!
+//! The budget is the one in the request's extensions (the server layers put a
+//! [`RequestBudget`] there), else the ambient [`RequestBudget::current`]. A request with no budget at all
+//! is admitted in arrival order with no deadline logic: never refused for time, and ordered
+//! as if its deadline were its arrival, so later arrivals never starve it.
+//!
+//! The cost of a route comes from the profile's `admission` section: `admission.routes[].cost_ms`,
+//! else the route's `min_budget_ms`, else `refuse_below_ms` ([`AdmissionConfig`]). The slot is
+//! held until the inner service's future finishes (for HTTP, the response head).
+//!
+//! A dropped HTTP request is answered like the server layer's refusal: the profile's
+//! `refused` status (503) with `Retry-After: 0`, `x-deadline-required-ms` and
+//! `x-deadline-remaining-ms` ([`HttpAnswer`]). For other services
+//! [`AdmissionLayer::with_errors`] returns the [`BudgetError`](crate::BudgetError) as the
+//! service's error ([`ErrorAnswer`]); any other spelling is a [`RefusalAnswer`].
+//!
+//! # Example
+//!
+//! The server layer goes outside, admission inside: the budget exists before the request
+//! queues, and the deadline bounds the wait as well as the work.
+//!
+//! ```
+//! # #[cfg(feature = "http")]
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+//! use std::time::Duration;
+//! use bytes::Bytes;
+//! use http::{Request, Response};
+//! use http_body_util::Full;
+//! use hopbudget::Profile;
+//! use hopbudget::admission::AdmissionLayer;
+//! use hopbudget::http::server::ServerBudgetLayer;
+//! use tower::{ServiceBuilder, ServiceExt};
+//!
+//! // One slot; /tax needs 30 ms of budget to be worth starting.
+//! let profile = Profile::from_yaml(
+//!     "admission: {limit: 1, routes: [{path: /tax, cost_ms: 30}]}",
+//!     "inline",
+//! )?;
+//! let service = ServiceBuilder::new()
+//!     .layer(ServerBudgetLayer::new(profile.clone()))
+//!     .layer(AdmissionLayer::from_profile(&profile).expect("has an admission section"))
+//!     .service_fn(|_req: Request<Full<Bytes>>| async {
+//!         tokio::time::sleep(Duration::from_millis(50)).await;
+//!         Ok::<_, std::convert::Infallible>(Response::new(Full::new(Bytes::from("ok"))))
+//!     });
+//! let get = |budget_ms: &str| {
+//!     Request::get("/tax")
+//!         .header("x-request-timeout-ms", budget_ms)
+//!         .body(Full::new(Bytes::new()))
+//! };
+//!
+//! // The first request takes the slot for 50 ms.
+//! let first = tokio::spawn(service.clone().oneshot(get("500")?));
+//! tokio::task::yield_now().await;
+//!
+//! // The second has 60 ms: it waits, and at 30 ms, when only its cost is left, it is
+//! // refused without ever taking the slot.
+//! let started = tokio::time::Instant::now();
+//! let res = service.clone().oneshot(get("60")?).await?;
+//! assert_eq!(started.elapsed(), Duration::from_millis(30));
+//! assert_eq!(res.status(), 503);
+//! assert_eq!(res.headers()["retry-after"], "0");
+//! assert_eq!(res.headers()["x-deadline-required-ms"], "30");
+//! assert_eq!(res.headers()["x-deadline-remaining-ms"], "30");
+//!
+//! assert_eq!(first.await??.status(), 200);
+//! # Ok(())
+//! # }
+//! # #[cfg(not(feature = "http"))]
+//! # fn main() {}
+//! ```
+
+mod answer;
+mod future;
+mod layer;
+mod queue;
+mod semaphore;
+mod service;
+
+use std::time::Duration;
+
+pub use answer::{ErrorAnswer, HttpAnswer, RefusalAnswer};
+pub use future::ResponseFuture;
+pub use layer::AdmissionLayer;
+pub use semaphore::{BudgetPermit, BudgetSemaphore};
+pub use service::Admission;
+
+use crate::{Deadline, RequestBudget};
+
+#[cfg(test)]
+mod tests;
+
+/// In which order waiters get a freed slot.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum QueuePolicy {
+    /// Earliest deadline first; equal deadlines in arrival order (C21). The default.
+    #[default]
+    EarliestDeadlineFirst,
+    /// Arrival order while queueing is brief; newest first once the queue has been non-empty
+    /// for `after` without a break, until it empties again (adaptive LIFO). Deadlines still
+    /// drop waiters that can no longer finish.
+    AdaptiveLifo {
+        /// How long the queue must stay non-empty before the newest waiter is served first.
+        after: Duration,
+    },
+}
+
+/// How many requests run at once, how many may wait, in which order, and what each route's
+/// work costs. Usually from the profile's `admission` section
+/// ([`Profile::admission`](crate::Profile::admission)).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AdmissionConfig {
+    limit: usize,
+    queue_bound: usize,
+    policy: QueuePolicy,
+    default_cost: Duration,
+    routes: Vec<(String, Duration)>,
+}
+
+impl AdmissionConfig {
+    /// The queue bound [`new`](Self::new) starts with.
+    pub const DEFAULT_QUEUE_BOUND: usize = 1024;
+
+    /// `limit` requests at once, up to [`DEFAULT_QUEUE_BOUND`](Self::DEFAULT_QUEUE_BOUND)
+    /// waiting, earliest-deadline-first, every route costing nothing (a waiter is then
+    /// dropped only when its budget is spent).
+    pub fn new(limit: usize) -> Self {
+        Self {
+            limit,
+            queue_bound: Self::DEFAULT_QUEUE_BOUND,
+            policy: QueuePolicy::EarliestDeadlineFirst,
+            default_cost: Duration::ZERO,
+            routes: Vec::new(),
+        }
+    }
+
+    /// At most `bound` waiters; beyond it a newcomer is refused at once.
+    pub fn with_queue_bound(mut self, bound: usize) -> Self {
+        self.queue_bound = bound;
+        self
+    }
+
+    /// Serve waiters by `policy`.
+    pub fn with_policy(mut self, policy: QueuePolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// The cost of a route no rule names.
+    pub fn with_cost(mut self, cost: Duration) -> Self {
+        self.default_cost = cost;
+        self
+    }
+
+    /// The cost of `pattern`: an exact path, or a prefix ending in `*`. Rules added first
+    /// win.
+    pub fn with_route(mut self, pattern: impl Into<String>, cost: Duration) -> Self {
+        self.routes.push((pattern.into(), cost));
+        self
+    }
+
+    /// Requests doing their work at once.
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// Waiters held at most.
+    pub fn queue_bound(&self) -> usize {
+        self.queue_bound
+    }
+
+    /// The order waiters are served in.
+    pub fn policy(&self) -> QueuePolicy {
+        self.policy
+    }
+
+    /// The budget a request to `route` must have left, beyond its wait, to be worth starting.
+    pub fn cost_for(&self, route: Option<&str>) -> Duration {
+        let Some(route) = route else {
+            return self.default_cost;
+        };
+        self.routes
+            .iter()
+            .find(|(pattern, _)| match pattern.strip_suffix('*') {
+                Some(prefix) => route.starts_with(prefix),
+                None => route == pattern,
+            })
+            .map_or(self.default_cost, |(_, cost)| *cost)
+    }
+}
+
+/// What [`Admission`] needs to know about a request: its deadline and its route.
+///
+/// Implemented for `http::Request` (the budget from the extensions, else the ambient one; the
+/// route from axum's `MatchedPath`, else the URI path). For other request types the defaults
+/// read the ambient budget and use the default cost.
+pub trait AdmissionRequest {
+    /// The deadline the request waits under; `None`: no budget, FIFO without deadline logic.
+    fn deadline(&self) -> Option<Deadline> {
+        RequestBudget::current().map(|b| b.deadline())
+    }
+
+    /// The route, to look up its cost.
+    fn route(&self) -> Option<&str> {
+        None
+    }
+}
+
+impl<B> AdmissionRequest for http::Request<B> {
+    #[inline]
+    fn deadline(&self) -> Option<Deadline> {
+        match self.extensions().get::<RequestBudget>() {
+            Some(budget) => Some(budget.deadline()),
+            None => RequestBudget::current().map(|b| b.deadline()),
+        }
+    }
+
+    #[inline]
+    fn route(&self) -> Option<&str> {
+        #[cfg(feature = "axum")]
+        if let Some(matched) = self.extensions().get::<axum::extract::MatchedPath>() {
+            return Some(matched.as_str());
+        }
+        Some(self.uri().path())
+    }
+}

@@ -1,0 +1,168 @@
+//! The end of a call's wait, shared by response futures and response bodies: the call's
+//! deadline minus the hop margin (C2, S4), or the request's budget ending first (C5, C7).
+//!
+//! A response head that arrives in time does not end the wait: a server can send its headers
+//! and then trickle the body for as long as it likes, so the body is bounded by the same end.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use tokio::time::Sleep;
+use tokio_util::sync::WaitForCancellationFutureOwned;
+
+use super::outbound::ended;
+use crate::{BudgetError, Deadline, RequestBudget};
+
+/// Watches one call's wait; the timer and the cancellation future are made on the first
+/// `Pending`, so a body that is already complete pays for neither.
+pub(crate) struct Bound {
+    budget: RequestBudget,
+    watched: RequestBudget,
+    wait_until: Deadline,
+    sleep: Option<Pin<Box<Sleep>>>,
+    cancelled: Option<Pin<Box<WaitForCancellationFutureOwned>>>,
+}
+
+impl std::fmt::Debug for Bound {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Bound")
+            .field("budget", &self.budget)
+            .field("wait_until", &self.wait_until)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Bound {
+    /// The wait of a call running under `budget` (perhaps narrowed to the call's own timeout),
+    /// aborted when `watched` (the request's budget) ends, and over at `wait_until`.
+    pub(crate) fn new(budget: RequestBudget, watched: RequestBudget, wait_until: Deadline) -> Self {
+        Self {
+            budget,
+            watched,
+            wait_until,
+            sleep: None,
+            cancelled: None,
+        }
+    }
+
+    /// The budget the call runs under.
+    #[cfg(feature = "reqwest")]
+    pub(crate) fn budget(&self) -> &RequestBudget {
+        &self.budget
+    }
+
+    /// Why the wait is over, if it is, without registering for a wake-up: checked before
+    /// every body frame so that a body that never pauses cannot outrun its deadline.
+    pub(crate) fn over_now(&mut self) -> Option<BudgetError> {
+        // `budget` is `watched` or a child of it, so its end covers the request's end too.
+        if self.budget.is_done() {
+            return Some(self.cause());
+        }
+        (self.wait_until.is_expired() && !self.moved_on()).then_some(BudgetError::Expired)
+    }
+
+    /// Whether the call's deadline moved later since the wait was planned: a stream route's
+    /// budget runs for the stream lifetime once its first chunk is out (C13, S12), and a call
+    /// made from that stream keeps going with it. Updates the end of the wait if so.
+    fn moved_on(&mut self) -> bool {
+        let now_until = self
+            .budget
+            .deadline()
+            .saturating_sub(self.budget.policy().hop_margin);
+        if now_until > self.wait_until {
+            self.wait_until = now_until;
+            if let Some(sleep) = self.sleep.as_mut() {
+                sleep.as_mut().reset(now_until.instant());
+            }
+            return true;
+        }
+        false
+    }
+
+    /// Resolves with the reason once the wait is over (C4: expired at the deadline; C5:
+    /// cancelled, or the parent's recorded cause, when the request's budget ended first).
+    pub(crate) fn poll_over(&mut self, cx: &mut Context<'_>) -> Poll<BudgetError> {
+        let cancelled = self
+            .cancelled
+            .get_or_insert_with(|| Box::pin(self.watched.token().cancelled_owned()));
+        if cancelled.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(self.cause());
+        }
+        loop {
+            let at = self.wait_until.instant();
+            let sleep = self
+                .sleep
+                .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at)));
+            if sleep.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            if !self.moved_on() {
+                return Poll::Ready(BudgetError::Expired);
+            }
+        }
+    }
+
+    fn cause(&self) -> BudgetError {
+        // The narrowed budget knows whether its own deadline had passed before the parent was
+        // cancelled (C4); without a recorded cause the parent's decides.
+        match self.budget.end_cause() {
+            Some(cause) => cause.into(),
+            None => ended(&self.watched),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::HopPolicy;
+
+    fn bound_for(budget: &RequestBudget) -> Bound {
+        let until = budget.deadline().saturating_sub(budget.policy().hop_margin);
+        Bound::new(budget.clone(), budget.clone(), until)
+    }
+
+    async fn pending(bound: &mut Bound) -> bool {
+        std::future::poll_fn(|cx| Poll::Ready(bound.poll_over(cx).is_pending())).await
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_wait_ends_at_the_deadline_minus_the_margin_as_expired() {
+        let budget = RequestBudget::local(Duration::from_millis(100), HopPolicy::DEFAULT);
+        let mut bound = bound_for(&budget);
+        assert!(bound.over_now().is_none());
+        assert!(pending(&mut bound).await);
+        tokio::time::advance(Duration::from_millis(95)).await;
+        assert_eq!(bound.over_now(), Some(BudgetError::Expired));
+        assert!(!pending(&mut bound).await);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_cancelled_request_ends_the_wait_as_cancelled() {
+        let budget = RequestBudget::local(Duration::from_millis(100), HopPolicy::DEFAULT);
+        let mut bound = bound_for(&budget);
+        assert!(pending(&mut bound).await);
+        budget.cancel();
+        assert_eq!(bound.over_now(), Some(BudgetError::Cancelled));
+        assert!(!pending(&mut bound).await);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stream_that_started_keeps_its_calls_open() {
+        // C13, S12: a call made from a stream route's budget is not cut at the request
+        // deadline once the stream is running.
+        let budget =
+            RequestBudget::local(Duration::from_millis(100), HopPolicy::DEFAULT).for_stream();
+        let mut bound = bound_for(&budget);
+        assert!(pending(&mut bound).await);
+        budget.start_stream(Duration::from_secs(10));
+        tokio::time::advance(Duration::from_millis(200)).await;
+        assert!(bound.over_now().is_none());
+        assert!(pending(&mut bound).await);
+        tokio::time::advance(Duration::from_secs(10)).await;
+        assert_eq!(bound.over_now(), Some(BudgetError::Expired));
+    }
+}

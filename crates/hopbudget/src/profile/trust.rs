@@ -1,0 +1,256 @@
+//! Which outbound destinations may see deadline headers (rule C19, scenario S16).
+//!
+//! A deadline header tells the callee how long the caller will wait, and `x-deadline-*`
+//! markers describe this system's internals: neither is for a third party. The profile's
+//! `outbound.trusted_hosts` lists the hosts that get them; a call to any other host still has
+//! its wait bounded by the budget (C2, C3 apply locally) but carries no deadline header. The
+//! default trusts what is internal by construction (loopback, private addresses, names without
+//! a dot, cluster-local suffixes), so existing deployments keep propagating while a call to a
+//! public-looking name such as `api.stripe.com` is clean unless listed.
+
+use std::net::{IpAddr, Ipv4Addr};
+
+/// Keyword: 127.0.0.0/8, `::1`, `localhost` and `*.localhost`.
+pub(super) const LOOPBACK: &str = "loopback";
+/// Keyword: private and link-local addresses (10/8, 172.16/12, 192.168/16, 169.254/16,
+/// 100.64/10, fc00::/7, fe80::/10).
+pub(super) const PRIVATE: &str = "private";
+/// Keyword: a host name with no dot (`payments`, a Kubernetes short service name).
+pub(super) const SINGLE_LABEL: &str = "single-label";
+
+/// The built-in `outbound.trusted_hosts`.
+pub(super) fn default_patterns() -> Vec<String> {
+    [
+        LOOPBACK,
+        PRIVATE,
+        SINGLE_LABEL,
+        "*.internal",
+        "*.local",
+        "*.svc",
+        "*.cluster.local",
+    ]
+    .into_iter()
+    .map(String::from)
+    .collect()
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Pattern {
+    Any,
+    Loopback,
+    Private,
+    SingleLabel,
+    /// `*.suffix`, stored as `.suffix`, lower case.
+    Suffix(String),
+    /// One host name or IP literal, lower case, without IPv6 brackets.
+    Exact(String),
+}
+
+/// The resolved trusted-host patterns of a profile.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TrustedHosts {
+    patterns: Vec<Pattern>,
+}
+
+impl Default for TrustedHosts {
+    fn default() -> Self {
+        Self::parse(&default_patterns()).unwrap_or_else(|_| Self {
+            patterns: vec![Pattern::Loopback],
+        })
+    }
+}
+
+impl TrustedHosts {
+    /// Every host is trusted (the pattern `*`).
+    pub fn all() -> Self {
+        Self {
+            patterns: vec![Pattern::Any],
+        }
+    }
+
+    /// No host is trusted: nothing outbound carries a deadline header.
+    pub fn none() -> Self {
+        Self {
+            patterns: Vec::new(),
+        }
+    }
+
+    /// Parse patterns: `*`, the keywords `loopback`, `private`, `single-label`, a suffix
+    /// `*.example.internal`, or one exact host name or IP address. Fails with the index and
+    /// the reason of the first bad pattern.
+    pub fn parse(patterns: &[String]) -> Result<Self, (usize, String)> {
+        let mut out = Vec::with_capacity(patterns.len());
+        for (i, raw) in patterns.iter().enumerate() {
+            out.push(parse_one(raw).map_err(|reason| (i, reason))?);
+        }
+        Ok(Self { patterns: out })
+    }
+
+    /// Whether `host` (as in a URI: a name, an IPv4 address or a bracketed IPv6 address) may
+    /// receive deadline headers.
+    pub fn allows(&self, host: &str) -> bool {
+        let host = host
+            .strip_prefix('[')
+            .and_then(|h| h.strip_suffix(']'))
+            .unwrap_or(host)
+            .trim_end_matches('.');
+        // Only something that starts like an address is parsed as one (no allocation here:
+        // this runs on every outbound call).
+        let ip = host
+            .bytes()
+            .next()
+            .filter(|b| b.is_ascii_digit() || *b == b':')
+            .and_then(|_| host.parse::<IpAddr>().ok());
+        self.patterns.iter().any(|p| match p {
+            Pattern::Any => true,
+            Pattern::Loopback => match ip {
+                Some(ip) => ip.is_loopback(),
+                None => {
+                    host.eq_ignore_ascii_case("localhost")
+                        || ends_with_ignore_case(host, ".localhost")
+                }
+            },
+            Pattern::Private => ip.is_some_and(is_private),
+            Pattern::SingleLabel => ip.is_none() && !host.is_empty() && !host.contains('.'),
+            Pattern::Suffix(suffix) => ip.is_none() && ends_with_ignore_case(host, suffix),
+            Pattern::Exact(exact) => exact.eq_ignore_ascii_case(host),
+        })
+    }
+}
+
+fn ends_with_ignore_case(host: &str, suffix: &str) -> bool {
+    host.len() >= suffix.len()
+        && host.as_bytes()[host.len() - suffix.len()..].eq_ignore_ascii_case(suffix.as_bytes())
+}
+
+fn parse_one(raw: &str) -> Result<Pattern, String> {
+    let p = raw.trim().to_ascii_lowercase();
+    if p.is_empty() {
+        return Err("empty pattern".into());
+    }
+    match p.as_str() {
+        "*" => return Ok(Pattern::Any),
+        LOOPBACK => return Ok(Pattern::Loopback),
+        PRIVATE => return Ok(Pattern::Private),
+        SINGLE_LABEL => return Ok(Pattern::SingleLabel),
+        _ => {}
+    }
+    let (suffix, name) = match p.strip_prefix("*.") {
+        Some(rest) => (true, rest),
+        None => (false, p.as_str()),
+    };
+    let name = name
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(name);
+    if name.parse::<IpAddr>().is_ok() {
+        if suffix {
+            return Err(format!(
+                "`{raw}`: a `*.` suffix needs a name, not an address"
+            ));
+        }
+        return Ok(Pattern::Exact(name.to_owned()));
+    }
+    let valid = !name.is_empty()
+        && name.split('.').all(|l| {
+            !l.is_empty()
+                && l.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        });
+    if !valid {
+        return Err(format!(
+            "`{raw}` is not `*`, `{LOOPBACK}`, `{PRIVATE}`, `{SINGLE_LABEL}`, `*.suffix`, a host name or an IP address"
+        ));
+    }
+    Ok(if suffix {
+        Pattern::Suffix(format!(".{name}"))
+    } else {
+        Pattern::Exact(name.to_owned())
+    })
+}
+
+fn is_private(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => v4.is_private() || v4.is_link_local() || in_cgnat(v4) || v4.is_loopback(),
+        IpAddr::V6(v6) => {
+            let first = v6.segments()[0];
+            (first & 0xfe00) == 0xfc00
+                || (first & 0xffc0) == 0xfe80
+                || v6.is_loopback()
+                || v6
+                    .to_ipv4_mapped()
+                    .is_some_and(|v4| is_private(IpAddr::V4(v4)))
+        }
+    }
+}
+
+fn in_cgnat(v4: Ipv4Addr) -> bool {
+    let [a, b, ..] = v4.octets();
+    a == 100 && (64..128).contains(&b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hosts(p: &[&str]) -> TrustedHosts {
+        TrustedHosts::parse(&p.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap()
+    }
+
+    #[test]
+    fn the_default_trusts_internal_hosts_and_not_public_names() {
+        let t = TrustedHosts::default();
+        for host in [
+            "127.0.0.1",
+            "[::1]",
+            "localhost",
+            "10.1.2.3",
+            "172.20.0.5",
+            "192.168.1.9",
+            "[fd00::1]",
+            "payments",
+            "tax.internal",
+            "db.svc.cluster.local",
+            "tax.prod.svc",
+            "printer.local",
+        ] {
+            assert!(t.allows(host), "{host} should be trusted by default");
+        }
+        for host in [
+            "api.stripe.com",
+            "8.8.8.8",
+            "[2001:4860::8888]",
+            "example.org",
+            "172.32.0.1",
+        ] {
+            assert!(
+                !t.allows(host),
+                "{host} must not be trusted by default (S16)"
+            );
+        }
+    }
+
+    #[test]
+    fn listed_patterns_replace_the_default() {
+        let t = hosts(&["*.corp.example", "api.partner.com", "10.0.0.7"]);
+        assert!(t.allows("a.corp.example"));
+        assert!(t.allows("API.Partner.com"));
+        assert!(t.allows("10.0.0.7"));
+        assert!(!t.allows("corp.example"), "`*.x` needs a label before x");
+        assert!(
+            !t.allows("127.0.0.1"),
+            "loopback is trusted only when listed"
+        );
+        assert!(!t.allows("payments"));
+        assert!(hosts(&["*"]).allows("api.stripe.com"));
+        assert!(!TrustedHosts::none().allows("127.0.0.1"));
+    }
+
+    #[test]
+    fn bad_patterns_are_named() {
+        for bad in ["", "a*b", "*.", "*.10.0.0.1", "has space", "x..y"] {
+            let err = TrustedHosts::parse(&[bad.to_string()]).unwrap_err();
+            assert_eq!(err.0, 0, "{bad}");
+        }
+    }
+}
