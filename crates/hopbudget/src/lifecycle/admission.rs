@@ -41,7 +41,7 @@ impl fmt::Debug for HopConfig {
 ///
 /// See the [example](super#example-a-custom-protocol-adapter).
 #[derive(Debug)]
-pub enum Admission {
+pub enum Verdict {
     /// A deadline header could not be read: a client error naming the header (C9). Counted.
     Malformed(MalformedHeader),
     /// The budget was zero on arrival: already expired (C9). The hop is recorded.
@@ -117,7 +117,7 @@ impl HopConfig {
     /// Decide on a request from its deadline headers and its route.
     ///
     /// See the [example](super#example-a-custom-protocol-adapter).
-    pub fn admit(self: &Arc<Self>, headers: &HeaderMap, route: RouteLabel<'_>) -> Admission {
+    pub fn admit(self: &Arc<Self>, headers: &HeaderMap, route: RouteLabel<'_>) -> Verdict {
         let inbound = read_inbound(
             headers,
             self.profile.inbound(),
@@ -135,7 +135,7 @@ impl HopConfig {
         self: &Arc<Self>,
         inbound: Result<Option<Inbound>, MalformedHeader>,
         route: RouteLabel<'_>,
-    ) -> Admission {
+    ) -> Verdict {
         self.admit_with(None, inbound, route)
     }
 
@@ -145,7 +145,7 @@ impl HopConfig {
         #[cfg_attr(not(feature = "otel"), allow(unused_variables))] headers: Option<&HeaderMap>,
         inbound: Result<Option<Inbound>, MalformedHeader>,
         route: RouteLabel<'_>,
-    ) -> Admission {
+    ) -> Verdict {
         // The rule is looked up by the concrete path too: a profile names paths, a router
         // names patterns.
         let rule = match route {
@@ -164,7 +164,7 @@ impl HopConfig {
         let budget = match inbound {
             Err(malformed) => {
                 observe::malformed_header(&labels, malformed.header().as_str());
-                return Admission::Malformed(malformed);
+                return Verdict::Malformed(malformed);
             }
             Ok(Some(inbound)) => {
                 if inbound.clamped {
@@ -194,7 +194,7 @@ impl HopConfig {
             // C9: zero or negative budgets are already expired.
             budget.expire();
             hop.finish(crate::Outcome::Expired);
-            return Admission::Expired;
+            return Verdict::Expired;
         }
         // A learning route refuses below max(static, learned) (C3). The budget was made from
         // one clock read a moment ago; its deadline minus its arrival value is that instant.
@@ -207,7 +207,7 @@ impl HopConfig {
         };
         if arrived < min {
             hop.refuse(min);
-            return Admission::Refused(Refused::new(min, arrived));
+            return Verdict::Refused(Refused::new(min, arrived));
         }
         let stream_lifetime = rule
             .is_some_and(|r| r.mode == RouteMode::Stream)
@@ -217,7 +217,7 @@ impl HopConfig {
         } else {
             budget
         };
-        Admission::Admitted(
+        Verdict::Admitted(
             HopGuard::new(budget, hop, stream_lifetime)
                 .learning(rule.and_then(RouteRule::learned_shared)),
         )

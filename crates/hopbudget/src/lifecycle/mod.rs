@@ -8,7 +8,7 @@
 //! ```text
 //! carriers (headers / metadata / message headers)
 //!   -> HopConfig::admit: read the tightest carrier (injected wall clock), clamp, route rule
-//!        -> Malformed | Expired | Refused | Admitted(HopGuard)
+//!        -> Verdict: Malformed | Expired | Refused | Admitted(HopGuard)
 //!   -> HopGuard: owns the budget and the Hop span; every poll of the handler and of the
 //!      response body runs inside `HopGuard::enter` (budget scope + span)
 //!   -> outcome, exactly once: the answer's own status (C17), else the budget's end cause,
@@ -26,7 +26,7 @@
 //! # #[tokio::main(flavor = "current_thread", start_paused = true)]
 //! # async fn main() {
 //! use std::sync::Arc;
-//! use hopbudget::lifecycle::{Admission, HopConfig, RouteLabel};
+//! use hopbudget::lifecycle::{Verdict, HopConfig, RouteLabel};
 //! use hopbudget::observe::Protocol;
 //! use hopbudget::{Outcome, Profile, RequestBudget};
 //!
@@ -34,7 +34,7 @@
 //! let mut headers = http::HeaderMap::new();
 //! headers.insert("x-request-timeout-ms", "300".parse().unwrap());
 //! match config.admit(&headers, RouteLabel::Path("/orders")) {
-//!     Admission::Admitted(mut guard) => {
+//!     Verdict::Admitted(mut guard) => {
 //!         let seen = guard.enter(|| RequestBudget::current().map(|b| b.remaining()));
 //!         assert_eq!(seen.unwrap().as_millis(), 300);
 //!         guard.finish(); // completed; the request's children are ended
@@ -48,6 +48,6 @@ mod admission;
 mod guard;
 mod labels;
 
-pub use admission::{Admission, HopConfig, strip_internal_markers};
+pub use admission::{HopConfig, Verdict, strip_internal_markers};
 pub use guard::HopGuard;
 pub use labels::{OTHER_ROUTE, RouteLabel};

@@ -8,7 +8,7 @@ use super::ResponseBody;
 use super::future::ResponseFuture;
 use crate::error::BudgetError;
 use crate::grpc::{budget_status, status_parts, tonic_code};
-use crate::lifecycle::{Admission, HopConfig, RouteLabel, strip_internal_markers};
+use crate::lifecycle::{HopConfig, RouteLabel, Verdict, strip_internal_markers};
 
 /// Middleware that gives each gRPC call its [`RequestBudget`](crate::RequestBudget). See the
 /// [module docs](super).
@@ -67,14 +67,14 @@ where
         // timer only after this returns (see the module docs), so ours is never the later.
         let admission = config.admit(req.headers(), RouteLabel::Method(req.uri().path()));
         let err = match admission {
-            Admission::Admitted(guard) => {
+            Verdict::Admitted(guard) => {
                 strip_internal_markers(req.headers_mut());
                 req.extensions_mut().insert(guard.budget().clone());
                 // Some services do work in `call` itself; give it the scope and span too.
                 let inner = guard.enter(|| self.inner.call(req));
                 return ResponseFuture::running(inner, guard, config.clone());
             }
-            Admission::Malformed(malformed) => {
+            Verdict::Malformed(malformed) => {
                 // C9: a malformed deadline is the client's error, never "no deadline".
                 let code = tonic_code(statuses.malformed);
                 return ResponseFuture::answer(status_parts(tonic::Status::new(
@@ -82,8 +82,8 @@ where
                     malformed.to_string(),
                 )));
             }
-            Admission::Expired => BudgetError::Expired,
-            Admission::Refused(refused) => BudgetError::Refused(refused),
+            Verdict::Expired => BudgetError::Expired,
+            Verdict::Refused(refused) => BudgetError::Refused(refused),
         };
         ResponseFuture::answer(status_parts(budget_status(&err, statuses)))
     }

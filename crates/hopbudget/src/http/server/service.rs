@@ -8,7 +8,7 @@ use tower_service::Service;
 use super::answer::{expired_response, malformed_response, refused_response};
 use super::{ResponseBody, ResponseFuture, ServerBudgetLayer, linger};
 use crate::Profile;
-use crate::lifecycle::{Admission, RouteLabel, strip_internal_markers};
+use crate::lifecycle::{RouteLabel, Verdict, strip_internal_markers};
 
 /// Middleware that gives each inbound HTTP request its [`RequestBudget`](crate::RequestBudget).
 ///
@@ -88,18 +88,18 @@ where
         match self.layer.config.admit(req.headers(), route) {
             // Early answers, before the body was read: on HTTP/1.1 the unread body is drained
             // so the client reads the answer instead of a reset (C18, S14).
-            Admission::Malformed(malformed) => ResponseFuture::answer(linger::answer_early(
+            Verdict::Malformed(malformed) => ResponseFuture::answer(linger::answer_early(
                 req,
                 malformed_response(status, &malformed),
             )),
-            Admission::Expired => {
+            Verdict::Expired => {
                 ResponseFuture::answer(linger::answer_early(req, expired_response(status)))
             }
-            Admission::Refused(refused) => {
+            Verdict::Refused(refused) => {
                 let res = refused_response(status, refused.required(), refused.remaining());
                 ResponseFuture::answer(linger::answer_early(req, res))
             }
-            Admission::Admitted(guard) => {
+            Verdict::Admitted(guard) => {
                 strip_internal_markers(req.headers_mut());
                 req.extensions_mut().insert(guard.budget().clone());
                 // Some services do work in `call` itself; give it the scope and span too.
