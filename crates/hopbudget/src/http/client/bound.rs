@@ -47,7 +47,6 @@ impl Bound {
     }
 
     /// The budget the call runs under.
-    #[cfg(feature = "reqwest")]
     pub(crate) fn budget(&self) -> &RequestBudget {
         &self.budget
     }
