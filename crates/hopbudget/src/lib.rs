@@ -19,6 +19,8 @@
 //!   Envoy) and reading the tightest inbound budget (C9).
 //! - [`status`]: terminal statuses and their HTTP/gRPC spelling (C10).
 //! - [`retry`]: a `tower::retry` policy that obeys C6.
+//! - [`queue`]: the queue boundary: stamp a message's deadline, check it before any work,
+//!   dead-letter what expired in the backlog (C11, S10).
 //! - [`Profile`]: the adoption profile, validated at start-up (C15).
 //!
 //! ## Features
@@ -35,6 +37,8 @@
 //! | `metrics` | counters and histograms through the `metrics` facade |
 //! | `prometheus` | `observe::prometheus`: a Prometheus recorder builder with hopbudget's buckets |
 //! | `otlp` | `observe::otlp`: OpenTelemetry span export to an OTLP JSON file |
+//! | `nats` | `queue::nats`: JetStream publisher, consumer and dead-letter stream; core NATS request/reply |
+//! | `kafka` | `queue::kafka`: Kafka producer and consumer through rdkafka (builds librdkafka with cmake) |
 //! | `full` | all of the above |
 //!
 //! ## Example
@@ -72,6 +76,7 @@ pub mod grpc;
 pub mod http;
 pub mod observe;
 pub mod profile;
+pub mod queue;
 pub mod retry;
 pub mod status;
 pub mod task;

@@ -1,0 +1,1 @@
+//! NATS adapter (in progress).
