@@ -94,6 +94,10 @@ struct DemoArgs {
     /// Output directory for report.html, results.json, table.txt and traces.
     #[arg(long, default_value = "target/hopbudget-demo")]
     out: PathBuf,
+    /// Send the order-confirmation e-mail through this broker (`nats://HOST:PORT`, a NATS
+    /// server with JetStream) instead of the in-process queue.
+    #[arg(long, value_name = "URL")]
+    broker: Option<String>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -149,6 +153,9 @@ pub fn main() -> ExitCode {
 
 fn run_demo(args: DemoArgs) -> Result<(), String> {
     let topology = load_topology(args.topology.as_ref())?;
+    if let Some(url) = &args.broker {
+        demo::queue::use_broker(url)?;
+    }
     let mut opts = DemoOptions::new(topology);
     opts.modes = match args.mode {
         ModeArg::Both => vec![Mode::Timeouts, Mode::Propagated],
