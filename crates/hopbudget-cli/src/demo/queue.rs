@@ -59,14 +59,13 @@ pub fn use_broker(url: &str) -> Result<(), String> {
         let client = async_nats::connect(&address).await.map_err(|e| {
             format!("--broker {url}: cannot connect ({e}); start `nats-server -js`")
         })?;
-        async_nats::jetstream::new(client)
-            .query_account()
-            .await
-            .map_err(|e| {
-                format!(
-                    "--broker {url}: JetStream is not available ({e}); start the server with `-js`"
-                )
-            })
+        if client.server_info().jetstream {
+            Ok(())
+        } else {
+            Err(format!(
+                "--broker {url}: JetStream is not enabled; start the server with `-js`"
+            ))
+        }
     })?;
     BROKER
         .set(address)
