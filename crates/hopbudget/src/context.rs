@@ -12,8 +12,8 @@
 //! whose deadline has passed *is* expired whether or not anyone noticed (rule C4).
 
 use std::future::Future;
-use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicU64, Ordering, fence};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use tokio::task::futures::TaskLocalFuture;
@@ -99,25 +99,110 @@ impl BudgetId {
     }
 }
 
-const LIVE: u8 = 0;
-const EXPIRED: u8 = 1;
-const CANCELLED: u8 = 2;
+// The end state of a budget, in one word so that recording it is a single compare-and-swap:
+// the cause in the top two bits and, for a cancellation, how long before the budget's
+// creation deadline it happened (in nanoseconds, saturating) in the rest. A child budget
+// with a tighter deadline compares that instant with its own deadline, so a child that had
+// already expired stays expired when its parent is cancelled later (rule C4).
+const LIVE: u64 = 0;
+const EXPIRED: u64 = 1 << 62;
+const CANCELLED: u64 = 2 << 62;
+const CAUSE_BITS: u64 = 3 << 62;
+const NANOS_BITS: u64 = !CAUSE_BITS;
+
+/// Below this depth a budget looks for an ancestor's end cause by walking up the tree; deeper
+/// budgets (a task that respawns itself level after level) first ask their cancellation
+/// token, which the tree's cancellation reaches in one step, so no check costs O(depth).
+const WALK_DEPTH: u32 = 8;
 
 #[derive(Debug)]
 struct Inner {
     /// Assigned on first use: most budgets never need one, and a process-wide counter
     /// touched by every request on every core is a contended cache line. Zero means unset.
     id: AtomicU64,
+    /// The deadline when the budget was made. It only moves for a stream route, after its
+    /// first chunk (see `stream`).
     deadline: Deadline,
     source: Source,
     at_arrival: Duration,
     policy: HopPolicy,
-    cause: AtomicU8,
+    state: AtomicU64,
     token: OnceLock<CancellationToken>,
     /// Cancellation flows from this parent (child budgets, fan-out siblings).
     parent: Option<RequestBudget>,
+    /// How many parents above this budget.
+    depth: u32,
     /// Detached work: the budget it was scheduled from, for tracing only (rule C12).
     linked_from: Option<BudgetId>,
+    /// Stream routes only (rule C13): set when the first chunk goes out, after which the
+    /// stream lifetime replaces the request deadline for this budget and every child of it.
+    stream: Option<Arc<StreamDeadline>>,
+    /// A tighter limit of this budget's own (`child_until`), which a stream's lifetime does
+    /// not lift.
+    cap: Option<Deadline>,
+}
+
+/// The deadline a stream route's budget runs under once its first chunk is out (rule C13).
+#[derive(Debug, Default)]
+struct StreamDeadline(Mutex<Option<Deadline>>);
+
+impl StreamDeadline {
+    fn get(&self) -> Option<Deadline> {
+        *self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn set(&self, deadline: Deadline) {
+        *self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(deadline);
+    }
+}
+
+impl Drop for Inner {
+    // A chain of parents 100 000 budgets deep (a task that respawns itself) would otherwise be
+    // dropped by recursion, one stack frame per level. Unlink it iteratively instead.
+    fn drop(&mut self) {
+        let mut next = self.parent.take();
+        while let Some(parent) = next {
+            next = match Arc::try_unwrap(parent.inner) {
+                Ok(mut inner) => inner.parent.take(),
+                Err(_) => None,
+            };
+        }
+    }
+}
+
+/// What a new budget is made of, before it is shared.
+struct Parts {
+    deadline: Deadline,
+    at_arrival: Duration,
+    source: Source,
+    policy: HopPolicy,
+    parent: Option<RequestBudget>,
+    depth: u32,
+    linked_from: Option<BudgetId>,
+    stream: Option<Arc<StreamDeadline>>,
+    cap: Option<Deadline>,
+}
+
+impl Parts {
+    fn root(deadline: Deadline, source: Source, policy: HopPolicy) -> Self {
+        Self {
+            deadline,
+            at_arrival: deadline.remaining(),
+            source,
+            policy,
+            parent: None,
+            depth: 0,
+            linked_from: None,
+            stream: None,
+            cap: None,
+        }
+    }
 }
 
 /// One request's time budget, shared by everything the request does in this process.
@@ -164,46 +249,70 @@ impl RequestBudget {
     fn starting_now(budget: Duration, source: Source, policy: HopPolicy) -> Self {
         let now = tokio::time::Instant::now();
         let deadline = Deadline::after_from(now, budget);
-        Self::build_with_arrival(
-            deadline,
-            deadline.remaining_at(now),
-            source,
-            policy,
-            None,
-            None,
-        )
+        Self::from_parts(Parts {
+            at_arrival: deadline.remaining_at(now),
+            ..Parts::root(deadline, source, policy)
+        })
+    }
+
+    /// A budget for a request on a stream route (rule C13): after its first chunk,
+    /// [`start_stream`](Self::start_stream) moves its deadline, and its children's, to the
+    /// stream lifetime.
+    pub(crate) fn for_stream(self) -> Self {
+        // Only ever called on a budget just made by a server hop, before anyone else has it.
+        match Arc::try_unwrap(self.inner) {
+            Ok(mut inner) => {
+                inner.stream = Some(Arc::default());
+                Self {
+                    inner: Arc::new(inner),
+                }
+            }
+            Err(inner) => Self { inner },
+        }
+    }
+
+    /// The first chunk of a stream went out: from now on this budget and every child of it
+    /// run until `now + lifetime` instead of the request deadline (rule C13, S12). Work spawned
+    /// for the stream and calls made from it are then not cut at the request deadline.
+    pub(crate) fn start_stream(&self, lifetime: Duration) {
+        if let Some(stream) = &self.inner.stream {
+            stream.set(Deadline::after(lifetime));
+        }
     }
 
     fn build(
         deadline: Deadline,
         source: Source,
         policy: HopPolicy,
-        parent: Option<RequestBudget>,
+        parent: Option<&RequestBudget>,
         linked_from: Option<BudgetId>,
     ) -> Self {
-        let at_arrival = deadline.remaining();
-        Self::build_with_arrival(deadline, at_arrival, source, policy, parent, linked_from)
+        let mut parts = Parts::root(deadline, source, policy);
+        parts.linked_from = linked_from;
+        if let Some(parent) = parent {
+            parts.depth = parent.inner.depth.saturating_add(1);
+            parts.stream = parent.inner.stream.clone();
+            parts.cap = parent.inner.cap;
+            parts.parent = Some(parent.clone());
+        }
+        Self::from_parts(parts)
     }
 
-    fn build_with_arrival(
-        deadline: Deadline,
-        at_arrival: Duration,
-        source: Source,
-        policy: HopPolicy,
-        parent: Option<RequestBudget>,
-        linked_from: Option<BudgetId>,
-    ) -> Self {
+    fn from_parts(p: Parts) -> Self {
         Self {
             inner: Arc::new(Inner {
                 id: AtomicU64::new(0),
-                at_arrival,
-                deadline,
-                source,
-                policy,
-                cause: AtomicU8::new(LIVE),
+                at_arrival: p.at_arrival,
+                deadline: p.deadline,
+                source: p.source,
+                policy: p.policy,
+                state: AtomicU64::new(LIVE),
                 token: OnceLock::new(),
-                parent,
-                linked_from,
+                parent: p.parent,
+                depth: p.depth,
+                linked_from: p.linked_from,
+                stream: p.stream,
+                cap: p.cap,
             }),
         }
     }
@@ -226,9 +335,17 @@ impl RequestBudget {
         }
     }
 
-    /// The deadline.
+    /// The deadline. On a stream route it moves once, to the stream lifetime, when the first
+    /// chunk goes out (rule C13).
+    #[inline]
     pub fn deadline(&self) -> Deadline {
-        self.inner.deadline
+        match &self.inner.stream {
+            None => self.inner.deadline,
+            Some(stream) => match stream.get() {
+                None => self.inner.deadline,
+                Some(lifetime) => self.inner.cap.map_or(lifetime, |cap| cap.min(lifetime)),
+            },
+        }
     }
 
     /// Where the budget came from.
@@ -254,7 +371,7 @@ impl RequestBudget {
     /// Time left; zero once the deadline has passed.
     #[inline]
     pub fn remaining(&self) -> Duration {
-        self.inner.deadline.remaining()
+        self.deadline().remaining()
     }
 
     /// What to tell the next hop: remaining minus hop margin minus transit allowance, never
@@ -312,7 +429,7 @@ impl RequestBudget {
     /// parent, or else the deadline having passed.
     pub fn end_cause(&self) -> Option<EndCause> {
         self.recorded_cause().or_else(|| {
-            if self.inner.deadline.is_expired() {
+            if self.deadline().is_expired() {
                 Some(EndCause::Expired)
             } else {
                 None
@@ -320,15 +437,49 @@ impl RequestBudget {
         })
     }
 
+    /// The cause recorded on this budget or the nearest ancestor that has one, without
+    /// recursion however deep the tree is.
     fn recorded_cause(&self) -> Option<EndCause> {
-        match self.inner.cause.load(Ordering::Acquire) {
-            EXPIRED => Some(EndCause::Expired),
-            CANCELLED => Some(EndCause::Cancelled),
-            _ => self
-                .inner
-                .parent
-                .as_ref()
-                .and_then(RequestBudget::recorded_cause),
+        let own = self.inner.state.load(Ordering::Acquire);
+        if own != LIVE {
+            return Some(Self::cause_of(own));
+        }
+        if self.inner.depth >= WALK_DEPTH {
+            // Every ancestor's end reaches this token in one step (tokio-util propagates
+            // cancellation down its tree), so a live token means no ancestor has ended.
+            if let Some(token) = self.inner.token.get() {
+                if !token.is_cancelled() {
+                    return None;
+                }
+            }
+        }
+        let mut next = self.inner.parent.as_ref();
+        while let Some(ancestor) = next {
+            let state = ancestor.inner.state.load(Ordering::Acquire);
+            match state & CAUSE_BITS {
+                LIVE => next = ancestor.inner.parent.as_ref(),
+                CANCELLED => {
+                    // A child with a tighter deadline that had passed before the ancestor was
+                    // cancelled had expired, and stays expired (C4).
+                    let before = Duration::from_nanos(state & NANOS_BITS);
+                    let cancelled_at = ancestor.inner.deadline.saturating_sub(before);
+                    return Some(if self.deadline() <= cancelled_at {
+                        EndCause::Expired
+                    } else {
+                        EndCause::Cancelled
+                    });
+                }
+                _ => return Some(EndCause::Expired),
+            }
+        }
+        None
+    }
+
+    fn cause_of(state: u64) -> EndCause {
+        if state & CAUSE_BITS == CANCELLED {
+            EndCause::Cancelled
+        } else {
+            EndCause::Expired
         }
     }
 
@@ -343,26 +494,36 @@ impl RequestBudget {
     /// that ran out is never reported as cancelled (rule C4). Returns whether this call was the
     /// one that ended it.
     pub fn cancel(&self) -> bool {
-        let cause = if self.inner.deadline.is_expired() {
-            EXPIRED
-        } else {
-            CANCELLED
-        };
-        self.end_with(cause)
+        let remaining = self.remaining();
+        if remaining.is_zero() {
+            return self.end_with(EXPIRED);
+        }
+        // Recorded against the creation deadline, which never moves.
+        let before = self.inner.deadline.remaining();
+        let nanos = u64::try_from(before.as_nanos()).map_or(NANOS_BITS, |n| n.min(NANOS_BITS));
+        self.end_with(CANCELLED | nanos)
     }
 
     /// Mark this budget expired and cancel everything under it (rule C7). Layers call this
-    /// when their deadline timer fires; [`done`](Self::done) does it for any waiter.
+    /// when their deadline timer fires; the budget's own timer does it for any token holder.
     pub fn expire(&self) -> bool {
         self.end_with(EXPIRED)
     }
 
-    fn end_with(&self, cause: u8) -> bool {
+    fn end_with(&self, state: u64) -> bool {
         let won = self
             .inner
-            .cause
-            .compare_exchange(LIVE, cause, Ordering::AcqRel, Ordering::Acquire)
+            .state
+            .compare_exchange(LIVE, state, Ordering::AcqRel, Ordering::Acquire)
             .is_ok();
+        // Pairs with the fence in `init_token`: recording the cause and creating the token
+        // are two stores each followed by a load of the other location (the store-buffer
+        // pattern). Acquire/release alone lets both loads see the old values on weakly
+        // ordered CPUs (and through x86's store buffer), leaving a token that is never
+        // cancelled. With a SeqCst fence between store and load on both sides, at least one
+        // side sees the other's store: either this `get` finds the token, or `init_token`
+        // finds the cause.
+        fence(Ordering::SeqCst);
         if let Some(token) = self.inner.token.get() {
             token.cancel();
         }
@@ -370,37 +531,125 @@ impl RequestBudget {
     }
 
     /// A `CancellationToken` cancelled when this budget ends, for code that speaks tokio-util.
-    /// It is a child of the parent budget's token, so cancellation flows down the tree.
+    /// It is a child of the parent budget's token, so cancellation flows down the tree, and it
+    /// is cancelled at the deadline whether or not anyone awaits [`done`](Self::done) (rule
+    /// C7): the first call arms a timer task for it on the current tokio runtime.
     pub fn token(&self) -> CancellationToken {
-        let token = self.inner.token.get_or_init(|| match &self.inner.parent {
-            Some(parent) => parent.token().child_token(),
-            None => CancellationToken::new(),
-        });
-        // A cause recorded before the token existed still has to reach it.
-        if self.inner.cause.load(Ordering::Acquire) != LIVE {
-            token.cancel();
+        if let Some(token) = self.inner.token.get() {
+            return token.clone();
         }
-        token.clone()
+        // Tokens are made from the top down; collect the ancestors that have none yet, without
+        // recursion, so a chain of any depth costs no stack.
+        let mut missing = vec![self];
+        let mut next = self.inner.parent.as_ref();
+        while let Some(ancestor) = next {
+            if ancestor.inner.token.get().is_some() {
+                break;
+            }
+            missing.push(ancestor);
+            next = ancestor.inner.parent.as_ref();
+        }
+        for budget in missing.into_iter().rev() {
+            budget.init_token();
+        }
+        self.inner
+            .token
+            .get()
+            .cloned()
+            .unwrap_or_else(CancellationToken::new)
+    }
+
+    /// Create this budget's token; the parent's already exists.
+    fn init_token(&self) {
+        let mut created = false;
+        let token = self.inner.token.get_or_init(|| {
+            created = true;
+            match self.inner.parent.as_ref().and_then(|p| p.inner.token.get()) {
+                Some(parent) => parent.child_token(),
+                None => CancellationToken::new(),
+            }
+        });
+        // See `end_with`: a cause recorded before the token existed still has to reach it.
+        fence(Ordering::SeqCst);
+        if self.inner.state.load(Ordering::Acquire) != LIVE {
+            token.cancel();
+            return;
+        }
+        if created && self.needs_own_timer() {
+            self.arm_timer(token.clone());
+        }
+    }
+
+    /// A child that shares its parent's deadline is cancelled by the parent's timer through
+    /// the token tree; only a budget with a deadline of its own needs a timer.
+    fn needs_own_timer(&self) -> bool {
+        match &self.inner.parent {
+            None => true,
+            Some(parent) => self.deadline() < parent.deadline(),
+        }
+    }
+
+    /// Expire this budget at its deadline even if nobody awaits it (rule C7). The task holds
+    /// only a weak reference, and ends as soon as the token is cancelled for any reason (the
+    /// request completed, the caller went away), so finished requests leave no timers behind.
+    /// Outside a tokio runtime there is nothing to run a timer on; `done()` still expires the
+    /// budget for whoever awaits it.
+    fn arm_timer(&self, token: CancellationToken) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let weak = Arc::downgrade(&self.inner);
+        let mut at = self.deadline();
+        runtime.spawn(async move {
+            loop {
+                tokio::select! {
+                    biased;
+                    () = token.cancelled() => return,
+                    () = tokio::time::sleep_until(at.instant()) => {}
+                }
+                let Some(inner) = weak.upgrade() else {
+                    // Nobody holds the budget any more, but the token may still be held.
+                    token.cancel();
+                    return;
+                };
+                let budget = RequestBudget { inner };
+                let now_due = budget.deadline();
+                if now_due.is_expired() {
+                    budget.expire();
+                    return;
+                }
+                // A stream route's deadline moved to the stream lifetime (C13).
+                at = now_due;
+            }
+        });
     }
 
     /// Resolves when the budget ends, with the cause. When it is the deadline that ends it,
     /// the budget is marked expired and its tree cancelled (rule C7), so that spawned children
     /// stop as well.
     pub async fn done(&self) -> EndCause {
-        if let Some(cause) = self.end_cause() {
-            self.end_with(match cause {
-                EndCause::Expired => EXPIRED,
-                EndCause::Cancelled => CANCELLED,
-            });
-            return cause;
-        }
-        let token = self.token();
-        tokio::select! {
-            biased;
-            () = token.cancelled() => self.end_cause().unwrap_or(EndCause::Cancelled),
-            () = tokio::time::sleep_until(self.inner.deadline.instant()) => {
-                self.expire();
-                self.recorded_cause().unwrap_or(EndCause::Expired)
+        loop {
+            if let Some(cause) = self.end_cause() {
+                if cause == EndCause::Expired {
+                    // The deadline passed unnoticed: record it, which cancels the tree (C7).
+                    // A cancellation was recorded by whoever cancelled, and reached the tree.
+                    self.end_with(EXPIRED);
+                }
+                return self.recorded_cause().unwrap_or(cause);
+            }
+            let token = self.token();
+            tokio::select! {
+                biased;
+                () = token.cancelled() => {
+                    return self.end_cause().unwrap_or(EndCause::Cancelled);
+                }
+                () = tokio::time::sleep_until(self.deadline().instant()) => {
+                    // A stream route's deadline may have moved meanwhile: look again.
+                    if self.deadline().is_expired() {
+                        self.expire();
+                        return self.recorded_cause().unwrap_or(EndCause::Expired);
+                    }
+                }
             }
         }
     }
@@ -432,24 +681,26 @@ impl RequestBudget {
 
     /// A child budget: the same deadline, cancelled with this one, cancellable on its own.
     pub fn child(&self) -> RequestBudget {
-        Self::build(
-            self.inner.deadline,
-            self.inner.source,
-            self.inner.policy,
-            Some(self.clone()),
-            None,
-        )
+        let mut parts = Parts::root(self.inner.deadline, self.inner.source, self.inner.policy);
+        parts.at_arrival = self.remaining();
+        self.adopt(parts)
     }
 
-    /// A child budget whose deadline is the tighter of this one's and `deadline`.
+    /// A child budget whose deadline is the tighter of this one's and `deadline`. A stream
+    /// route's lifetime never lifts it past `deadline`.
     pub fn child_until(&self, deadline: Deadline) -> RequestBudget {
-        Self::build(
-            self.inner.deadline.min(deadline),
-            self.inner.source,
-            self.inner.policy,
-            Some(self.clone()),
-            None,
-        )
+        let tighter = self.deadline().min(deadline);
+        let mut parts = Parts::root(tighter, self.inner.source, self.inner.policy);
+        parts.cap = Some(self.inner.cap.map_or(deadline, |cap| cap.min(deadline)));
+        self.adopt(parts)
+    }
+
+    fn adopt(&self, mut parts: Parts) -> RequestBudget {
+        parts.depth = self.inner.depth.saturating_add(1);
+        parts.stream = self.inner.stream.clone();
+        parts.cap = parts.cap.or(self.inner.cap);
+        parts.parent = Some(self.clone());
+        Self::from_parts(parts)
     }
 
     /// A fresh budget for background work started by this request (rule C12): rooted now,
@@ -624,5 +875,115 @@ mod tests {
         assert_eq!(c.remaining(), Duration::from_millis(40));
         let c = b.child_until(Deadline::after(Duration::from_millis(400)));
         assert_eq!(c.remaining(), Duration::from_millis(100));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn c7_the_token_fires_at_the_deadline_with_nobody_awaiting() {
+        let b = budget(50);
+        let token = b.token();
+        let child_token = b.child().token();
+        tokio::time::sleep(Duration::from_millis(49)).await;
+        assert!(!token.is_cancelled());
+        tokio::time::sleep(Duration::from_millis(51)).await;
+        assert!(
+            token.is_cancelled(),
+            "a 50 ms budget's token is cancelled by 100 ms"
+        );
+        assert!(child_token.is_cancelled());
+        assert_eq!(b.end_cause(), Some(EndCause::Expired));
+        // A tighter child has a timer of its own.
+        let b = budget(1_000);
+        let c = b.child_until(Deadline::after(Duration::from_millis(20)));
+        let t = c.token();
+        tokio::time::sleep(Duration::from_millis(21)).await;
+        assert!(t.is_cancelled());
+        assert!(!b.token().is_cancelled());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn finished_budgets_leave_no_timer_behind() {
+        let b = budget(60_000);
+        let _token = b.token();
+        let before = tokio::runtime::Handle::current()
+            .metrics()
+            .num_alive_tasks();
+        assert_eq!(before, 1, "the deadline timer task");
+        b.cancel();
+        tokio::task::yield_now().await;
+        tokio::task::yield_now().await;
+        let after = tokio::runtime::Handle::current()
+            .metrics()
+            .num_alive_tasks();
+        assert_eq!(after, 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn c4_a_child_that_expired_stays_expired_after_its_parent_is_cancelled() {
+        let b = budget(1_000);
+        let c = b.child_until(Deadline::after(Duration::from_millis(40)));
+        tokio::time::advance(Duration::from_millis(100)).await;
+        b.cancel();
+        assert_eq!(b.end_cause(), Some(EndCause::Cancelled));
+        assert_eq!(c.end_cause(), Some(EndCause::Expired));
+        // A child whose deadline had not passed when the parent was cancelled is cancelled.
+        let b = budget(1_000);
+        let c = b.child_until(Deadline::after(Duration::from_millis(400)));
+        tokio::time::advance(Duration::from_millis(100)).await;
+        b.cancel();
+        tokio::time::advance(Duration::from_millis(500)).await;
+        assert_eq!(c.end_cause(), Some(EndCause::Cancelled));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn c13_a_stream_budget_and_its_children_move_to_the_stream_lifetime() {
+        let b = budget(100).for_stream();
+        let child = b.child();
+        let capped = b.child_until(Deadline::after(Duration::from_millis(300)));
+        let token = child.token();
+        tokio::time::advance(Duration::from_millis(50)).await;
+        b.start_stream(Duration::from_secs(10));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(!token.is_cancelled(), "not cut at the request deadline");
+        assert!(child.end_cause().is_none());
+        assert_eq!(child.remaining(), Duration::from_millis(9_800));
+        assert_eq!(
+            capped.remaining(),
+            Duration::from_millis(50),
+            "own cap stays"
+        );
+        tokio::time::sleep(Duration::from_millis(9_800)).await;
+        tokio::task::yield_now().await;
+        assert!(token.is_cancelled(), "ends at the stream lifetime");
+        assert_eq!(child.end_cause(), Some(EndCause::Expired));
+    }
+
+    #[test]
+    fn a_chain_100_000_budgets_deep_needs_no_recursion() {
+        // Run on a small stack: recursion per level would overflow it long before the end.
+        std::thread::Builder::new()
+            .stack_size(256 * 1024)
+            .spawn(|| {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_time()
+                    .build()
+                    .unwrap();
+                rt.block_on(async {
+                    let root = budget(60_000);
+                    let mut leaf = root.clone();
+                    for _ in 0..100_000 {
+                        leaf = leaf.child();
+                    }
+                    assert_eq!(leaf.end_cause(), None);
+                    let token = leaf.token();
+                    root.cancel();
+                    assert!(token.is_cancelled());
+                    assert_eq!(leaf.end_cause(), Some(EndCause::Cancelled));
+                    drop(root);
+                    drop(leaf);
+                });
+            })
+            .unwrap()
+            .join()
+            .unwrap();
     }
 }

@@ -5,6 +5,7 @@
 //! to fail cancels the rest, which is the sideways cancellation hand-rolled fan-out tends to
 //! forget.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 
@@ -75,6 +76,9 @@ pub struct FanOut<T, E> {
     policy: FanOutPolicy,
     tasks: JoinSet<(usize, Result<T, SiblingError<E>>)>,
     launched: usize,
+    /// Which sibling each task is, so a panic (which loses the task's own output) is still
+    /// reported in that sibling's slot.
+    slots: HashMap<tokio::task::Id, usize>,
 }
 
 impl<T, E> FanOut<T, E>
@@ -89,6 +93,7 @@ where
             policy,
             tasks: JoinSet::new(),
             launched: 0,
+            slots: HashMap::new(),
         }
     }
 
@@ -108,7 +113,7 @@ where
         self.launched += 1;
         let sibling = self.group.child();
         let fut = f(sibling.clone());
-        self.tasks.spawn(async move {
+        let handle = self.tasks.spawn(async move {
             let result = match sibling.run(fut).await {
                 Ok(Ok(v)) => Ok(v),
                 Ok(Err(e)) => Err(SiblingError::Failed(e)),
@@ -116,6 +121,7 @@ where
             };
             (index, result)
         });
+        self.slots.insert(handle.id(), index);
     }
 
     /// Wait for every sibling; results come back in launch order.
@@ -135,12 +141,17 @@ where
                     }
                 }
                 Err(join_error) => {
-                    // The index is lost with the panic; fill the first empty slot at the end.
                     if self.policy == FanOutPolicy::CancelOnError {
                         self.group.cancel();
                     }
-                    if let Some(slot) = slots.iter_mut().rev().find(|s| s.is_none()) {
-                        *slot = Some(Err(SiblingError::Panicked(join_error.to_string())));
+                    let index = self.slots.get(&join_error.id()).copied();
+                    let result = Err(if join_error.is_panic() {
+                        SiblingError::Panicked(panic_message(join_error.into_panic()))
+                    } else {
+                        SiblingError::Budget(BudgetError::Cancelled)
+                    });
+                    if let Some(slot) = index.and_then(|i| slots.get_mut(i)) {
+                        *slot = Some(result);
                     }
                 }
             }
@@ -149,6 +160,17 @@ where
             .into_iter()
             .map(|s| s.unwrap_or_else(|| Err(SiblingError::Budget(BudgetError::Cancelled))))
             .collect()
+    }
+}
+
+/// The text a panic was raised with, as `std` prints it.
+fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
+    match payload.downcast::<String>() {
+        Ok(text) => *text,
+        Err(payload) => match payload.downcast::<&'static str>() {
+            Ok(text) => (*text).to_owned(),
+            Err(_) => "a panic with a non-text payload".to_owned(),
+        },
     }
 }
 
@@ -233,6 +255,32 @@ mod tests {
         let r = group.join().await;
         assert!(matches!(r[0], Ok(1)));
         assert!(matches!(r[1], Err(SiblingError::Failed("fast failure"))));
+        assert!(matches!(r[2], Ok(3)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_panicking_sibling_is_reported_in_its_own_slot() {
+        let request = budget(10_000);
+        let mut group = FanOut::<u32, &'static str>::new(&request, FanOutPolicy::WaitAll);
+        group.spawn(|_| async {
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            Ok(1)
+        });
+        group.spawn(|_| async {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            panic!("pricing exploded")
+        });
+        group.spawn(|_| async {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            Ok(3)
+        });
+        let r = group.join().await;
+        assert!(matches!(r[0], Ok(1)));
+        assert!(
+            matches!(&r[1], Err(SiblingError::Panicked(m)) if m == "pricing exploded"),
+            "{:?}",
+            r[1]
+        );
         assert!(matches!(r[2], Ok(3)));
     }
 

@@ -74,6 +74,7 @@ pub mod grpc;
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub mod http;
+pub mod lifecycle;
 pub mod observe;
 pub mod profile;
 pub mod queue;
@@ -86,4 +87,4 @@ pub use context::{BudgetId, HopPolicy, RequestBudget, Source};
 pub use error::{BudgetError, EndCause, Refused};
 pub use profile::Profile;
 pub use status::Outcome;
-pub use task::{FutureExt, spawn, spawn_blocking, spawn_detached, spawn_with};
+pub use task::{FutureExt, TaskHandle, spawn, spawn_blocking, spawn_detached, spawn_with};

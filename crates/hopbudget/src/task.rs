@@ -35,28 +35,28 @@ use crate::error::BudgetError;
 ///     .scope(async { hopbudget::spawn(tokio::time::sleep(Duration::from_secs(60))) })
 ///     .await;
 /// // The spawned task is stopped at the request's deadline, not 60 s later.
-/// assert_eq!(handle.await.unwrap(), Err(BudgetError::Expired));
+/// assert_eq!(handle.await, Err(BudgetError::Expired));
 /// # }
 /// ```
-pub fn spawn<F>(fut: F) -> JoinHandle<Result<F::Output, BudgetError>>
+pub fn spawn<F>(fut: F) -> TaskHandle<F::Output>
 where
     F: Future + Send + 'static,
     F::Output: Send + 'static,
 {
     match RequestBudget::current() {
         Some(budget) => spawn_with(&budget, fut),
-        None => tokio::spawn(async move { Ok(fut.await) }),
+        None => TaskHandle::new(tokio::spawn(async move { Ok(fut.await) })),
     }
 }
 
 /// Spawn a task under a child of `budget`, stopped when it ends.
-pub fn spawn_with<F>(budget: &RequestBudget, fut: F) -> JoinHandle<Result<F::Output, BudgetError>>
+pub fn spawn_with<F>(budget: &RequestBudget, fut: F) -> TaskHandle<F::Output>
 where
     F: Future + Send + 'static,
     F::Output: Send + 'static,
 {
     let child = budget.child();
-    tokio::spawn(async move { child.run(fut).await })
+    TaskHandle::new(tokio::spawn(async move { child.run(fut).await }))
 }
 
 /// Run blocking code on tokio's blocking pool with the ambient budget.
@@ -66,13 +66,13 @@ where
 /// [`RequestBudget::is_done`] between steps. A job whose budget has ended before a blocking
 /// thread picks it up is not run at all, and a job that finishes after its budget ended
 /// reports the end cause rather than a result nobody is waiting for.
-pub fn spawn_blocking<F, R>(f: F) -> JoinHandle<Result<R, BudgetError>>
+pub fn spawn_blocking<F, R>(f: F) -> TaskHandle<R>
 where
     F: FnOnce() -> R + Send + 'static,
     R: Send + 'static,
 {
     let budget = RequestBudget::current().map(|b| b.child());
-    tokio::task::spawn_blocking(move || match budget {
+    TaskHandle::new(tokio::task::spawn_blocking(move || match budget {
         None => Ok(f()),
         Some(budget) => {
             if let Some(cause) = budget.end_cause() {
@@ -84,7 +84,7 @@ where
                 None => Ok(out),
             }
         }
-    })
+    }))
 }
 
 /// Spawn background work with a fresh budget rooted now (rule C12): it is not cancelled when
@@ -107,10 +107,10 @@ where
 ///     })
 ///     .await;
 /// request.cancel(); // the response went out; the request is over
-/// assert_eq!(email.await.unwrap(), Ok("sent"));
+/// assert_eq!(email.await, Ok("sent"));
 /// # }
 /// ```
-pub fn spawn_detached<F>(budget: Duration, fut: F) -> JoinHandle<Result<F::Output, BudgetError>>
+pub fn spawn_detached<F>(budget: Duration, fut: F) -> TaskHandle<F::Output>
 where
     F: Future + Send + 'static,
     F::Output: Send + 'static,
@@ -119,14 +119,100 @@ where
         Some(parent) => parent.detach(budget),
         None => RequestBudget::local(budget, HopPolicy::DEFAULT),
     };
+    // A root span of its own: as a child it would keep the request's span (and its trace)
+    // open until the background work ends. The link keeps the trace connection (C12).
     let span = tracing::info_span!(
+        parent: None,
         "detached",
         deadline.source = "detached",
-        deadline.remaining_ms = budget.as_millis() as u64,
-        deadline.linked_from = detached.linked_from().map(|id| id.get()),
+        deadline.remaining_ms = i64::try_from(budget.as_millis()).unwrap_or(i64::MAX),
+        deadline.linked_from = detached
+            .linked_from()
+            .map(|id| i64::try_from(id.get()).unwrap_or(i64::MAX)),
     );
     span.follows_from(tracing::Span::current());
-    tokio::spawn(async move { detached.run(fut).await }.instrument(span))
+    TaskHandle::new(tokio::spawn(
+        async move { detached.run(fut).await }.instrument(span),
+    ))
+}
+
+pin_project! {
+    /// The handle of a task spawned with [`spawn`], [`spawn_with`], [`spawn_blocking`] or
+    /// [`spawn_detached`]. Awaiting it gives one flat result: the task's output, or the
+    /// [`BudgetError`] that stopped it. A panic in the task is resumed in the task that awaits
+    /// the handle, as `std::thread::scope` does; a task the runtime dropped at shutdown is
+    /// `Cancelled`. Dropping the handle detaches the task, which the budget still bounds.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// use std::time::Duration;
+    /// use hopbudget::{BudgetError, HopPolicy, RequestBudget};
+    ///
+    /// let budget = RequestBudget::local(Duration::from_millis(100), HopPolicy::DEFAULT);
+    /// let quick: Result<u32, BudgetError> = budget.scope(async { hopbudget::spawn(async { 7 }) }).await.await;
+    /// assert_eq!(quick, Ok(7));
+    /// // A task that itself returns `Result<_, BudgetError>` flattens to the same shape.
+    /// let checked = budget
+    ///     .scope(async { hopbudget::spawn(async { RequestBudget::current().unwrap().admit(Duration::from_secs(1)) }) })
+    ///     .await
+    ///     .flatten()
+    ///     .await;
+    /// assert!(matches!(checked, Err(BudgetError::Refused(_))));
+    /// # }
+    /// ```
+    pub struct TaskHandle<T> {
+        #[pin]
+        join: JoinHandle<Result<T, BudgetError>>,
+    }
+}
+
+impl<T> std::fmt::Debug for TaskHandle<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TaskHandle")
+            .field("finished", &self.join.is_finished())
+            .finish()
+    }
+}
+
+impl<T> TaskHandle<T> {
+    fn new(join: JoinHandle<Result<T, BudgetError>>) -> Self {
+        Self { join }
+    }
+
+    /// Stop the task now, as its budget's end would.
+    pub fn abort(&self) {
+        self.join.abort();
+    }
+
+    /// Whether the task has finished.
+    pub fn is_finished(&self) -> bool {
+        self.join.is_finished()
+    }
+}
+
+impl<T, E> TaskHandle<Result<T, E>>
+where
+    E: From<BudgetError>,
+{
+    /// For a task that returns a `Result` itself: one result, the budget's error converted
+    /// into the task's error type.
+    pub async fn flatten(self) -> Result<T, E> {
+        self.await.map_err(E::from).and_then(|r| r)
+    }
+}
+
+impl<T> Future for TaskHandle<T> {
+    type Output = Result<T, BudgetError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match std::task::ready!(self.project().join.poll(cx)) {
+            Ok(result) => Poll::Ready(result),
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            // Aborted, or dropped by a runtime shutting down: stopped before its end.
+            Err(_) => Poll::Ready(Err(BudgetError::Cancelled)),
+        }
+    }
 }
 
 pin_project! {
@@ -215,7 +301,7 @@ mod tests {
             .await;
         tokio::time::sleep(Duration::from_millis(55)).await;
         request.cancel();
-        assert_eq!(handle.await.unwrap(), Err(BudgetError::Cancelled));
+        assert_eq!(handle.await, Err(BudgetError::Cancelled));
         let at_cancel = steps.load(Ordering::SeqCst);
         assert_eq!(at_cancel, 5);
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -228,7 +314,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn spawn_outside_a_request_is_unbounded() {
-        assert_eq!(spawn(async { 7 }).await.unwrap(), Ok(7));
+        assert_eq!(spawn(async { 7 }).await, Ok(7));
     }
 
     #[tokio::test(start_paused = true)]
@@ -237,8 +323,7 @@ mod tests {
         let seen = request
             .scope(async { spawn_blocking(|| RequestBudget::current().map(|b| b.remaining())) })
             .await
-            .await
-            .unwrap();
+            .await;
         assert_eq!(seen, Ok(Some(Duration::from_millis(100))));
 
         request.cancel();
@@ -249,8 +334,7 @@ mod tests {
                 async move { spawn_blocking(move || ran.fetch_add(1, Ordering::SeqCst)) }
             })
             .await
-            .await
-            .unwrap();
+            .await;
         assert_eq!(r, Err(BudgetError::Cancelled));
         assert_eq!(
             ran.load(Ordering::SeqCst),
@@ -273,13 +357,13 @@ mod tests {
             })
             .await;
         request.cancel();
-        let (linked, left) = email.await.unwrap().unwrap();
+        let (linked, left) = email.await.unwrap();
         assert_eq!(linked, Some(parent_id));
         assert_eq!(left, Duration::from_secs(28));
 
         // And its own deadline still bounds it.
         let stuck = spawn_detached(Duration::from_secs(1), std::future::pending::<()>());
-        assert_eq!(stuck.await.unwrap(), Err(BudgetError::Expired));
+        assert_eq!(stuck.await, Err(BudgetError::Expired));
     }
 
     #[tokio::test(start_paused = true)]
@@ -296,5 +380,57 @@ mod tests {
         let plain =
             tokio::spawn(async { RequestBudget::current().is_some() }.with_current_budget());
         assert!(!plain.await.unwrap());
+    }
+
+    #[test]
+    fn detached_work_gets_a_root_span_that_follows_from_the_request() {
+        use std::sync::Mutex;
+        use tracing::span::{Attributes, Id};
+        use tracing_subscriber::layer::{Context as LayerContext, Layer, SubscriberExt};
+
+        #[derive(Clone, Default)]
+        struct Capture {
+            // (span name, is a root span)
+            spans: Arc<Mutex<Vec<(&'static str, bool)>>>,
+            links: Arc<AtomicUsize>,
+        }
+        impl<S: tracing::Subscriber> Layer<S> for Capture {
+            fn on_new_span(&self, attrs: &Attributes<'_>, _: &Id, _: LayerContext<'_, S>) {
+                let name = attrs.metadata().name();
+                let root = attrs.is_root();
+                self.spans.lock().unwrap().push((name, root));
+            }
+            fn on_follows_from(&self, _: &Id, _: &Id, _: LayerContext<'_, S>) {
+                self.links.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        let capture = Capture::default();
+        let subscriber = tracing_subscriber::registry().with(capture.clone());
+        tracing::subscriber::with_default(subscriber, || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .start_paused(true)
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                let request = budget(100);
+                let span = tracing::info_span!("hop");
+                let handle = request
+                    .scope(async { spawn_detached(Duration::from_secs(5), async {}) })
+                    .instrument(span)
+                    .await;
+                handle.await.unwrap();
+            });
+        });
+        let spans = capture.spans.lock().unwrap().clone();
+        assert!(
+            spans.contains(&("detached", true)),
+            "the detached span is a root, not the request's child: {spans:?}"
+        );
+        assert_eq!(
+            capture.links.load(Ordering::SeqCst),
+            1,
+            "linked to the request"
+        );
     }
 }

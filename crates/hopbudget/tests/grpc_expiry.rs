@@ -149,3 +149,18 @@ async fn without_the_layer_tonic_itself_answers_cancelled() {
     let raw = raw_call(addr, &[("grpc-timeout", "100m")], &call(&[], 0)).await;
     assert_eq!(raw.grpc_status.as_deref(), Some("1"), "{raw:?}");
 }
+
+/// tonic's transport arms its own `grpc-timeout` timer outside every user layer and answers
+/// CANCELLED when it fires. It creates that timer only after the layer's `call` returned, and
+/// polls the layer first, so the layer's timer (fixed in `call`) is never the later of the
+/// two: with no head start at all, the server's answer is DEADLINE_EXCEEDED every time.
+#[tokio::test]
+async fn the_server_answers_deadline_exceeded_at_the_deadline_every_time() {
+    let leaf = serve_profile("leaf", Profile::default()).await;
+    for i in 0..30 {
+        // A raw HTTP/2 client has no timer of its own: what comes back is the server's.
+        let raw = raw_call(leaf.addr, &[("grpc-timeout", "15m")], &call(&[], 10_000)).await;
+        assert_eq!(raw.grpc_status.as_deref(), Some("4"), "call {i}: {raw:?}");
+        assert_eq!(raw.metadata["x-deadline-outcome"], "expired", "call {i}");
+    }
+}

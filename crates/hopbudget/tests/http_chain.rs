@@ -85,82 +85,107 @@ async fn four_hop_chain_budgets_strictly_decrease_by_at_least_the_margin() {
     }
 }
 
-/// Router for one S1 hop: `work` of its own, then the next hop. With `propagate`, the hop
-/// runs behind the layers; without, it calls downstream with a fresh 2 s timeout.
-fn s1_hop(next: Option<String>, work: Duration, propagate: bool, p: &Profile) -> Router {
+/// Router for one S1 hop: `work` of its own, then the next hop, behind the server layer and
+/// calling through the client middleware. Each hop notes when it started its own work.
+fn s1_hop(next: Option<String>, work: Duration, p: &Profile, starts: Starts) -> Router {
     let http = client(p);
-    let fresh = reqwest::Client::builder()
-        .timeout(Duration::from_secs(2))
-        .build()
-        .unwrap();
-    let router = Router::new().route(
-        "/",
-        get(move || {
-            let (next, http, fresh) = (next.clone(), http.clone(), fresh.clone());
-            async move {
-                tokio::time::sleep(work).await;
-                let Some(url) = next else {
-                    return (StatusCode::OK, "leaf".to_owned());
-                };
-                if propagate {
+    Router::new()
+        .route(
+            "/",
+            get(move || {
+                let (next, http, starts) = (next.clone(), http.clone(), starts.clone());
+                async move {
+                    starts.lock().unwrap().push(tokio::time::Instant::now());
+                    tokio::time::sleep(work).await;
+                    let Some(url) = next else {
+                        return (StatusCode::OK, "leaf".to_owned());
+                    };
                     match http.get(&url).send().await {
                         Ok(res) => (res.status(), res.text().await.unwrap_or_default()),
                         Err(e) => fail(&e),
                     }
-                } else {
-                    match fresh.get(&url).send().await {
-                        Ok(res) => (res.status(), res.text().await.unwrap_or_default()),
-                        Err(e) => (StatusCode::BAD_GATEWAY, e.to_string()),
-                    }
                 }
-            }
-        }),
-    );
-    if propagate {
-        router.layer(ServerBudgetLayer::new(p.clone()))
-    } else {
-        router
-    }
+            }),
+        )
+        .layer(ServerBudgetLayer::new(p.clone()))
 }
 
-async fn s1_chain(propagate: bool, p: &Profile) -> String {
-    // gateway -> checkout -> pricing -> tax -> currency, each doing 300 ms of work first.
+type Starts = Arc<Mutex<Vec<tokio::time::Instant>>>;
+
+/// gateway -> checkout -> pricing -> tax -> currency, each doing 300 ms of work first.
+async fn s1_chain(p: &Profile) -> (String, Starts) {
+    let starts = Starts::default();
     let mut next = None;
     for _ in 0..5 {
-        next = Some(serve(s1_hop(next, Duration::from_millis(300), propagate, p)).await);
+        let hop = s1_hop(next, Duration::from_millis(300), p, starts.clone());
+        next = Some(serve(hop).await);
     }
-    next.unwrap()
+    (next.unwrap(), starts)
 }
 
-/// S1: fresh per-hop timeouts add up; propagation caps the client's wait at its budget.
+/// S1: fresh per-hop timeouts add up; propagation caps the client's wait at its budget, and
+/// no hop starts work after the client's deadline.
+///
+/// Both chains run the same library stack. In the first every hop ignores the inbound
+/// deadline (`inbound: []`), so each starts a fresh 2 s budget of its own (the profile's edge
+/// total, C8): the timeouts of the incident. In the second the deadline propagates.
 #[tokio::test]
 async fn s1_per_hop_timeouts_sum_while_propagation_caps_the_wait() {
-    let p = profile("service: s1");
     let budget = Duration::from_millis(500);
+    let after_deadline = |starts: &Starts, sent: tokio::time::Instant| {
+        let starts = starts.lock().unwrap();
+        starts.iter().filter(|t| **t > sent + budget).count()
+    };
 
-    let fresh = s1_chain(false, &p).await;
-    let started = tokio::time::Instant::now();
-    let res = reqwest::Client::new().get(&fresh).send().await.unwrap();
-    let fresh_wait = started.elapsed();
+    let fresh = profile("service: s1\ninbound: []\nedge_total_ms: 2000");
+    let (url, starts) = s1_chain(&fresh).await;
+    let sent = tokio::time::Instant::now();
+    // The client asks for 500 ms; every hop ignores it and starts its own 2 s.
+    let res = reqwest::Client::new()
+        .get(&url)
+        .header("x-request-timeout-ms", "500")
+        .send()
+        .await
+        .unwrap();
+    let fresh_wait = sent.elapsed();
     assert_eq!(res.status(), 200);
     assert!(
         fresh_wait >= Duration::from_millis(1500),
-        "five 300 ms hops with fresh timeouts took {fresh_wait:?}, more than any 500 ms target"
+        "five 300 ms hops, each inside its own fresh 2 s, add up to {fresh_wait:?}"
+    );
+    assert!(
+        after_deadline(&starts, sent) >= 3,
+        "hops went on starting work for a client whose 500 ms were long gone"
     );
 
-    let propagated = s1_chain(true, &p).await;
-    let started = tokio::time::Instant::now();
-    let result = with_budget(client(&p).get(&propagated), 500, &p)
+    let propagated = profile("service: s1");
+    let (url, starts) = s1_chain(&propagated).await;
+    // The same plain client, which would wait for ever: the chain itself answers in time.
+    let sent = tokio::time::Instant::now();
+    let res = reqwest::Client::new()
+        .get(&url)
+        .header("x-request-timeout-ms", "500")
         .send()
-        .await;
-    let wait = started.elapsed();
+        .await
+        .unwrap();
+    let wait = sent.elapsed();
     let epsilon = Duration::from_millis(400);
     assert!(
         wait <= budget + epsilon,
         "with propagation the wait is bounded by the budget: {wait:?}"
     );
-    let err = result.expect_err("the chain needs 1.5 s; the budget is 500 ms");
-    assert_eq!(budget_error(&err), Some(&BudgetError::Expired), "{err}");
+    assert_eq!(
+        res.status(),
+        504,
+        "the chain needs 1.5 s; the budget is 500 ms"
+    );
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert_eq!(
+        after_deadline(&starts, sent),
+        0,
+        "no hop starts work after the client's deadline: {:?}",
+        starts.lock().unwrap().len()
+    );
 }
 
 /// S4: a callee that uses all the time it was told finishes too late for a caller without
@@ -169,17 +194,23 @@ async fn s1_per_hop_timeouts_sum_while_propagation_caps_the_wait() {
 #[tokio::test]
 async fn s4_the_hop_margin_leaves_the_caller_time_for_the_answer() {
     const CALLER_NEEDS: Duration = Duration::from_millis(20);
-    // The callee spends exactly the budget in the header (no layer: it just obeys it).
+    // The callee spends exactly the budget in the header (no layer: it just obeys it), and
+    // notes what it was told.
+    let told = Arc::new(Mutex::new(Vec::<u64>::new()));
     let callee = serve(Router::new().route(
         "/",
-        get(|headers: axum::http::HeaderMap| async move {
-            let ms: u64 = headers["x-request-timeout-ms"]
-                .to_str()
-                .unwrap()
-                .parse()
-                .unwrap();
-            tokio::time::sleep(Duration::from_millis(ms)).await;
-            "done"
+        get({
+            let told = told.clone();
+            move |headers: axum::http::HeaderMap| async move {
+                let ms: u64 = headers["x-request-timeout-ms"]
+                    .to_str()
+                    .unwrap()
+                    .parse()
+                    .unwrap();
+                told.lock().unwrap().push(ms);
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                "done"
+            }
         }),
     ))
     .await;
@@ -204,16 +235,24 @@ async fn s4_the_hop_margin_leaves_the_caller_time_for_the_answer() {
             }
         }
     };
-    // No margin: the answer comes at (or after) the caller's own deadline.
+    // No margin: the callee is told everything the caller has, so its answer comes at (or
+    // after) the caller's own deadline.
     match run(0, 0).await {
         Err(e) => assert_eq!(e, BudgetError::Expired),
         Ok(left) => assert!(left < CALLER_NEEDS, "no margin left {left:?}"),
     }
+    let no_margin = told.lock().unwrap()[0];
+    assert!(no_margin >= 590, "told {no_margin} ms of the caller's 600");
     // A 250 ms margin and a 100 ms transit allowance: the callee is told 250 ms, the caller
     // waits until 350 ms, so the answer has 100 ms to travel back even on a busy machine, and
     // the caller has the answer with time to finish.
     let left = run(250, 100).await.expect("answer in time");
     assert!(left >= CALLER_NEEDS, "caller had only {left:?}");
+    let with_margin = told.lock().unwrap()[1];
+    assert!(
+        (240..=250).contains(&with_margin),
+        "told 600 - 250 - 100 ms, rounded down: {with_margin}"
+    );
 }
 
 #[derive(Clone, Default)]

@@ -16,7 +16,7 @@ use axum::routing::get;
 use bytes::Bytes;
 use hopbudget::http::client::ClientBudgetLayer;
 use hopbudget::http::server::ServerBudgetLayer;
-use hopbudget::{BudgetError, EndCause, RequestBudget, Source};
+use hopbudget::{BudgetError, RequestBudget, Source};
 use http_body_util::Full;
 use http_support::{client, eventually, fail, profile, serve};
 use tower::{ServiceBuilder, ServiceExt};
@@ -194,8 +194,7 @@ async fn s11_background_task_finishes_after_the_response() {
                                     (mine.source(), mine.linked_from())
                                 });
                             tokio::spawn(async move {
-                                *outcome.lock().unwrap() =
-                                    Some((email.await.unwrap(), budget.id()));
+                                *outcome.lock().unwrap() = Some((email.await, budget.id()));
                             });
                             "order placed"
                         }
@@ -225,28 +224,38 @@ async fn s11_background_task_finishes_after_the_response() {
 }
 
 /// S12: a server-sent-events endpoint is not cut off at the request deadline once its first
-/// chunk is out; a first chunk later than the deadline is a 504.
+/// chunk is out, and neither is the task producing its events (spawned with the request's
+/// budget, C11); a first chunk later than the deadline is a 504.
 #[tokio::test]
 async fn s12_sse_outlives_the_request_deadline() {
     let p = profile("service: feed\nroutes: [{path: /events/*, mode: stream}]");
-    let budgets = Arc::new(std::sync::Mutex::new(Vec::new()));
+    // What the producer saw at each tick: whether its budget had ended, and what was left.
+    let ticks = Arc::new(std::sync::Mutex::new(Vec::new()));
     let handler = |first_ms: u64| {
-        let budgets = budgets.clone();
-        move |budget: RequestBudget| {
-            budgets.lock().unwrap().push(budget.clone());
+        let ticks = ticks.clone();
+        move || {
+            let ticks = ticks.clone();
             async move {
-                let events = futures_util::stream::unfold(0u32, move |n| async move {
-                    if n == 6 {
-                        return None;
+                let (tx, rx) = tokio::sync::mpsc::channel::<u32>(8);
+                // The producer runs under a child of the request's budget.
+                hopbudget::spawn(async move {
+                    for n in 0..6u32 {
+                        let wait = if n == 0 { first_ms } else { 100 };
+                        tokio::time::sleep(Duration::from_millis(wait)).await;
+                        let budget = RequestBudget::current().expect("ambient budget");
+                        ticks
+                            .lock()
+                            .unwrap()
+                            .push((n, budget.end_cause(), budget.remaining()));
+                        if tx.send(n).await.is_err() {
+                            return;
+                        }
                     }
-                    let wait = if n == 0 { first_ms } else { 100 };
-                    tokio::time::sleep(Duration::from_millis(wait)).await;
-                    Some((
-                        Ok::<_, std::convert::Infallible>(
-                            Event::default().data(format!("tick {n}")),
-                        ),
-                        n + 1,
-                    ))
+                });
+                let events = futures_util::stream::unfold(rx, |mut rx| async move {
+                    let n = rx.recv().await?;
+                    let event = Event::default().data(format!("tick {n}"));
+                    Some((Ok::<_, std::convert::Infallible>(event), rx))
                 });
                 Sse::new(events)
             }
@@ -277,12 +286,16 @@ async fn s12_sse_outlives_the_request_deadline() {
         started.elapsed() > Duration::from_millis(500),
         "the stream ran past its 200 ms deadline"
     );
-    let budget = budgets.lock().unwrap()[0].clone();
-    assert_ne!(budget.end_cause(), Some(EndCause::Cancelled));
-    assert!(
-        !budget.token().is_cancelled(),
-        "the budget did not cancel the stream"
-    );
+    let seen = ticks.lock().unwrap().clone();
+    assert_eq!(seen.len(), 6, "the producer was not cut: {seen:?}");
+    for (n, cause, remaining) in &seen {
+        assert_eq!(*cause, None, "tick {n}: the producer's budget was live");
+        // Tick 0 is the first chunk itself, produced under the request deadline.
+        assert!(
+            *n == 0 || *remaining > Duration::from_secs(1),
+            "tick {n}: the producer runs under the stream lifetime, {remaining:?} left"
+        );
+    }
 
     let res = reqwest::Client::new()
         .get(format!("{url}/events/slow"))

@@ -52,6 +52,33 @@ async fn server_layer_hops_show_up_on_metrics() {
                 "late"
             }),
         )
+        // C17: a handler's own deadline answers are the hop's outcome.
+        .route(
+            "/answers/expired",
+            get(|| async {
+                (
+                    axum::http::StatusCode::GATEWAY_TIMEOUT,
+                    "downstream expired",
+                )
+            }),
+        )
+        .route(
+            "/answers/refused",
+            get(|| async {
+                (
+                    axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                    [
+                        ("x-deadline-required-ms", "200"),
+                        ("x-deadline-remaining-ms", "50"),
+                    ],
+                    "needs 200 ms",
+                )
+            }),
+        )
+        .route(
+            "/answers/cancelled",
+            get(|| async { (axum::http::StatusCode::from_u16(499).unwrap(), "gone") }),
+        )
         .layer(ServerBudgetLayer::new(profile));
     let url = serve(app).await;
     let http = reqwest::Client::new();
@@ -60,7 +87,13 @@ async fn server_layer_hops_show_up_on_metrics() {
         if let Some(h) = header {
             req = req.header("x-request-timeout-ms", h);
         }
-        async move { req.send().await.unwrap().status().as_u16() }
+        async move {
+            // Read the whole answer: the hop ends when its body has gone out.
+            let res = req.send().await.unwrap();
+            let status = res.status().as_u16();
+            res.bytes().await.unwrap();
+            status
+        }
     };
 
     assert_eq!(get("/items/7", Some("300")).await, 200);
@@ -69,6 +102,13 @@ async fn server_layer_hops_show_up_on_metrics() {
     assert_eq!(get("/items/1", Some("soon")).await, 400); // malformed
     assert_ne!(get("/slow", Some("120")).await, 200); // refused: needs 200 ms
     get("/late", Some("60")).await;
+    assert_eq!(get("/answers/expired", Some("300")).await, 504);
+    assert_eq!(get("/answers/refused", Some("300")).await, 503);
+    assert_eq!(get("/answers/cancelled", Some("300")).await, 499);
+    // C20, S15: paths no route matches share one label, whatever they are.
+    for i in 0..50 {
+        assert_eq!(get(&format!("/nope/{i}"), Some("300")).await, 404);
+    }
 
     let text = http
         .get(format!("{metrics_url}/metrics"))
@@ -137,4 +177,39 @@ async fn server_layer_hops_show_up_on_metrics() {
         Some(1.0)
     );
     assert!(sample(&text, "hopbudget_late_work_overrun_ms_sum", late).unwrap() > 0.0);
+
+    for (route, o) in [
+        ("/answers/expired", "expired"),
+        ("/answers/refused", "refused"),
+        ("/answers/cancelled", "cancelled"),
+    ] {
+        assert_eq!(
+            sample(&text, "hopbudget_hops_total", &outcome(route, o)),
+            Some(1.0),
+            "{route}: {text}"
+        );
+        assert_eq!(
+            sample(&text, "hopbudget_hops_total", &outcome(route, "completed")),
+            None,
+            "{route}"
+        );
+    }
+    assert_eq!(
+        sample(
+            &text,
+            "hopbudget_refused_before_work_total",
+            r#"service="tax",route="/answers/refused""#
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        sample(
+            &text,
+            "hopbudget_arrivals_total",
+            r#"service="tax",route="other""#
+        ),
+        Some(50.0),
+        "{text}"
+    );
+    assert!(!text.contains("/nope/"), "no raw path becomes a label");
 }

@@ -59,7 +59,7 @@ use crate::status::{
 };
 
 /// The tonic code for a profile's [`GrpcCode`].
-fn tonic_code(code: GrpcCode) -> tonic::Code {
+pub(crate) fn tonic_code(code: GrpcCode) -> tonic::Code {
     tonic::Code::from_i32(code.as_i32())
 }
 
@@ -153,7 +153,7 @@ pub fn refusal(status: &tonic::Status) -> Option<Refused> {
 }
 
 /// The header part of a trailers-only gRPC response for `status`.
-fn status_parts(status: tonic::Status) -> http::response::Parts {
+pub(crate) fn status_parts(status: tonic::Status) -> http::response::Parts {
     status.into_http::<()>().into_parts().0
 }
 
@@ -163,16 +163,32 @@ fn grpc_status_of(headers: &http::HeaderMap) -> Option<i32> {
     std::str::from_utf8(v.as_bytes()).ok()?.trim().parse().ok()
 }
 
-/// Classify a finished call by its `grpc-status` and metadata (rule C4: a DEADLINE_EXCEEDED
-/// from below is `expired` here too).
-fn classify(headers: &http::HeaderMap, map: &GrpcStatusMap) -> Outcome {
+/// Note on the hop the outcome a call's own status states (rule C17): DEADLINE_EXCEEDED is
+/// `expired`, or `refused` when marked so (with the required budget it names), CANCELLED is
+/// `cancelled`. Any other status is the application's result.
+pub(crate) fn note_answer(
+    guard: &mut crate::lifecycle::HopGuard,
+    headers: &http::HeaderMap,
+    map: &GrpcStatusMap,
+) {
     let Some(code) = grpc_status_of(headers) else {
-        return Outcome::Completed;
+        return;
     };
     let marked = headers.get(REFUSED_METADATA).map(|v| v.as_bytes());
-    if code == map.expired.as_i32() && marked != Some(b"refused".as_slice()) {
-        Outcome::Expired
-    } else {
-        Outcome::Completed
+    let ms = |name: &str| -> Option<Duration> {
+        let v = std::str::from_utf8(headers.get(name)?.as_bytes()).ok()?;
+        Some(Duration::from_millis(v.trim().parse().ok()?))
+    };
+    if marked == Some(b"refused".as_slice()) {
+        if let Some(required) = ms(REQUIRED_MS_HEADER) {
+            let remaining = ms(REMAINING_MS_HEADER).unwrap_or_default();
+            guard.answered_refused(Refused::new(required, remaining));
+            return;
+        }
+    }
+    if code == map.expired.as_i32() {
+        guard.answered(Outcome::Expired);
+    } else if code == map.cancelled.as_i32() {
+        guard.answered(Outcome::Cancelled);
     }
 }

@@ -213,15 +213,11 @@ impl Hop for HopHandler {
                     live.done = true;
                     stats.work_done.fetch_add(1, Ordering::SeqCst);
                 });
-                match handle.await {
-                    Ok(Ok(())) => {}
-                    Ok(Err(e)) => {
-                        return Err(hopbudget::grpc::budget_status(
-                            &e,
-                            self.profile.grpc_status(),
-                        ));
-                    }
-                    Err(e) => return Err(Status::internal(e.to_string())),
+                if let Err(e) = handle.await {
+                    return Err(hopbudget::grpc::budget_status(
+                        &e,
+                        self.profile.grpc_status(),
+                    ));
                 }
             }
             return Ok(Response::new(reply));

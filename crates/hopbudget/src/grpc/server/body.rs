@@ -1,39 +1,31 @@
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll, ready};
-use std::time::Duration;
 
 use http::{HeaderMap, HeaderValue};
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
-use tokio::time::{Instant, Sleep};
+use tokio::time::Sleep;
 
-use super::future::Guard;
-use crate::status::{Outcome, REFUSED_METADATA};
-
-/// How long the layer lets a response body run (rule C13).
-#[derive(Clone, Copy, Debug)]
-pub(super) struct BodyLimit {
-    /// When the body must have ended (request routes) or sent its first message (stream
-    /// routes).
-    pub(super) until: Instant,
-    /// `Some(lifetime)` for a stream route: after the first message the body runs for
-    /// `lifetime` instead of until the request deadline.
-    pub(super) stream_lifetime: Option<Duration>,
-}
+use crate::error::BudgetError;
+use crate::grpc::{budget_status, note_answer, status_parts};
+use crate::lifecycle::{HopConfig, HopGuard};
+use crate::status::REFUSED_METADATA;
 
 pin_project! {
-    /// Response body of [`GrpcServer`](super::GrpcServer): the handler's body, which closes
-    /// the hop when its trailers go out (or cancels the request's tree if the client resets
-    /// the stream first), or an empty body for a status the layer answered itself.
+    /// Response body of [`GrpcServer`](super::GrpcServer): the handler's body, polled inside
+    /// the call's budget scope and hop span, which closes the hop when its trailers go out
+    /// (or cancels the request's tree if the client resets the stream first), or an empty
+    /// body for a status the layer answered itself.
     ///
-    /// A body still running at its limit is ended with DEADLINE_EXCEEDED trailers: at the
-    /// request deadline for ordinary routes; for stream routes at the deadline only if no
-    /// message went out yet, and otherwise at the profile's stream lifetime (C13).
+    /// A body still running at the deadline is ended with DEADLINE_EXCEEDED trailers and the
+    /// handler's stream is dropped. On a stream route (C13) the first message moves the
+    /// budget, and so this limit, to the profile's stream lifetime.
     pub struct ResponseBody<B> {
         #[pin]
         inner: Option<B>,
-        guard: Option<Guard>,
-        limit: Option<BodyLimit>,
+        guard: Option<HopGuard>,
+        config: Option<Arc<HopConfig>>,
         // Armed only when the body is pending: a unary body that is ready at once pays for
         // no timer.
         #[pin]
@@ -49,21 +41,30 @@ impl<B> std::fmt::Debug for ResponseBody<B> {
     }
 }
 
-impl<B> ResponseBody<B> {
-    pub(super) fn new(inner: B, guard: Option<Guard>, limit: Option<BodyLimit>) -> Self {
+impl<B: Body> ResponseBody<B> {
+    pub(super) fn new(inner: B, mut guard: Option<HopGuard>, config: Arc<HopConfig>) -> Self {
+        // A body already at its end (a trailers-only status) completes the hop now: hyper may
+        // never poll it.
+        if inner.is_end_stream() {
+            if let Some(mut g) = guard.take() {
+                g.finish();
+            }
+        }
         Self {
             inner: Some(inner),
             guard,
-            limit,
+            config: Some(config),
             sleep: None,
         }
     }
+}
 
+impl<B> ResponseBody<B> {
     pub(super) fn empty() -> Self {
         Self {
             inner: None,
             guard: None,
-            limit: None,
+            config: None,
             sleep: None,
         }
     }
@@ -81,53 +82,59 @@ impl<B: Body> Body for ResponseBody<B> {
         let Some(inner) = this.inner.as_mut().as_pin_mut() else {
             return Poll::Ready(None);
         };
-        let frame = match inner.poll_frame(cx) {
+        let Some(guard) = this.guard.as_mut() else {
+            // The hop is closed: pass the rest through.
+            return inner.poll_frame(cx);
+        };
+        let frame = match guard.enter(|| inner.poll_frame(cx)) {
             Poll::Ready(frame) => frame,
             Poll::Pending => {
-                let Some(limit) = *this.limit else {
-                    return Poll::Pending;
-                };
                 if this.sleep.is_none() {
-                    this.sleep.set(Some(tokio::time::sleep_until(limit.until)));
+                    let until = guard.budget().deadline().instant();
+                    this.sleep.set(Some(tokio::time::sleep_until(until)));
                 }
                 if let Some(sleep) = this.sleep.as_mut().as_pin_mut() {
                     ready!(sleep.poll(cx));
                 }
                 // The limit passed with the body still running: end it here, dropping the
-                // handler's stream so whatever feeds it stops.
-                this.inner.set(None);
+                // handler's stream (inside its scope) so whatever feeds it stops.
+                guard.expired();
+                let budget = guard.budget().clone();
+                budget.sync_scope(|| this.inner.set(None));
+                this.guard.take();
                 let mut trailers = HeaderMap::new();
-                if let Some(guard) = this.guard.as_mut() {
-                    guard.expire_body(&mut trailers);
+                if let Some(config) = this.config.as_ref() {
+                    let parts = status_parts(budget_status(
+                        &BudgetError::Expired,
+                        config.profile().grpc_status(),
+                    ));
+                    expired_trailers(parts, &mut trailers);
                 }
                 return Poll::Ready(Some(Ok(Frame::trailers(trailers))));
             }
         };
-        if let Some(Ok(f)) = &frame {
-            if f.is_data() {
-                if let Some(lifetime) = this.limit.as_ref().and_then(|l| l.stream_lifetime) {
-                    // C13: the first message is out; from now on the stream lifetime applies.
-                    *this.limit = Some(BodyLimit {
-                        until: Instant::now() + lifetime,
-                        stream_lifetime: None,
-                    });
+        match &frame {
+            Some(Ok(f)) if f.is_data() => {
+                if guard.stream_lifetime().is_some() && !guard.is_streaming() {
+                    // C13: the first message is out; from now on the stream lifetime applies
+                    // to the body and to everything working for it.
+                    guard.stream_started();
                     this.sleep.set(None);
-                    if let Some(guard) = this.guard.as_mut() {
-                        guard.stream_started();
+                }
+            }
+            Some(Ok(f)) => {
+                if let (Some(trailers), Some(config)) = (f.trailers_ref(), this.config.as_ref()) {
+                    note_answer(guard, trailers, config.profile().grpc_status());
+                    if let Some(mut g) = this.guard.take() {
+                        g.finish();
                     }
                 }
             }
-        }
-        if let Some(guard) = this.guard.as_mut() {
-            match &frame {
-                Some(Ok(f)) => {
-                    if let Some(trailers) = f.trailers_ref() {
-                        guard.finish_from(trailers);
-                    }
+            // The end, or a body error of the handler's own (not a deadline outcome).
+            None | Some(Err(_)) => {
+                if let Some(mut g) = this.guard.take() {
+                    g.finish();
                 }
-                None => guard.finish(Outcome::Completed),
-                // A body error is not a deadline outcome; the hop ran to its end.
-                Some(Err(_)) => guard.finish(Outcome::Completed),
             }
         }
         Poll::Ready(frame)
@@ -146,7 +153,7 @@ impl<B: Body> Body for ResponseBody<B> {
 
 /// The trailers of a body the layer ended: `grpc-status` and `grpc-message` as a
 /// trailers-only response would carry them, plus the outcome mark.
-pub(super) fn expired_trailers(parts: http::response::Parts, trailers: &mut HeaderMap) {
+fn expired_trailers(parts: http::response::Parts, trailers: &mut HeaderMap) {
     for name in ["grpc-status", "grpc-message", REFUSED_METADATA] {
         if let Some(v) = parts.headers.get(name) {
             trailers.insert(name, v.clone());

@@ -3,33 +3,40 @@ use std::sync::Arc;
 use tower_layer::Layer;
 
 use super::GrpcServer;
+use crate::clock::WallClock;
+use crate::lifecycle::HopConfig;
+use crate::observe::Protocol;
 use crate::profile::Profile;
 
 /// Applies [`GrpcServer`] to a tonic server's services. See the [module docs](super).
 #[derive(Clone, Debug)]
 pub struct GrpcServerLayer {
-    pub(super) shared: Arc<Shared>,
-}
-
-/// What every request of one server needs, resolved once.
-#[derive(Debug)]
-pub(super) struct Shared {
-    pub(super) profile: Profile,
-    pub(super) service: Arc<str>,
+    pub(super) config: Arc<HopConfig>,
 }
 
 impl GrpcServerLayer {
     /// A layer reading budgets, thresholds and status codes from `profile`.
     pub fn new(profile: Profile) -> Self {
-        let service = Arc::from(profile.service());
         Self {
-            shared: Arc::new(Shared { profile, service }),
+            config: Arc::new(HopConfig::new(profile, Protocol::Grpc)),
+        }
+    }
+
+    /// Convert epoch carriers with `clock` instead of the machine's wall clock: a host whose
+    /// clock is skewed (S3) or stepped (S5).
+    pub fn with_wall_clock(self, clock: Arc<dyn WallClock>) -> Self {
+        let config = match Arc::try_unwrap(self.config) {
+            Ok(config) => config,
+            Err(shared) => HopConfig::new(shared.profile().clone(), Protocol::Grpc),
+        };
+        Self {
+            config: Arc::new(config.with_wall_clock(clock)),
         }
     }
 
     /// The profile this layer applies.
     pub fn profile(&self) -> &Profile {
-        &self.shared.profile
+        self.config.profile()
     }
 }
 
@@ -39,7 +46,7 @@ impl<S> Layer<S> for GrpcServerLayer {
     fn layer(&self, inner: S) -> Self::Service {
         GrpcServer {
             inner,
-            shared: self.shared.clone(),
+            config: self.config.clone(),
         }
     }
 }

@@ -18,14 +18,17 @@
 //!   layers forward it without further code (C11).
 //! - **Expiry**: when the deadline passes with the handler still running, the budget is marked
 //!   expired (its spawned children stop, C7), the handler is dropped and the caller gets
-//!   DEADLINE_EXCEEDED, never CANCELLED (C4). tonic's own server timer, which sits outside
-//!   every user layer and would answer CANCELLED, is beaten by answering one millisecond
-//!   early.
+//!   DEADLINE_EXCEEDED, never CANCELLED (C4), at the deadline itself. tonic's transport
+//!   wraps every server in its own `grpc-timeout` timer, outside all user layers, which
+//!   answers CANCELLED ("Timeout expired"). It arms that timer only *after* this layer's
+//!   `call` has returned, and it polls the layer before its timer; the layer fixes the
+//!   deadline inside `call`, so its timer is never the later one and wins every race
+//!   without a head start (`tests/grpc_expiry.rs` checks 30 calls in a row; arming ours
+//!   2 ms late makes tonic's CANCELLED win at once).
 //! - **Client reset** (RST_STREAM, a dropped connection): hyper drops the call, and the layer
-//!   records `cancelled` and cancels the request's tree so nothing the handler started keeps
-//!   running (C5). A reset arriving with less than the hop reserve (margin + transit
-//!   allowance) left is the caller's own timer, which fires about one network delay before
-//!   ours, and is recorded as `expired`.
+//!   cancels the request's tree so nothing the handler started keeps running (C5). The hop's
+//!   outcome is the budget's end cause: `cancelled` while budget remained, `expired` if the
+//!   deadline had already passed (C4).
 //!
 //! Each call is one [`Hop`](crate::observe::Hop) (route = the gRPC method path) with its
 //! terminal status (C14). A status the handler returns itself is read back: a

@@ -2,18 +2,22 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
-use std::time::Duration;
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 use tokio::time::Sleep;
 
+use crate::lifecycle::HopGuard;
+
 pin_project! {
     /// The response body of [`ServerBudget`](super::ServerBudget): the handler's own body, a
     /// short plain-text answer the layer made itself (refused, expired, malformed), or a
     /// streaming body running under the profile's stream lifetime (C13).
     ///
+    /// The handler's body is polled inside the request's budget scope and hop span, and the
+    /// hop's outcome is recorded when the body has gone out completely; then the request's
+    /// non-detached work ends (C17). Dropped before its end, the client went away (C5).
     /// The inner body's error type is kept, so the layer adds no error of its own.
     pub struct ResponseBody<B: Body> {
         #[pin]
@@ -27,6 +31,7 @@ pin_project! {
         Inner {
             #[pin]
             body: B,
+            guard: Option<HopGuard>,
         },
         Full {
             data: Option<Bytes>,
@@ -48,13 +53,21 @@ pin_project! {
         #[pin]
         lifetime: Sleep,
         ended: bool,
+        guard: Option<HopGuard>,
     }
 }
 
 impl<B: Body> ResponseBody<B> {
-    pub(super) fn inner(body: B) -> Self {
+    /// The handler's body. One that is already at its end completes the hop now: hyper may
+    /// never poll it.
+    pub(super) fn inner(body: B, mut guard: Option<HopGuard>) -> Self {
+        if body.is_end_stream() {
+            if let Some(mut guard) = guard.take() {
+                guard.finish();
+            }
+        }
         Self {
-            kind: Kind::Inner { body },
+            kind: Kind::Inner { body, guard },
         }
     }
 
@@ -66,19 +79,24 @@ impl<B: Body> ResponseBody<B> {
         }
     }
 
-    /// A stream whose first frame (or error) already arrived; it may run `lifetime` from now.
+    /// A stream whose first frame (or error) already arrived. It runs until the budget's
+    /// deadline, which the guard moved to the stream lifetime (C13).
     pub(super) fn stream(
-        first: Option<Result<Frame<Bytes>, B::Error>>,
+        first: Result<Frame<Bytes>, B::Error>,
         body: Pin<Box<B>>,
-        lifetime: Duration,
+        guard: Option<HopGuard>,
     ) -> Self {
+        let until = guard.as_ref().map_or_else(tokio::time::Instant::now, |g| {
+            g.budget().deadline().instant()
+        });
         Self {
             kind: Kind::Stream {
                 state: Box::pin(StreamState {
-                    first,
+                    first: Some(first),
                     body,
-                    lifetime: tokio::time::sleep(lifetime),
+                    lifetime: tokio::time::sleep_until(until),
                     ended: false,
+                    guard,
                 }),
             },
         }
@@ -96,6 +114,34 @@ impl<B: Body> fmt::Debug for ResponseBody<B> {
     }
 }
 
+/// What a body's `poll_frame` returns.
+type Polled<B> = Poll<Option<Result<Frame<<B as Body>::Data>, <B as Body>::Error>>>;
+
+/// Poll `body` inside the guard's scope; finish the hop when the body has ended.
+fn poll_guarded<B: Body>(
+    body: Pin<&mut B>,
+    guard: &mut Option<HopGuard>,
+    cx: &mut Context<'_>,
+) -> Polled<B> {
+    let Some(g) = guard.as_ref() else {
+        return body.poll_frame(cx);
+    };
+    let mut body = body;
+    let frame = ready!(g.enter(|| body.as_mut().poll_frame(cx)));
+    // The last frame, the end, or an error of the body's own (not a deadline outcome): the
+    // answer is as complete as it will be.
+    let ended = match &frame {
+        Some(Ok(_)) => body.is_end_stream(),
+        Some(Err(_)) | None => true,
+    };
+    if ended {
+        if let Some(mut g) = guard.take() {
+            g.finish();
+        }
+    }
+    Poll::Ready(frame)
+}
+
 impl<B> Body for ResponseBody<B>
 where
     B: Body<Data = Bytes>,
@@ -108,7 +154,7 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
         match self.project().kind.project() {
-            KindProj::Inner { body } => body.poll_frame(cx),
+            KindProj::Inner { body, guard } => poll_guarded(body, guard, cx),
             KindProj::Full { data } => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
             KindProj::Stream { state } => {
                 let StreamStateProj {
@@ -116,6 +162,7 @@ where
                     body,
                     lifetime,
                     ended,
+                    guard,
                 } = state.as_mut().project();
                 if let Some(first) = first.take() {
                     return Poll::Ready(Some(first));
@@ -124,14 +171,17 @@ where
                     return Poll::Ready(None);
                 }
                 // After the first chunk the request deadline no longer applies; only the
-                // connection-lifetime limit does. It ends the stream cleanly: the client
-                // got a well-formed, if shortened, stream.
+                // stream lifetime does. It ends the stream cleanly: the client got a
+                // well-formed, if shortened, stream.
                 if lifetime.poll(cx).is_ready() {
                     *ended = true;
                     tracing::debug!("stream lifetime reached; ending the response stream");
+                    if let Some(mut g) = guard.take() {
+                        g.finish();
+                    }
                     return Poll::Ready(None);
                 }
-                let frame = ready!(body.as_mut().poll_frame(cx));
+                let frame = ready!(poll_guarded(body.as_mut(), guard, cx));
                 if frame.is_none() {
                     *ended = true;
                 }
@@ -142,7 +192,7 @@ where
 
     fn is_end_stream(&self) -> bool {
         match &self.kind {
-            Kind::Inner { body } => body.is_end_stream(),
+            Kind::Inner { body, .. } => body.is_end_stream(),
             Kind::Full { data } => data.is_none(),
             Kind::Stream { state } => {
                 state.first.is_none() && (state.ended || state.body.is_end_stream())
@@ -152,7 +202,7 @@ where
 
     fn size_hint(&self) -> SizeHint {
         match &self.kind {
-            Kind::Inner { body } => body.size_hint(),
+            Kind::Inner { body, .. } => body.size_hint(),
             Kind::Full { data } => {
                 SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
             }
@@ -165,6 +215,7 @@ where
 mod tests {
     use super::*;
     use http_body_util::{BodyExt, Full, StreamBody};
+    use std::time::Duration;
 
     #[tokio::test]
     async fn full_body_yields_its_bytes_once() {
@@ -179,10 +230,22 @@ mod tests {
         let (tx, rx) =
             tokio::sync::mpsc::channel::<Result<Frame<Bytes>, std::convert::Infallible>>(4);
         let inner = StreamBody::new(tokio_stream_from(rx));
+        let budget =
+            crate::RequestBudget::local(Duration::from_millis(50), crate::HopPolicy::DEFAULT)
+                .for_stream();
+        let mut guard = crate::lifecycle::HopGuard::new(
+            budget,
+            crate::observe::Hop::start(
+                &crate::observe::HopLabels::new("svc", "/events", crate::observe::Protocol::Http),
+                &crate::RequestBudget::local(Duration::from_millis(50), crate::HopPolicy::DEFAULT),
+            ),
+            Some(Duration::from_secs(10)),
+        );
+        guard.stream_started();
         let mut body = ResponseBody::stream(
-            Some(Ok(Frame::data(Bytes::from_static(b"first")))),
+            Ok(Frame::data(Bytes::from_static(b"first"))),
             Box::pin(inner),
-            Duration::from_secs(10),
+            Some(guard),
         );
         let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
         assert_eq!(&first[..], b"first");

@@ -13,41 +13,40 @@ use tokio::time::Sleep;
 
 use super::ResponseBody;
 use super::service::expired_response;
-use crate::RequestBudget;
-use crate::observe::Hop;
+use crate::lifecycle::HopGuard;
 use crate::status::{HttpStatusMap, Outcome};
+use crate::{Refused, RequestBudget};
 
 pin_project! {
     /// Response future of [`ServerBudget`](super::ServerBudget).
     ///
     /// Dropping it before it finishes (hyper does so when the client disconnects) cancels
-    /// the request's budget, and with it every child call and task (C5).
+    /// the request's budget, and with it every child call and task (C5). Like tower's
+    /// futures it panics if polled again after it finished.
     pub struct ResponseFuture<F, B> {
         #[pin]
         state: State<F, B>,
         // Created only once the handler has returned `Pending`, as `tower::timeout` does: a
-        // handler that answers at once registers no timer.
-        // Boxed as well: only a handler that actually waits pays for it, and the future
-        // everyone else moves around stays small.
+        // handler that answers at once registers no timer. Boxed: only a handler that waits
+        // pays for it, and the future everyone else moves around stays small.
         sleep: Option<Pin<Box<Sleep>>>,
-        guard: Option<Guard>,
+        guard: Option<HopGuard>,
+        status: HttpStatusMap,
         _body: PhantomData<fn() -> B>,
     }
 
     impl<F, B> PinnedDrop for ResponseFuture<F, B> {
         fn drop(this: Pin<&mut Self>) {
             let mut this = this.project();
-            let Some(guard) = this.guard.as_mut() else {
+            let Some(guard) = this.guard.take() else {
                 return;
             };
-            // Unfinished and dropped: the client went away (C5). Record it and cancel the tree
-            // first, so the handler's own clean-up already sees the cause; then drop the
-            // handler inside the budget's scope, as tokio's task-local futures do.
-            guard.abandon();
-            if matches!(this.state.as_mut().project(), StateProj::Running { .. }) {
-                let budget = guard.budget.clone();
-                budget.sync_scope(|| this.state.set(State::Done));
-            }
+            // Unfinished and dropped: the client went away (C5). Drop the handler inside the
+            // budget's scope, as tokio's task-local futures do, after the guard has cancelled
+            // the tree, so the handler's own clean-up already sees the cause.
+            let budget = guard.budget().clone();
+            drop(guard);
+            budget.sync_scope(|| this.state.set(State::Done));
         }
     }
 }
@@ -60,68 +59,17 @@ pin_project! {
             response: Option<Box<Response<Bytes>>>,
         },
         // The handler's future, polled inside the budget's task-local scope and the hop's
-        // span. Held unwrapped: wrapping it in `TaskLocalFuture` and `Instrumented` cost two
-        // more moves of the whole future per request, which showed up as memcpy.
+        // span (through the guard).
         Running {
             #[pin]
             inner: F,
         },
+        // A stream route (C13): the deadline covers the time to the first body frame, which
+        // is awaited here, where an expiry can still be a 504.
         FirstFrame {
             first: Option<Box<(http::response::Parts, Pin<Box<B>>)>>,
         },
         Done,
-    }
-}
-
-/// Everything that must happen exactly once when the request ends, even if it ends by being
-/// dropped.
-struct Guard {
-    budget: RequestBudget,
-    hop: Option<Hop>,
-    status: HttpStatusMap,
-    /// `Some` for streaming routes (C13).
-    stream_lifetime: Option<Duration>,
-}
-
-impl Guard {
-    fn finish(&mut self, outcome: Outcome) {
-        if let Some(hop) = self.hop.take() {
-            hop.finish(outcome);
-        }
-    }
-
-    /// Work that returned after its deadline is counted (C14); its answer still goes out.
-    fn check_late(&self) {
-        let overrun =
-            tokio::time::Instant::now().saturating_duration_since(self.budget.deadline().instant());
-        if overrun.is_zero() {
-            return;
-        }
-        if let Some(hop) = &self.hop {
-            hop.late_work(overrun);
-        }
-    }
-}
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        self.abandon();
-    }
-}
-
-impl Guard {
-    /// The request ended without an answer: record it and cancel the budget. Idempotent.
-    fn abandon(&mut self) {
-        if let Some(hop) = self.hop.take() {
-            // The response future went away unfinished: the client disconnected (C5). If the
-            // deadline had already passed, `cancel` records expired instead (C4).
-            self.budget.cancel();
-            let outcome = self
-                .budget
-                .end_cause()
-                .map_or(Outcome::Cancelled, Outcome::from);
-            hop.finish(outcome);
-        }
     }
 }
 
@@ -133,26 +81,17 @@ impl<F, B> ResponseFuture<F, B> {
             },
             sleep: None,
             guard: None,
+            status: HttpStatusMap::default(),
             _body: PhantomData,
         }
     }
 
-    pub(super) fn running(
-        inner: F,
-        budget: RequestBudget,
-        hop: Hop,
-        status: HttpStatusMap,
-        stream_lifetime: Option<Duration>,
-    ) -> Self {
+    pub(super) fn running(inner: F, guard: HopGuard, status: HttpStatusMap) -> Self {
         Self {
             state: State::Running { inner },
             sleep: None,
-            guard: Some(Guard {
-                budget,
-                hop: Some(hop),
-                status,
-                stream_lifetime,
-            }),
+            guard: Some(guard),
+            status,
             _body: PhantomData,
         }
     }
@@ -168,8 +107,28 @@ impl<F, B> fmt::Debug for ResponseFuture<F, B> {
         };
         f.debug_struct("ResponseFuture")
             .field("state", &state)
-            .field("budget", &self.guard.as_ref().map(|g| &g.budget))
+            .field("budget", &self.guard.as_ref().map(HopGuard::budget))
             .finish()
+    }
+}
+
+/// The outcome a handler's own answer states (C17): its expiry (504), its refusal (503 with
+/// `x-deadline-required-ms`) or its cancellation (499), in the profile's spelling.
+fn note_answer<B>(guard: &mut HopGuard, status: &HttpStatusMap, res: &Response<B>) {
+    let code = res.status().as_u16();
+    if code == status.expired {
+        guard.answered(Outcome::Expired);
+    } else if code == status.cancelled {
+        guard.answered(Outcome::Cancelled);
+    } else if code == status.refused {
+        let ms = |name: &http::HeaderName| {
+            let text = res.headers().get(name)?.to_str().ok()?;
+            Some(Duration::from_millis(text.trim().parse().ok()?))
+        };
+        if let Some(required) = ms(&super::super::REQUIRED_HEADER) {
+            let remaining = ms(&super::super::REMAINING_HEADER).unwrap_or_default();
+            guard.answered_refused(Refused::new(required, remaining));
+        }
     }
 }
 
@@ -187,93 +146,93 @@ where
                 StateProj::Answer { response } => {
                     let response = response.take();
                     this.state.set(State::Done);
-                    match response {
-                        Some(res) => return Poll::Ready(Ok((*res).map(ResponseBody::full))),
-                        None => return Poll::Pending,
+                    if let Some(res) = response {
+                        return Poll::Ready(Ok((*res).map(ResponseBody::full)));
                     }
                 }
                 StateProj::Running { inner } => {
                     let Some(guard) = this.guard.as_mut() else {
-                        return Poll::Pending;
+                        break;
                     };
-                    let polled = {
-                        let _entered = guard.hop.as_ref().map(|hop| hop.span().enter());
-                        let budget = guard.budget.clone();
-                        budget.sync_scope(|| inner.poll(cx))
-                    };
-                    match polled {
+                    match guard.enter(|| inner.poll(cx)) {
                         Poll::Ready(Ok(res)) => {
-                            guard.check_late();
-                            match guard.stream_lifetime {
-                                None => {
-                                    guard.finish(Outcome::Completed);
-                                    this.state.set(State::Done);
-                                    return Poll::Ready(Ok(res.map(ResponseBody::inner)));
-                                }
-                                Some(_) => {
-                                    // C13: the deadline covers the time to the first chunk;
-                                    // wait for it here, where a 504 can still be sent.
-                                    let (parts, body) = res.into_parts();
-                                    this.state.set(State::FirstFrame {
-                                        first: Some(Box::new((parts, Box::pin(body)))),
-                                    });
-                                    continue;
-                                }
+                            note_answer(guard, this.status, &res);
+                            if guard.stream_lifetime().is_some() {
+                                let (parts, body) = res.into_parts();
+                                this.state.set(State::FirstFrame {
+                                    first: Some(Box::new((parts, Box::pin(body)))),
+                                });
+                                continue;
                             }
+                            this.state.set(State::Done);
+                            let guard = this.guard.take();
+                            return Poll::Ready(Ok(
+                                res.map(|body| ResponseBody::inner(body, guard))
+                            ));
                         }
                         Poll::Ready(Err(e)) => {
-                            // The service failed on its own: not a deadline outcome.
-                            guard.finish(Outcome::Completed);
+                            // The service failed on its own: the outcome is what the budget
+                            // says, else completed.
+                            if let Some(mut guard) = this.guard.take() {
+                                guard.finish();
+                            }
                             this.state.set(State::Done);
                             return Poll::Ready(Err(e));
                         }
-                        Poll::Pending => {}
+                        Poll::Pending => break,
                     }
                 }
                 StateProj::FirstFrame { first: waiting } => {
                     let (Some(guard), Some(held)) = (this.guard.as_mut(), waiting.as_mut()) else {
-                        return Poll::Pending;
+                        break;
                     };
                     let inner_body = &mut held.1;
-                    let lifetime = guard.stream_lifetime.unwrap_or_default();
-                    let first = match inner_body.as_mut().poll_frame(cx) {
-                        Poll::Ready(first) => Some(first),
-                        Poll::Pending => None,
+                    let Poll::Ready(first) = guard.enter(|| inner_body.as_mut().poll_frame(cx))
+                    else {
+                        break;
                     };
-                    if let Some(first) = first {
-                        guard.finish(Outcome::Completed);
-                        let Some(held) = waiting.take() else {
-                            return Poll::Pending;
-                        };
-                        let (parts, body) = *held;
-                        this.state.set(State::Done);
-                        let body = match first {
-                            Some(first) => ResponseBody::stream(Some(first), body, lifetime),
-                            // Ended before any frame: an empty body, not a stream.
-                            None => ResponseBody::full(Bytes::new()),
-                        };
-                        return Poll::Ready(Ok(Response::from_parts(parts, body)));
-                    }
+                    let Some(held) = waiting.take() else { break };
+                    let (parts, body) = *held;
+                    this.state.set(State::Done);
+                    let mut guard = this.guard.take();
+                    let body = match (first, guard.as_mut()) {
+                        (Some(first), Some(g)) => {
+                            // C13: the first chunk is out; the request deadline no longer
+                            // ends the stream, nor the work feeding it.
+                            g.stream_started();
+                            ResponseBody::stream(first, body, guard)
+                        }
+                        // Ended before any frame: an empty body, the answer complete.
+                        _ => {
+                            if let Some(mut g) = guard {
+                                g.finish();
+                            }
+                            ResponseBody::full(Bytes::new())
+                        }
+                    };
+                    return Poll::Ready(Ok(Response::from_parts(parts, body)));
                 }
-                StateProj::Done => return Poll::Pending,
+                StateProj::Done => panic!("`ResponseFuture` polled after completion"),
             }
-            break;
         }
 
-        // The inner work is pending: now the deadline timer matters.
+        // The handler is pending: now the deadline timer matters.
         let Some(guard) = this.guard.as_mut() else {
             return Poll::Pending;
         };
         let sleep = this.sleep.get_or_insert_with(|| {
-            Box::pin(tokio::time::sleep_until(guard.budget.deadline().instant()))
+            Box::pin(tokio::time::sleep_until(
+                guard.budget().deadline().instant(),
+            ))
         });
         ready!(sleep.as_mut().poll(cx));
         // C4, C7: the deadline passed while the handler ran. Mark the tree expired so that
-        // spawned children stop, drop the handler, answer with the expiry status.
-        guard.budget.expire();
-        guard.finish(Outcome::Expired);
-        let response = expired_response(&guard.status);
-        this.state.set(State::Done);
-        Poll::Ready(Ok(response.map(ResponseBody::full)))
+        // spawned children stop, drop the handler inside the scope, answer with the expiry
+        // status.
+        guard.expired();
+        let budget: RequestBudget = guard.budget().clone();
+        this.guard.take();
+        budget.sync_scope(|| this.state.set(State::Done));
+        Poll::Ready(Ok(expired_response(this.status).map(ResponseBody::full)))
     }
 }

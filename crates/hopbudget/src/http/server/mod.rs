@@ -11,7 +11,9 @@
 //! 2. Refuses before the handler when the remaining budget is below the route's minimum
 //!    (`routes[].min_budget_ms`, else `refuse_below_ms`): the `refused` status (503) with
 //!    `Retry-After: 0`, `x-deadline-required-ms` and `x-deadline-remaining-ms` (C3). A budget
-//!    already at zero gets the `expired` status (504).
+//!    already at zero gets the `expired` status (504). Over HTTP/1.x these early answers
+//!    carry `Connection: close` and the unread request body is drained in the background, so
+//!    a client still writing it gets the answer, not a reset (C18, S14; see `linger.rs`).
 //! 3. Puts the budget in the request extensions and in the task-local scope
 //!    ([`RequestBudget::current`](crate::RequestBudget::current)), and runs the handler inside
 //!    the hop's tracing span ([`observe::Hop`](crate::observe::Hop), C14).
@@ -85,6 +87,7 @@
 mod body;
 mod future;
 mod layer;
+mod linger;
 mod service;
 
 pub use body::ResponseBody;

@@ -1,4 +1,3 @@
-use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
@@ -6,13 +5,11 @@ use http::{HeaderValue, Request, Response, StatusCode};
 use http_body::Body;
 use tower_service::Service;
 
-use super::layer::Shared;
-use super::{ResponseBody, ResponseFuture, ServerBudgetLayer};
-use crate::clock::SystemClock;
-use crate::codec::{millis, read_inbound};
-use crate::observe::{self, Hop, HopLabels, Protocol};
-use crate::status::Outcome;
-use crate::{Deadline, Profile, RequestBudget, Source};
+use super::{ResponseBody, ResponseFuture, ServerBudgetLayer, linger};
+use crate::Profile;
+use crate::codec::{MalformedHeader, millis};
+use crate::lifecycle::{Admission, RouteLabel, strip_internal_markers};
+use crate::status::HttpStatusMap;
 
 /// Middleware that gives each inbound HTTP request its [`RequestBudget`].
 ///
@@ -20,7 +17,7 @@ use crate::{Deadline, Profile, RequestBudget, Source};
 #[derive(Clone, Debug)]
 pub struct ServerBudget<S> {
     pub(super) inner: S,
-    pub(super) shared: Arc<Shared>,
+    pub(super) layer: ServerBudgetLayer,
 }
 
 impl<S> ServerBudget<S> {
@@ -28,7 +25,7 @@ impl<S> ServerBudget<S> {
     pub fn new(inner: S, profile: Profile) -> Self {
         ServerBudget {
             inner,
-            shared: ServerBudgetLayer::new(profile).shared,
+            layer: ServerBudgetLayer::new(profile),
         }
     }
 
@@ -56,6 +53,7 @@ impl<S> ServerBudget<S> {
 impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for ServerBudget<S>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    ReqBody: Body + Send + 'static,
     ResBody: Body<Data = Bytes>,
 {
     type Response = Response<ResponseBody<ResBody>>;
@@ -68,82 +66,36 @@ where
     }
 
     fn call(&mut self, mut req: Request<ReqBody>) -> Self::Future {
-        let shared = &*self.shared;
-        let profile = &shared.profile;
-        let status = *profile.http_status();
-
-        // The route as the router knows it (`/users/{id}`) keeps labels low-cardinality; the
-        // concrete path is the fallback for plain hyper services.
-        let uri_path = req.uri().path();
-        let route = matched_path(&req).unwrap_or(uri_path);
-        let rule = match profile.route(route) {
-            None if route != uri_path => profile.route(uri_path),
-            rule => rule,
+        let status = &self.layer.status;
+        // The route as the router knows it (`/users/{id}`) keeps labels bounded (C20); a
+        // plain hyper service has only the concrete path, labelled by the profile's rules.
+        let path = req.uri().path();
+        let route = match matched_path(&req) {
+            Some(pattern) => RouteLabel::Matched { pattern, path },
+            None => RouteLabel::Path(path),
         };
-        let min_budget = rule.map_or(profile.policy().refuse_below, |r| r.min_budget);
-        let stream = rule.is_some_and(|r| r.mode == crate::profile::RouteMode::Stream);
-        let labels = HopLabels::for_route(&shared.service, route, Protocol::Http)
-            .with_low_budget(profile.low_budget());
-
-        let inbound = match read_inbound(
-            req.headers(),
-            profile.inbound(),
-            profile.max(),
-            &SystemClock,
-        ) {
-            Ok(inbound) => inbound,
-            Err(malformed) => {
-                // C9: a clear client error, never "no deadline".
-                observe::malformed_header(&labels, malformed.header().as_str());
-                let mut res = plain(status.malformed, malformed.to_string());
-                res.headers_mut().insert(
-                    super::super::OUTCOME_HEADER.clone(),
-                    HeaderValue::from_static("malformed"),
-                );
-                return ResponseFuture::answer(res);
+        match self.layer.config.admit(req.headers(), route) {
+            // Early answers, before the body was read: on HTTP/1.1 the unread body is drained
+            // so the client reads the answer instead of a reset (C18, S14).
+            Admission::Malformed(malformed) => ResponseFuture::answer(linger::answer_early(
+                req,
+                malformed_response(status, &malformed),
+            )),
+            Admission::Expired => {
+                ResponseFuture::answer(linger::answer_early(req, expired_response(status)))
             }
-        };
-        let policy = profile.policy();
-        let budget = match inbound {
-            Some(inbound) => {
-                if inbound.clamped {
-                    tracing::debug!(
-                        carrier = inbound.carrier.name(),
-                        max_ms = profile.max().as_millis() as u64,
-                        "inbound budget clamped to the profile maximum"
-                    );
-                }
-                RequestBudget::from_carrier(inbound.carrier, inbound.budget, policy)
+            Admission::Refused(refused) => {
+                let res = refused_response(status, refused.required(), refused.remaining());
+                ResponseFuture::answer(linger::answer_early(req, res))
             }
-            None => RequestBudget::new(
-                Deadline::after(profile.edge_total()),
-                Source::Fallback,
-                policy,
-            ),
-        };
-        let hop = Hop::start(&labels, &budget);
-
-        // The budget was created a moment ago from this very value: no second clock read.
-        let remaining = budget.at_arrival();
-        if remaining.is_zero() {
-            // C9: zero or negative budgets are already expired.
-            budget.expire();
-            hop.finish(Outcome::Expired);
-            return ResponseFuture::answer(expired_response(&status));
+            Admission::Admitted(guard) => {
+                strip_internal_markers(req.headers_mut());
+                req.extensions_mut().insert(guard.budget().clone());
+                // Some services do work in `call` itself; give it the scope and span too.
+                let future = guard.enter(|| self.inner.call(req));
+                ResponseFuture::running(future, guard, *status)
+            }
         }
-        if remaining < min_budget {
-            // C3: refuse before the handler is entered.
-            hop.refuse(min_budget);
-            return ResponseFuture::answer(refused_response(&status, min_budget, remaining));
-        }
-
-        req.extensions_mut().insert(budget.clone());
-        let future = {
-            let _entered = hop.span().enter();
-            budget.sync_scope(|| self.inner.call(req))
-        };
-        let stream_lifetime = stream.then(|| profile.stream_lifetime());
-        ResponseFuture::running(future, budget, hop, status, stream_lifetime)
     }
 }
 
@@ -173,7 +125,17 @@ pub(super) fn plain(code: u16, text: String) -> Response<Bytes> {
     res
 }
 
-pub(super) fn expired_response(status: &crate::status::HttpStatusMap) -> Response<Bytes> {
+fn malformed_response(status: &HttpStatusMap, malformed: &MalformedHeader) -> Response<Bytes> {
+    // C9: a clear client error, never "no deadline".
+    let mut res = plain(status.malformed, malformed.to_string());
+    res.headers_mut().insert(
+        super::super::OUTCOME_HEADER.clone(),
+        HeaderValue::from_static("malformed"),
+    );
+    res
+}
+
+pub(super) fn expired_response(status: &HttpStatusMap) -> Response<Bytes> {
     let mut res = plain(status.expired, "deadline expired\n".to_owned());
     res.headers_mut().insert(
         super::super::OUTCOME_HEADER.clone(),
@@ -183,7 +145,7 @@ pub(super) fn expired_response(status: &crate::status::HttpStatusMap) -> Respons
 }
 
 fn refused_response(
-    status: &crate::status::HttpStatusMap,
+    status: &HttpStatusMap,
     required: std::time::Duration,
     remaining: std::time::Duration,
 ) -> Response<Bytes> {

@@ -1,0 +1,228 @@
+//! Early answers that reach HTTP/1.x clients (C18, S14): when the layer answers before the
+//! request body was read (refused, malformed, already expired), it takes the body and reads
+//! and discards it in the background, bounded by [`DRAIN_MAX_BYTES`] and [`DRAIN_MAX_TIME`],
+//! and marks the answer `Connection: close`.
+//!
+//! Why this is needed, from hyper 1.x's HTTP/1 server (`proto/h1/dispatch.rs`, `conn.rs`):
+//! when the service drops the request body unread, the dispatcher's next read sees the body
+//! receiver gone and calls `Conn::poll_drain_or_close_read`, which reads at most what is
+//! already buffered and, if the body is not finished, marks reading closed and disables
+//! keep-alive. Once the response is written the connection is done and the socket is closed.
+//! A socket closed with unread bytes in its receive buffer, or receiving bytes after close,
+//! answers with a TCP RST. A client still writing its body (Node's `http` client writes it
+//! after the headers) then gets `EPIPE`/`ECONNRESET` on its write, and often reports that
+//! instead of the answer already in its receive buffer.
+//!
+//! What hyper does if the body is *not* dropped: while the body handle is alive the dispatcher
+//! keeps reading it into the handle even after the response is fully written (the connection
+//! is done only when reading is done too), then closes cleanly when the response says
+//! `Connection: close`. So keeping the body and draining it is enough; the answer itself goes
+//! out at once and is not delayed by the upload. Holding the body inside the response body
+//! instead would not work: with a known length hyper drops the response body as soon as the
+//! last byte is written (the `Length` encoder reaches EOF), before it reports its end.
+//!
+//! nginx does the same in two steps: `ngx_http_discard_request_body` reads and discards an
+//! unread body for an answer sent early, and `lingering_close on` (the default) keeps reading
+//! and discarding after the answer, for up to `lingering_time` (30 s), each read waiting up to
+//! `lingering_timeout` (5 s), before it closes. The bounds here are smaller, because an early
+//! answer is most often a refusal made under overload.
+//!
+//! Not drained:
+//! - HTTP/2 and later: hyper's h2 resets only the stream, with `RST_STREAM(NO_ERROR)` once the
+//!   response has ended (RFC 9113 §8.1; `h2` `streams.rs` `maybe_cancel`), and the connection
+//!   and its other streams go on. A `Connection` header is illegal there, so none is added.
+//! - A body already known to be empty (`is_end_stream`): nothing is unread; keep-alive stays.
+//! - A request with `Expect: 100-continue`: the client waits for `100 Continue` before sending
+//!   its body, and reading the body would make hyper send it. Dropped instead, hyper skips the
+//!   `100 Continue`, and the client, having sent nothing, sees a clean close.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+
+use bytes::{Buf, Bytes};
+use http::{HeaderValue, Request, Response, Version, header};
+use http_body::Body;
+use pin_project_lite::pin_project;
+use tokio::time::Sleep;
+
+/// The most request-body bytes read and discarded after an early answer: 1 MiB. A longer body
+/// is left unread after that, and the connection closes with it unread (the client may then
+/// see a reset, after it had the answer for as long as the drain took).
+pub(super) const DRAIN_MAX_BYTES: u64 = 1 << 20;
+
+/// The longest a drain runs after an early answer: 2 s, counted from the answer. A client
+/// that has not finished its body by then is cut off as hyper would have done at once.
+pub(super) const DRAIN_MAX_TIME: Duration = Duration::from_secs(2);
+
+/// Prepares `answer`, made by the layer without reading `req`'s body, so that it reaches an
+/// HTTP/1.x client still writing that body: adds `Connection: close` and drains the body in a
+/// background task (C18). Does nothing when there is nothing unread or the protocol does not
+/// need it (see the module docs).
+pub(super) fn answer_early<B>(req: Request<B>, mut answer: Response<Bytes>) -> Response<Bytes>
+where
+    B: Body + Send + 'static,
+{
+    if !matches!(
+        req.version(),
+        Version::HTTP_09 | Version::HTTP_10 | Version::HTTP_11
+    ) || req.body().is_end_stream()
+    {
+        return answer;
+    }
+    // The body is unread, so this connection cannot carry another request reliably.
+    answer
+        .headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    let expects_continue = req
+        .headers()
+        .get(header::EXPECT)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+    if expects_continue {
+        return answer;
+    }
+    // Outside a Tokio runtime there is no connection to protect (hyper's server runs on
+    // one); the body is dropped as before.
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        runtime.spawn(Drain {
+            body: req.into_body(),
+            give_up: tokio::time::sleep(DRAIN_MAX_TIME),
+            read: 0,
+        });
+    }
+    answer
+}
+
+pin_project! {
+    /// Reads and discards a request body until it ends, errors, exceeds [`DRAIN_MAX_BYTES`]
+    /// or runs past [`DRAIN_MAX_TIME`]; dropping the body then lets hyper close.
+    struct Drain<B> {
+        #[pin]
+        body: B,
+        #[pin]
+        give_up: Sleep,
+        read: u64,
+    }
+}
+
+impl<B: Body> Future for Drain<B> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let mut this = self.project();
+        if this.give_up.as_mut().poll(cx).is_ready() {
+            tracing::debug!(
+                read = *this.read,
+                "request body still unread after an early answer; closing"
+            );
+            return Poll::Ready(());
+        }
+        loop {
+            match ready!(this.body.as_mut().poll_frame(cx)) {
+                Some(Ok(frame)) => {
+                    if let Some(data) = frame.data_ref() {
+                        *this.read += data.remaining() as u64;
+                    }
+                    if *this.read > DRAIN_MAX_BYTES {
+                        tracing::debug!(
+                            max = DRAIN_MAX_BYTES,
+                            "request body after an early answer is over the drain limit; closing"
+                        );
+                        return Poll::Ready(());
+                    }
+                }
+                // Ended, or the client went away or sent a broken body: nothing left to
+                // protect.
+                Some(Err(_)) | None => return Poll::Ready(()),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::{Empty, Full, StreamBody};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    /// Lets the spawned drain run as far as it can.
+    async fn settle() {
+        for _ in 0..8 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    fn answer() -> Response<Bytes> {
+        Response::new(Bytes::from_static(b"refused\n"))
+    }
+
+    /// A body of `chunks` 64 KiB chunks that counts what was taken from it.
+    fn counted(
+        chunks: usize,
+        taken: Arc<AtomicU64>,
+    ) -> impl Body<Data = Bytes, Error = std::convert::Infallible> + Send + 'static {
+        let frames = (0..chunks).map(move |_| {
+            taken.fetch_add(64 * 1024, Ordering::SeqCst);
+            Ok(http_body::Frame::data(Bytes::from(vec![0u8; 64 * 1024])))
+        });
+        StreamBody::new(futures_util::stream::iter(frames))
+    }
+
+    #[tokio::test]
+    async fn unread_http1_body_is_drained_and_the_connection_closed() {
+        let taken = Arc::new(AtomicU64::new(0));
+        let req = Request::new(counted(16, taken.clone()));
+        let res = answer_early(req, answer());
+        assert_eq!(res.headers()[header::CONNECTION], "close");
+        settle().await;
+        assert_eq!(taken.load(Ordering::SeqCst), DRAIN_MAX_BYTES);
+    }
+
+    #[tokio::test]
+    async fn drain_stops_past_its_byte_limit() {
+        let taken = Arc::new(AtomicU64::new(0));
+        let req = Request::new(counted(64, taken.clone()));
+        let _res = answer_early(req, answer());
+        settle().await;
+        // One chunk past the limit is read, then the body is dropped.
+        assert_eq!(taken.load(Ordering::SeqCst), DRAIN_MAX_BYTES + 64 * 1024);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn drain_gives_up_at_its_time_limit() {
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<
+            Result<http_body::Frame<Bytes>, std::convert::Infallible>,
+        >(1);
+        let body = StreamBody::new(futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx)));
+        let _res = answer_early(Request::new(body), answer());
+        tokio::time::sleep(DRAIN_MAX_TIME - Duration::from_millis(1)).await;
+        assert!(!tx.is_closed(), "the drain gave up early");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        assert!(tx.is_closed(), "the drain still holds the body");
+    }
+
+    #[tokio::test]
+    async fn empty_bodies_and_http2_keep_the_answer_as_it_is() {
+        let res = answer_early(Request::new(Empty::<Bytes>::new()), answer());
+        assert!(res.headers().get(header::CONNECTION).is_none());
+
+        let mut req = Request::new(Full::new(Bytes::from_static(b"unread")));
+        *req.version_mut() = Version::HTTP_2;
+        let res = answer_early(req, answer());
+        assert!(res.headers().get(header::CONNECTION).is_none());
+    }
+
+    #[tokio::test]
+    async fn expect_continue_bodies_are_not_read() {
+        let taken = Arc::new(AtomicU64::new(0));
+        let mut req = Request::new(counted(1, taken.clone()));
+        req.headers_mut()
+            .insert(header::EXPECT, HeaderValue::from_static("100-continue"));
+        let res = answer_early(req, answer());
+        assert_eq!(res.headers()[header::CONNECTION], "close");
+        settle().await;
+        assert_eq!(taken.load(Ordering::SeqCst), 0);
+    }
+}

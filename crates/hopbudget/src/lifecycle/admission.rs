@@ -1,0 +1,231 @@
+//! Admission: from a request's carriers to a verdict, before any handler runs.
+
+use std::fmt;
+use std::sync::Arc;
+
+use http::HeaderMap;
+
+use super::guard::HopGuard;
+use super::labels::{MethodSet, OTHER_ROUTE, RouteLabel};
+use crate::clock::{SystemClock, WallClock};
+use crate::codec::{Inbound, MalformedHeader, read_inbound};
+use crate::error::Refused;
+use crate::observe::{self, Hop, HopLabels, Protocol};
+use crate::profile::RouteMode;
+use crate::{Deadline, Profile, RequestBudget, Source};
+
+/// Everything a server hop reads on every request: the profile, the service name, the wall
+/// clock used to convert epoch carriers, and the bounded set of route labels. One per layer,
+/// shared by every clone of the service and every request.
+pub struct HopConfig {
+    profile: Profile,
+    service: Arc<str>,
+    protocol: Protocol,
+    wall_clock: Arc<dyn WallClock>,
+    methods: MethodSet,
+}
+
+impl fmt::Debug for HopConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HopConfig")
+            .field("service", &self.service)
+            .field("protocol", &self.protocol)
+            .field("wall_clock", &self.wall_clock)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The verdict on an arriving request. Only `Admitted` runs any work.
+#[derive(Debug)]
+pub enum Admission {
+    /// A deadline header could not be read: a client error naming the header (C9). Counted.
+    Malformed(MalformedHeader),
+    /// The budget was zero on arrival: already expired (C9). The hop is recorded.
+    Expired,
+    /// Less budget than the route needs: refused before work (C3). The hop is recorded.
+    Refused(Refused),
+    /// Go ahead: the guard owns the budget and the hop until the answer is complete.
+    Admitted(HopGuard),
+}
+
+impl HopConfig {
+    /// A hop configuration for `protocol` that follows `profile`, reading epoch carriers with
+    /// the machine's wall clock.
+    pub fn new(profile: Profile, protocol: Protocol) -> Self {
+        Self {
+            service: Arc::from(profile.service()),
+            profile,
+            protocol,
+            wall_clock: Arc::new(SystemClock),
+            methods: MethodSet::default(),
+        }
+    }
+
+    /// Read epoch carriers with `clock` instead of the machine's wall clock: a host whose
+    /// clock is skewed (S3) or stepped (S5), in tests and demos.
+    pub fn with_wall_clock(mut self, clock: Arc<dyn WallClock>) -> Self {
+        self.wall_clock = clock;
+        self
+    }
+
+    /// The profile.
+    pub fn profile(&self) -> &Profile {
+        &self.profile
+    }
+
+    /// The service name, as labels want it.
+    pub fn service(&self) -> &Arc<str> {
+        &self.service
+    }
+
+    /// The protocol this configuration serves.
+    pub fn protocol(&self) -> Protocol {
+        self.protocol
+    }
+
+    /// The bounded label for a route (C20).
+    pub fn route_label<'a>(&'a self, route: RouteLabel<'a>) -> &'a str {
+        match route {
+            RouteLabel::Matched { pattern, .. } | RouteLabel::Known(pattern) => pattern,
+            RouteLabel::Path(path) => self
+                .profile
+                .route(path)
+                .map_or(OTHER_ROUTE, |rule| rule.pattern()),
+            RouteLabel::Method(method) => match self.profile.route(method) {
+                Some(rule) => rule.pattern(),
+                None => self.methods.label(method),
+            },
+        }
+    }
+
+    /// Decide on a request from its deadline headers and its route.
+    pub fn admit(self: &Arc<Self>, headers: &HeaderMap, route: RouteLabel<'_>) -> Admission {
+        let inbound = read_inbound(
+            headers,
+            self.profile.inbound(),
+            self.profile.max(),
+            &*self.wall_clock,
+        );
+        self.admit_inbound(inbound, route)
+    }
+
+    /// Decide on a request whose carriers were already read (a queue message's headers, a
+    /// protocol with its own carrier format).
+    pub fn admit_inbound(
+        self: &Arc<Self>,
+        inbound: Result<Option<Inbound>, MalformedHeader>,
+        route: RouteLabel<'_>,
+    ) -> Admission {
+        // The rule is looked up by the concrete path too: a profile names paths, a router
+        // names patterns.
+        let rule = match route {
+            RouteLabel::Matched { pattern, path } => self
+                .profile
+                .route(pattern)
+                .or_else(|| self.profile.route(path)),
+            RouteLabel::Path(p) | RouteLabel::Method(p) | RouteLabel::Known(p) => {
+                self.profile.route(p)
+            }
+        };
+        let label = self.route_label(route);
+        let labels = HopLabels::for_route(&self.service, label, self.protocol)
+            .with_low_budget(self.profile.low_budget());
+        let policy = self.profile.policy();
+        let budget = match inbound {
+            Err(malformed) => {
+                observe::malformed_header(&labels, malformed.header().as_str());
+                return Admission::Malformed(malformed);
+            }
+            Ok(Some(inbound)) => {
+                if inbound.clamped {
+                    tracing::debug!(
+                        carrier = inbound.carrier.name(),
+                        max_ms = self.profile.max().as_millis() as u64,
+                        "inbound budget clamped to the profile maximum"
+                    );
+                }
+                RequestBudget::from_carrier(inbound.carrier, inbound.budget, policy)
+            }
+            Ok(None) => RequestBudget::new(
+                Deadline::after(self.profile.edge_total()),
+                Source::Fallback,
+                policy,
+            ),
+        };
+        let hop = Hop::start(&labels, &budget);
+        // The budget was made a moment ago from this very value: no second clock read.
+        let arrived = budget.at_arrival();
+        if arrived.is_zero() {
+            // C9: zero or negative budgets are already expired.
+            budget.expire();
+            hop.finish(crate::Outcome::Expired);
+            return Admission::Expired;
+        }
+        let min = rule.map_or(policy.refuse_below, |r| r.min_budget);
+        if arrived < min {
+            hop.refuse(min);
+            return Admission::Refused(Refused::new(min, arrived));
+        }
+        let stream_lifetime = rule
+            .is_some_and(|r| r.mode == RouteMode::Stream)
+            .then(|| self.profile.stream_lifetime());
+        let budget = if stream_lifetime.is_some() {
+            budget.for_stream()
+        } else {
+            budget
+        };
+        Admission::Admitted(HopGuard::new(budget, hop, stream_lifetime))
+    }
+}
+
+/// The prefix of hopbudget's own answer markers (`x-deadline-outcome`,
+/// `x-deadline-required-ms`, `x-deadline-remaining-ms`).
+const MARKER_PREFIX: &str = "x-deadline-";
+
+/// Remove hopbudget's internal markers from an inbound request (rule C19): they are only
+/// ever written on answers, so one arriving on a request was forged or leaked from outside,
+/// and a handler or a client layer below must not mistake it for a real outcome. One pass
+/// over the names, and nothing else unless one is there.
+pub fn strip_internal_markers(headers: &mut HeaderMap) {
+    if !headers
+        .keys()
+        .any(|name| name.as_str().starts_with(MARKER_PREFIX))
+    {
+        return;
+    }
+    let forged: Vec<_> = headers
+        .keys()
+        .filter(|name| name.as_str().starts_with(MARKER_PREFIX))
+        .cloned()
+        .collect();
+    for name in forged {
+        tracing::debug!(
+            header = name.as_str(),
+            "internal deadline marker stripped from a request"
+        );
+        headers.remove(name);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn forged_markers_are_stripped_and_nothing_else() {
+        let mut headers = HeaderMap::new();
+        headers.insert("x-deadline-outcome", "refused".parse().unwrap());
+        headers.insert("x-deadline-required-ms", "1".parse().unwrap());
+        headers.insert("x-request-timeout-ms", "300".parse().unwrap());
+        strip_internal_markers(&mut headers);
+        assert_eq!(headers.len(), 1);
+        assert!(headers.contains_key("x-request-timeout-ms"));
+    }
+
+    #[test]
+    fn config_and_guard_cross_threads() {
+        fn is<T: Send + Sync>() {}
+        is::<HopConfig>();
+        is::<HopGuard>();
+    }
+}

@@ -1,0 +1,154 @@
+//! The guard a request holds from admission until its answer is complete.
+
+use std::time::Duration;
+
+use crate::observe::Hop;
+use crate::{Outcome, Refused, RequestBudget};
+
+/// Owns one admitted request's budget and [`Hop`], and records exactly one outcome.
+///
+/// - [`enter`](Self::enter) runs a poll of the handler or of the response body inside the
+///   budget's task-local scope and the hop's span.
+/// - [`answered`](Self::answered) notes the outcome the answer itself states (a handler's own
+///   504, 503 refusal, 499, DEADLINE_EXCEEDED or CANCELLED: rule C17).
+/// - [`expired`](Self::expired) is the adapter's deadline timer firing: the budget is marked
+///   expired (its tree stops, C7) and the hop ends `expired`.
+/// - [`finish`](Self::finish) is the answer having gone out completely. The outcome is the
+///   answer's own, else the budget's end cause, else `completed`; an answer completed after the
+///   deadline is late work and `expired`. Then the request's non-detached work is ended, as Go
+///   cancels a request's context when its handler returns.
+/// - Dropped before either: the caller went away. The budget is cancelled and the outcome is
+///   its end cause: `cancelled`, or `expired` when the deadline had already passed (C4, C5).
+#[derive(Debug)]
+pub struct HopGuard {
+    budget: RequestBudget,
+    hop: Option<Hop>,
+    stream_lifetime: Option<Duration>,
+    streaming: bool,
+    answer: Option<Answer>,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Answer {
+    Outcome(Outcome),
+    Refused(Duration),
+}
+
+impl HopGuard {
+    pub(crate) fn new(budget: RequestBudget, hop: Hop, stream_lifetime: Option<Duration>) -> Self {
+        Self {
+            budget,
+            hop: Some(hop),
+            stream_lifetime,
+            streaming: false,
+            answer: None,
+        }
+    }
+
+    /// The request's budget.
+    pub fn budget(&self) -> &RequestBudget {
+        &self.budget
+    }
+
+    /// Run `f` (a poll of the handler or of its body) inside the budget's task-local scope
+    /// and the hop's span.
+    #[inline]
+    pub fn enter<R>(&self, f: impl FnOnce() -> R) -> R {
+        let _entered = self.hop.as_ref().map(|hop| hop.span().enter());
+        self.budget.sync_scope(f)
+    }
+
+    /// The stream lifetime, on a stream route (C13).
+    pub fn stream_lifetime(&self) -> Option<Duration> {
+        self.stream_lifetime
+    }
+
+    /// Whether the first chunk of a stream route went out.
+    pub fn is_streaming(&self) -> bool {
+        self.streaming
+    }
+
+    /// The first chunk of a stream route went out: from now on the budget, and everything
+    /// spawned or called under it, runs under the stream lifetime instead of the request
+    /// deadline (C13, S12). Does nothing on other routes.
+    pub fn stream_started(&mut self) {
+        if let (Some(lifetime), false) = (self.stream_lifetime, self.streaming) {
+            self.streaming = true;
+            self.budget.start_stream(lifetime);
+        }
+    }
+
+    /// The answer states this outcome itself (C17): a handler's own expiry, refusal or
+    /// cancellation status. `completed` clears an earlier note.
+    pub fn answered(&mut self, outcome: Outcome) {
+        self.answer = Some(Answer::Outcome(outcome));
+    }
+
+    /// The answer is a refusal stating what it needed (C3, C17).
+    pub fn answered_refused(&mut self, refused: Refused) {
+        self.answer = Some(Answer::Refused(refused.required()));
+    }
+
+    /// The adapter's deadline timer fired with the work still running: mark the budget
+    /// expired, which stops its children (C4, C7), and end the hop `expired`. The layer's own
+    /// expiry answer is not late work.
+    pub fn expired(&mut self) {
+        self.budget.expire();
+        if let Some(hop) = self.hop.take() {
+            hop.finish(Outcome::Expired);
+        }
+    }
+
+    /// The answer went out completely: record the outcome and end the request's work.
+    pub fn finish(&mut self) {
+        let Some(hop) = self.hop.take() else { return };
+        let now = tokio::time::Instant::now();
+        let deadline = self.budget.deadline().instant();
+        let late = (!self.streaming && now > deadline).then(|| now - deadline);
+        if let Some(overrun) = late {
+            // Work done for nobody: the caller's own deadline had passed (C14).
+            hop.late_work(overrun);
+        }
+        let outcome = match self.answer {
+            Some(Answer::Refused(required)) => {
+                hop.refuse(required);
+                Outcome::Refused
+            }
+            Some(Answer::Outcome(outcome)) if outcome != Outcome::Completed => {
+                hop.finish(outcome);
+                outcome
+            }
+            _ => {
+                let outcome = match self.budget.end_cause() {
+                    Some(cause) => Outcome::from(cause),
+                    None if late.is_some() => Outcome::Expired,
+                    None => Outcome::Completed,
+                };
+                hop.finish(outcome);
+                outcome
+            }
+        };
+        // The response is complete: the request's non-detached children end with it. An
+        // answer that says the time ran out ends them as expired, so every hop that observes
+        // the budget agrees (C4); any other answer ends them as Go ends a handler's context.
+        if outcome == Outcome::Expired {
+            self.budget.expire();
+        } else {
+            self.budget.cancel();
+        }
+    }
+}
+
+impl Drop for HopGuard {
+    fn drop(&mut self) {
+        let Some(hop) = self.hop.take() else { return };
+        // Unfinished and dropped: the caller went away. `cancel` records expired instead when
+        // the deadline had already passed (C4), and the outcome is whatever the budget says.
+        self.budget.cancel();
+        let outcome = self
+            .budget
+            .end_cause()
+            .map_or(Outcome::Cancelled, Outcome::from);
+        hop.finish(outcome);
+    }
+}

@@ -1,0 +1,108 @@
+//! Route labels from a bounded set (rule C20): metric series and cached keys must not grow
+//! with the distinct paths clients send.
+
+use std::collections::HashSet;
+use std::sync::{Arc, RwLock};
+
+/// The route label every request shares when its route is not known: a path no router
+/// matched, a path no profile rule names, a gRPC method past the cap of distinct methods.
+pub const OTHER_ROUTE: &str = "other";
+
+/// How many distinct gRPC method paths one server labels before the rest share
+/// [`OTHER_ROUTE`]. A server has a fixed set of methods; a flood of invented ones must not
+/// become a flood of metric series.
+pub(crate) const MAX_METHODS: usize = 512;
+
+/// What the adapter knows about the request's route.
+#[derive(Clone, Copy, Debug)]
+pub enum RouteLabel<'a> {
+    /// A pattern a router matched (axum's `MatchedPath`), bounded by the router's routes,
+    /// and the concrete path (a profile rule may name either).
+    Matched {
+        /// The router's pattern, `/users/{id}`.
+        pattern: &'a str,
+        /// The request's path, `/users/7`.
+        path: &'a str,
+    },
+    /// A raw path. It is labelled by the profile rule that matches it, else [`OTHER_ROUTE`].
+    Path(&'a str),
+    /// A gRPC method path `/package.Service/Method`: labelled as itself, up to a fixed number
+    /// of distinct methods per server.
+    Method(&'a str),
+    /// A name the adapter already bounds (a queue or subject name from configuration).
+    Known(&'a str),
+}
+
+/// The distinct gRPC methods seen so far, up to [`MAX_METHODS`].
+#[derive(Debug, Default)]
+pub(crate) struct MethodSet {
+    seen: RwLock<HashSet<Arc<str>>>,
+}
+
+impl MethodSet {
+    /// `method` itself while there is room for it, else [`OTHER_ROUTE`].
+    pub(crate) fn label<'a>(&self, method: &'a str) -> &'a str {
+        if !is_method_path(method) {
+            return OTHER_ROUTE;
+        }
+        {
+            let seen = self
+                .seen
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if seen.contains(method) {
+                return method;
+            }
+            if seen.len() >= MAX_METHODS {
+                return OTHER_ROUTE;
+            }
+        }
+        let mut seen = self
+            .seen
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if seen.len() >= MAX_METHODS && !seen.contains(method) {
+            return OTHER_ROUTE;
+        }
+        seen.insert(Arc::from(method));
+        method
+    }
+}
+
+/// `/service/method`, each part non-empty, nothing else: the only shape a gRPC method has.
+fn is_method_path(path: &str) -> bool {
+    let Some(rest) = path.strip_prefix('/') else {
+        return false;
+    };
+    match rest.split_once('/') {
+        Some((service, method)) => {
+            !service.is_empty() && !method.is_empty() && !method.contains('/') && path.len() <= 256
+        }
+        None => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn methods_are_labelled_up_to_the_cap_then_share_one_label() {
+        let set = MethodSet::default();
+        assert_eq!(set.label("/shop.Tax/Quote"), "/shop.Tax/Quote");
+        assert_eq!(set.label("not-a-method"), OTHER_ROUTE);
+        assert_eq!(set.label("/a/b/c"), OTHER_ROUTE);
+        for i in 0..MAX_METHODS * 2 {
+            let m = format!("/x.S/M{i}");
+            let label = set.label(&m);
+            assert!(label == m || label == OTHER_ROUTE);
+        }
+        assert_eq!(set.seen.read().unwrap().len(), MAX_METHODS);
+        assert_eq!(
+            set.label("/shop.Tax/Quote"),
+            "/shop.Tax/Quote",
+            "known stays known"
+        );
+        assert_eq!(set.label("/x.S/new"), OTHER_ROUTE);
+    }
+}

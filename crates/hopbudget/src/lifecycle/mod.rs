@@ -1,0 +1,53 @@
+//! The server side of every hop, once, for every protocol: admission, one guard that owns
+//! the request's budget and its [`Hop`](crate::observe::Hop), and exactly one outcome.
+//!
+//! The HTTP server layer, the gRPC server layer and the queue consumer are thin adapters over
+//! this module. An adapter owns bytes and spelling (an HTTP status, a `grpc-status`, an ack or
+//! a dead letter); it never decides an outcome itself:
+//!
+//! ```text
+//! carriers (headers / metadata / message headers)
+//!   -> HopConfig::admit: read the tightest carrier (injected wall clock), clamp, route rule
+//!        -> Malformed | Expired | Refused | Admitted(HopGuard)
+//!   -> HopGuard: owns the budget and the Hop span; every poll of the handler and of the
+//!      response body runs inside `HopGuard::enter` (budget scope + span)
+//!   -> outcome, exactly once: the answer's own status (C17), else the budget's end cause,
+//!      else completed; then the request's non-detached work is ended
+//! ```
+//!
+//! A guard dropped before its answer was complete means the caller went away (a dropped
+//! future, RST_STREAM, a closed connection): the budget is cancelled and the outcome is its
+//! end cause, `cancelled`, or `expired` if the deadline had already passed (C4, C5). No time
+//! window is involved.
+//!
+//! # Example: a custom protocol adapter
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() {
+//! use std::sync::Arc;
+//! use hopbudget::lifecycle::{Admission, HopConfig, RouteLabel};
+//! use hopbudget::observe::Protocol;
+//! use hopbudget::{Outcome, Profile, RequestBudget};
+//!
+//! let config = Arc::new(HopConfig::new(Profile::default(), Protocol::Http));
+//! let mut headers = http::HeaderMap::new();
+//! headers.insert("x-request-timeout-ms", "300".parse().unwrap());
+//! match config.admit(&headers, RouteLabel::Path("/orders")) {
+//!     Admission::Admitted(mut guard) => {
+//!         let seen = guard.enter(|| RequestBudget::current().map(|b| b.remaining()));
+//!         assert_eq!(seen.unwrap().as_millis(), 300);
+//!         guard.finish(); // completed; the request's children are ended
+//!     }
+//!     other => panic!("{other:?}"),
+//! }
+//! # }
+//! ```
+
+mod admission;
+mod guard;
+mod labels;
+
+pub use admission::{Admission, HopConfig, strip_internal_markers};
+pub use guard::HopGuard;
+pub use labels::{OTHER_ROUTE, RouteLabel};
