@@ -1,26 +1,30 @@
 //! The consumer's gate: before any work, decide what a message's deadline allows.
 //!
-//! The gate is the queue boundary's hop lifecycle. *Admission* reads the deadline header
-//! with the injected wall clock (read once, rule C1), allows the profile's skew, and says
-//! malformed, expired, refused or admitted; no work and no span happen before it. An admitted
-//! message gets a [`RequestBudget`] and a [`Hop`] span ([`Protocol::Queue`]), owned by
-//! [`Admitted`], which runs the work inside both and records the outcome exactly once, even
-//! when the consumer drops the work half-way (that is a cancellation, rule C5, and the
-//! message is not acknowledged, so the broker redelivers it).
+//! The gate is the queue consumer's adapter over the shared [hop lifecycle](crate::lifecycle).
+//! It owns only what is particular to a queue: reading the absolute `deadline-epoch-ms` header
+//! with the injected wall clock (read once, rule C1) and the profile's skew allowance, clamping
+//! to the maximum processing budget, and spelling each verdict as ack-and-process or
+//! dead-letter. Admission (malformed, expired, refused or admitted, with the `Hop` recorded and
+//! counted) and the guard that owns an admitted message's budget and span and records exactly
+//! one outcome are the lifecycle's, as for an HTTP request or a gRPC call. A consumer that
+//! drops the work half-way cancels it (rule C5); the message is not acknowledged, so the broker
+//! delivers it again.
 
 use std::future::Future;
+use std::pin::pin;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
-use tracing::Instrument;
+use http::HeaderName;
 
 use super::dead_letter::DeadLetter;
 use super::{HeaderCarrier, trace_link};
 use crate::clock::{SystemClock, WallClock};
-use crate::codec::{Carrier, InvalidValue, epoch};
-use crate::observe::{self, Hop, HopLabels, Protocol};
-use crate::status::Outcome;
-use crate::{BudgetError, Deadline, HopPolicy, Profile, Refused, RequestBudget, Source};
+use crate::codec::{Carrier, Inbound, MalformedHeader, epoch};
+use crate::lifecycle::{Admission, HopConfig, HopGuard, RouteLabel};
+use crate::observe::{self, Protocol};
+use crate::{EndCause, Profile, Refused};
 
 /// Checks each consumed message's deadline before any work (rule C11, scenario S10).
 ///
@@ -63,14 +67,12 @@ use crate::{BudgetError, Deadline, HopPolicy, Profile, Refused, RequestBudget, S
 /// ```
 #[derive(Clone, Debug)]
 pub struct Gate {
-    labels: HopLabels,
+    config: Arc<HopConfig>,
     queue: Arc<str>,
-    header: Arc<str>,
+    header: HeaderName,
     skew: Duration,
-    edge_total: Duration,
     max_processing: Duration,
     min_budget: Duration,
-    policy: HopPolicy,
     clock: Arc<dyn WallClock>,
 }
 
@@ -100,32 +102,21 @@ impl Decision {
     }
 }
 
-/// What the headers say, before any span or budget exists: the part of the hop lifecycle
-/// every protocol shares.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Admission {
-    Malformed(InvalidValue),
-    Expired { late_by: Duration },
-    Admitted { budget: Duration, source: Source },
-}
-
 impl Gate {
     /// A gate for messages consumed from `queue` (a stream, topic or subject name; used as the
     /// metrics' `queue` label and the hop span's name, so keep it low in cardinality).
     pub fn new(profile: &Profile, queue: impl Into<Arc<str>>) -> Self {
-        let queue = queue.into();
         let (header, _, skew) = profile.queue();
-        let service: Arc<str> = profile.service().into();
         Self {
-            labels: HopLabels::for_route(&service, &queue, Protocol::Queue)
-                .with_low_budget(profile.low_budget()),
-            queue,
-            header: header.into(),
+            config: Arc::new(HopConfig::new(profile.clone(), Protocol::Queue)),
+            queue: queue.into(),
+            // The profile checked it is a valid header name (C15).
+            header: HeaderName::from_bytes(header.as_bytes()).unwrap_or(HeaderName::from_static(
+                crate::codec::QUEUE_DEADLINE_EPOCH_MS,
+            )),
             skew,
-            edge_total: profile.edge_total(),
             max_processing: profile.max(),
             min_budget: profile.policy().refuse_below,
-            policy: profile.policy(),
             clock: Arc::new(SystemClock),
         }
     }
@@ -136,15 +127,17 @@ impl Gate {
         self
     }
 
-    /// The most budget a message's work gets, however far away its deadline (default: the
-    /// profile's `max_ms`). A message stamped with hours left still runs under this.
+    /// The most budget a message's work gets, however far away its deadline (default, and
+    /// at most: the profile's `max_ms`). A message stamped with hours left still runs under
+    /// this.
     pub fn with_max_processing(mut self, max: Duration) -> Self {
         self.max_processing = max;
         self
     }
 
-    /// The least budget worth starting the work with (default: the profile's
-    /// `refuse_below_ms`). A message with less is dead-lettered as refused (rule C3).
+    /// The least budget worth starting the work with. The profile's `refuse_below_ms` always
+    /// applies (the lifecycle refuses below it); this can only raise it. A message with less
+    /// is dead-lettered as refused (rule C3).
     pub fn with_min_budget(mut self, min: Duration) -> Self {
         self.min_budget = min;
         self
@@ -161,87 +154,79 @@ impl Gate {
     /// as a hop ending `expired`, a refusal as a hop ending `refused`, a malformed header in
     /// `hopbudget_malformed_headers_total`, a missing one as a missing deadline (rule C8).
     pub fn check<C: HeaderCarrier + ?Sized>(&self, headers: &C) -> Decision {
-        match self.admission(headers) {
-            Admission::Malformed(reason) => {
-                observe::malformed_header(&self.labels, &self.header);
-                Decision::Malformed(DeadLetter::malformed(&self.header, &reason))
-            }
-            Admission::Expired { late_by } => {
-                let budget =
-                    RequestBudget::from_carrier(Carrier::Queue, Duration::ZERO, self.policy);
-                budget.expire();
-                let hop = Hop::start(&self.labels, &budget);
-                trace_link::link(hop.span(), headers);
-                hop.finish(Outcome::Expired);
-                observe::queue_expired(&self.labels.service, &self.queue);
+        let (inbound, late_by) = self.read(headers);
+        match self
+            .config
+            .admit_inbound(inbound, RouteLabel::Known(&self.queue))
+        {
+            Admission::Malformed(malformed) => Decision::Malformed(DeadLetter::malformed(
+                malformed.header().as_str(),
+                &malformed.reason(),
+            )),
+            Admission::Expired => {
+                observe::queue_expired(self.config.service(), &self.queue);
                 Decision::Expired(DeadLetter::expired_before_work(late_by))
             }
-            Admission::Admitted { budget, source } => {
-                let budget = budget.min(self.max_processing);
-                let budget = match source {
-                    Source::Carrier(carrier) => {
-                        RequestBudget::from_carrier(carrier, budget, self.policy)
-                    }
-                    other => RequestBudget::new(Deadline::after(budget), other, self.policy),
-                };
-                let hop = Hop::start(&self.labels, &budget);
-                trace_link::link(hop.span(), headers);
-                let remaining = budget.at_arrival();
-                if remaining < self.min_budget {
-                    hop.refuse(self.min_budget);
-                    return Decision::Refused(DeadLetter::refused(Refused::new(
-                        self.min_budget,
-                        remaining,
-                    )));
+            Admission::Refused(refused) => Decision::Refused(DeadLetter::refused(refused)),
+            Admission::Admitted(mut guard) => {
+                let arrived = guard.budget().at_arrival();
+                if arrived < self.min_budget {
+                    let refused = Refused::new(self.min_budget, arrived);
+                    guard.answered_refused(refused);
+                    guard.finish();
+                    return Decision::Refused(DeadLetter::refused(refused));
                 }
-                Decision::Live(Admitted {
-                    budget,
-                    hop: Some(hop),
-                })
+                guard.enter(|| trace_link::link(&tracing::Span::current(), headers));
+                Decision::Live(Admitted { guard })
             }
         }
     }
 
-    /// Read the deadline header. The skew allowance is given to the message: it is expired
-    /// only once this clock is past `deadline + skew`, and until then its budget is
-    /// `deadline + skew - now`. A consumer whose clock runs up to `skew` ahead therefore never
-    /// drops a live message; one with a true clock gives the work up to `skew` more.
-    fn admission<C: HeaderCarrier + ?Sized>(&self, headers: &C) -> Admission {
-        let Some(value) = headers.get(&self.header) else {
-            return Admission::Admitted {
-                budget: self.edge_total,
-                source: Source::Fallback,
-            };
+    /// Read the deadline header into the lifecycle's terms, and how long ago an expired one
+    /// passed. The skew allowance is given to the message: it is expired only once this clock
+    /// is past `deadline + skew`, and until then its budget is `deadline + skew - now`. A
+    /// consumer whose clock runs up to `skew` ahead therefore never drops a live message; one
+    /// with a true clock gives the work up to `skew` more.
+    fn read<C: HeaderCarrier + ?Sized>(
+        &self,
+        headers: &C,
+    ) -> (Result<Option<Inbound>, MalformedHeader>, Duration) {
+        let Some(value) = headers.get(self.header.as_str()) else {
+            return (Ok(None), Duration::ZERO);
         };
         // Decoding against an epoch of 0 yields the deadline itself, in ms since the epoch.
         let deadline_ms = match epoch::decode(value, 0) {
             Ok(at) => u64::try_from(at.as_millis()).unwrap_or(u64::MAX),
-            Err(reason) => return Admission::Malformed(reason),
+            Err(reason) => {
+                return (
+                    Err(MalformedHeader::new(self.header.clone(), reason)),
+                    Duration::ZERO,
+                );
+            }
         };
         let skew_ms = u64::try_from(self.skew.as_millis()).unwrap_or(u64::MAX);
         let now = self.clock.now_unix_ms().saturating_sub(skew_ms);
-        if deadline_ms <= now {
-            Admission::Expired {
-                late_by: Duration::from_millis(now - deadline_ms),
-            }
-        } else {
-            Admission::Admitted {
-                budget: Duration::from_millis(deadline_ms - now),
-                source: Source::Carrier(Carrier::Queue),
-            }
-        }
+        let left = Duration::from_millis(deadline_ms.saturating_sub(now));
+        let late_by = Duration::from_millis(now.saturating_sub(deadline_ms));
+        let max = self.max_processing.min(self.config.profile().max());
+        let inbound = Inbound {
+            carrier: Carrier::Queue,
+            budget: left.min(max),
+            clamped: left > max,
+        };
+        (Ok(Some(inbound)), late_by)
     }
 }
 
-/// A message the gate let through: its budget and its hop, until the work has run.
+/// A message the gate let through: the lifecycle's guard over its budget and hop, until the
+/// work has run.
 ///
 /// Dropping it without [`run`](Self::run) (or dropping `run`'s future half-way) cancels the
 /// budget and records the hop as cancelled (rule C5); the consumer does not acknowledge the
 /// message, so the broker delivers it again, under the same deadline.
 #[derive(Debug)]
 pub struct Admitted {
-    budget: RequestBudget,
-    hop: Option<Hop>,
+    guard: HopGuard,
 }
 
 /// How the work of an admitted message ended.
@@ -259,42 +244,50 @@ pub enum Processed<T> {
 
 impl Admitted {
     /// The message's budget: clamped to the gate's maximum processing budget.
-    pub fn budget(&self) -> &RequestBudget {
-        &self.budget
+    pub fn budget(&self) -> &crate::RequestBudget {
+        self.guard.budget()
     }
 
-    /// Run the message's work under its budget: inside its task-local scope (so it propagates
-    /// onward like any request's, rule C11) and the hop's span, stopped at the deadline.
-    pub async fn run<F: Future>(mut self, work: F) -> Processed<F::Output> {
-        let budget = self.budget.clone();
-        let span = match &self.hop {
-            Some(hop) => hop.span().clone(),
-            None => tracing::Span::none(),
-        };
-        let result = budget.run(work).instrument(span).await;
-        let hop = self.hop.take();
-        let (outcome, processed) = match result {
-            Ok(out) => (Outcome::Completed, Processed::Completed(out)),
-            Err(BudgetError::Expired) => (
-                Outcome::Expired,
-                Processed::Expired(DeadLetter::expired_during_work(budget.at_arrival())),
-            ),
-            Err(_) => (Outcome::Cancelled, Processed::Cancelled),
-        };
-        if let Some(hop) = hop {
-            hop.finish(outcome);
+    /// Run the message's work under its budget: every poll inside its task-local scope (so it
+    /// propagates onward like any request's, rule C11) and the hop's span, stopped at the
+    /// deadline.
+    pub async fn run<F: Future>(self, work: F) -> Processed<F::Output> {
+        let mut guard = self.guard;
+        let budget = guard.budget().clone();
+        match run_guarded(&guard, work).await {
+            Ok(out) => {
+                guard.finish();
+                Processed::Completed(out)
+            }
+            Err(EndCause::Expired) => {
+                guard.expired();
+                Processed::Expired(DeadLetter::expired_during_work(budget.at_arrival()))
+            }
+            Err(EndCause::Cancelled) => {
+                guard.finish();
+                Processed::Cancelled
+            }
         }
-        processed
     }
 }
 
-impl Drop for Admitted {
-    fn drop(&mut self) {
-        if let Some(hop) = self.hop.take() {
-            // Unfinished: the consumer stopped. Cancel the tree first so no child outlives it
-            // (C5); dropping the hop then records it as cancelled.
-            self.budget.cancel();
-            drop(hop);
-        }
+/// Poll `work` inside the guard (budget scope and hop span) until it is done or the budget
+/// ends: at its deadline, which marks it expired and stops its tree (C7), or by cancellation.
+pub(super) async fn run_guarded<F: Future>(
+    guard: &HopGuard,
+    work: F,
+) -> Result<F::Output, EndCause> {
+    let budget = guard.budget().clone();
+    if let Some(cause) = budget.end_cause() {
+        return Err(cause);
     }
+    let mut work = pin!(work);
+    let mut done = pin!(budget.done());
+    std::future::poll_fn(|cx| {
+        if let Poll::Ready(out) = guard.enter(|| work.as_mut().poll(cx)) {
+            return Poll::Ready(Ok(out));
+        }
+        done.as_mut().poll(cx).map(Err)
+    })
+    .await
 }

@@ -27,8 +27,9 @@ fn with_deadline(at: u64) -> HashMap<String, String> {
 
 #[tokio::test(start_paused = true)]
 async fn expired_exactly_at_deadline_plus_skew_and_not_a_millisecond_before() {
-    let (_, clock, gate) = setup();
-    let gate = gate.with_min_budget(Duration::ZERO);
+    let profile = Profile::from_yaml("service: billing\nrefuse_below_ms: 0\n", "p.yaml").unwrap();
+    let clock = Arc::new(ManualClock::new(NOW));
+    let gate = Gate::new(&profile, "orders").with_clock(clock.clone());
     let msg = with_deadline(NOW);
     // The default skew allowance is 50 ms: at deadline + 49 ms the message is still live,
     // with 1 ms of budget.

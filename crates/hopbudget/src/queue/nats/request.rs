@@ -6,13 +6,14 @@ use async_nats::subject::ToSubject;
 use async_nats::{Client, HeaderMap, RequestErrorKind};
 use bytes::Bytes;
 use futures_util::StreamExt;
-use tracing::Instrument;
 
-use crate::codec::{Carrier, millis};
-use crate::observe::{self, Hop, HopLabels, Protocol};
+use crate::codec::{Carrier, Inbound, MalformedHeader, millis};
+use crate::lifecycle::{Admission, HopConfig, RouteLabel};
+use crate::observe::Protocol;
 use crate::queue::HeaderCarrier;
+use crate::queue::gate::run_guarded;
 use crate::status::{REFUSED_METADATA, REMAINING_MS_HEADER, REQUIRED_MS_HEADER};
-use crate::{BudgetError, Deadline, Outcome, Profile, Refused, RequestBudget, Source};
+use crate::{BudgetError, Deadline, EndCause, Profile, Refused, RequestBudget, Source};
 
 /// Core NATS requests carrying the caller's budget, like an outbound HTTP call.
 ///
@@ -176,9 +177,11 @@ impl Requester {
 /// Answers core NATS requests inside their caller's budget, refusing before the handler when
 /// too little is left (rule C3).
 ///
+/// An adapter over the [hop lifecycle](crate::lifecycle), as the HTTP and gRPC servers are.
 /// The handler gets the request and returns the answer's payload; it runs inside the
 /// budget's scope and a hop span (`hop.protocol = queue`, named after the subject), and is
-/// stopped at the deadline (rule C7), which answers `expired`. Answers the responder makes
+/// stopped at the deadline (rule C7), which answers `expired`. Subjects label metrics: serve
+/// fixed subjects, not ones with ids in them (C20). Answers the responder makes
 /// itself carry `x-deadline-outcome` (`refused` with `x-deadline-required-ms` and
 /// `x-deadline-remaining-ms`, `expired`, or `malformed` with `x-deadline-detail`) and an empty
 /// payload.
@@ -192,7 +195,7 @@ pub struct Responder {
 
 impl Responder {
     /// A responder reading `profile`'s relative header; it refuses below the profile's
-    /// `refuse_below_ms` unless [`with_min_budget`](Self::with_min_budget) says otherwise.
+    /// `refuse_below_ms`, or the larger [`with_min_budget`](Self::with_min_budget).
     pub fn new(profile: &Profile) -> Self {
         Self {
             header: profile.spec().headers.relative_ms.as_str().into(),
@@ -227,20 +230,16 @@ impl Responder {
         Fut: Future<Output = Bytes>,
     {
         let subject = subject.to_subject();
-        let service: Arc<str> = self.profile.service().into();
-        let labels = HopLabels::for_route(&service, &subject, Protocol::Queue)
-            .with_low_budget(self.profile.low_budget());
-        let subscriber = client.subscribe(subject).await?;
+        let config = Arc::new(HopConfig::new(self.profile.clone(), Protocol::Queue));
+        let subscriber = client.subscribe(subject.clone()).await?;
         subscriber
             .for_each_concurrent(self.concurrency, |request| {
-                let client = &client;
-                let labels = &labels;
-                let handler = &handler;
+                let (client, config, handler, subject) = (&client, &config, &handler, &subject);
                 async move {
                     let Some(reply_to) = request.reply.clone() else {
                         return;
                     };
-                    let (headers, payload) = self.answer(labels, request, handler).await;
+                    let (headers, payload) = self.answer(config, subject, request, handler).await;
                     if let Err(error) = client
                         .publish_with_headers(reply_to, headers, payload)
                         .await
@@ -253,9 +252,12 @@ impl Responder {
         Ok(())
     }
 
+    /// The hop lifecycle for one request; this adapter only reads the header and spells the
+    /// verdict as reply headers.
     async fn answer<H, Fut>(
         &self,
-        labels: &HopLabels,
+        config: &Arc<HopConfig>,
+        subject: &str,
         request: async_nats::Message,
         handler: &H,
     ) -> (HeaderMap, Bytes)
@@ -263,61 +265,74 @@ impl Responder {
         H: Fn(async_nats::Message) -> Fut,
         Fut: Future<Output = Bytes>,
     {
-        let inbound = request
+        let max = self.profile.max();
+        let inbound = match request
             .headers
             .as_ref()
             .and_then(|h| HeaderCarrier::get(h, &self.header))
-            .map(millis::decode);
-        let policy = self.profile.policy();
-        let budget = match inbound {
-            None => RequestBudget::new(
-                Deadline::after(self.profile.edge_total()),
-                Source::Fallback,
-                policy,
-            ),
-            Some(Ok(left)) => RequestBudget::from_carrier(
-                Carrier::RelativeMs,
-                left.min(self.profile.max()),
-                policy,
-            ),
-            Some(Err(reason)) => {
+        {
+            None => Ok(None),
+            Some(value) => millis::decode(value)
+                .map(|left| {
+                    Some(Inbound {
+                        carrier: Carrier::RelativeMs,
+                        budget: left.min(max),
+                        clamped: left > max,
+                    })
+                })
+                .map_err(|reason| {
+                    let name = http::HeaderName::from_bytes(self.header.as_bytes()).unwrap_or(
+                        http::HeaderName::from_static(crate::codec::REQUEST_TIMEOUT_MS),
+                    );
+                    MalformedHeader::new(name, reason)
+                }),
+        };
+        let mut guard = match config.admit_inbound(inbound, RouteLabel::Known(subject)) {
+            Admission::Malformed(malformed) => {
                 // C9: a clear error naming the header, never "no deadline".
-                observe::malformed_header(labels, &self.header);
                 let mut headers = outcome("malformed");
-                headers.insert(
-                    DETAIL_HEADER,
-                    format!("malformed deadline header `{}`: {reason}", self.header),
-                );
+                headers.insert(DETAIL_HEADER, malformed.to_string());
                 return (headers, Bytes::new());
             }
+            Admission::Expired => return (outcome("expired"), Bytes::new()),
+            Admission::Refused(refused) => return (refusal(refused), Bytes::new()),
+            Admission::Admitted(guard) => guard,
         };
-        let hop = Hop::start(labels, &budget);
-        let remaining = budget.at_arrival();
-        if remaining.is_zero() {
-            budget.expire();
-            hop.finish(Outcome::Expired);
-            return (outcome("expired"), Bytes::new());
+        let arrived = guard.budget().at_arrival();
+        if arrived < self.min_budget {
+            let refused = Refused::new(self.min_budget, arrived);
+            guard.answered_refused(refused);
+            guard.finish();
+            return (refusal(refused), Bytes::new());
         }
-        if remaining < self.min_budget {
-            hop.refuse(self.min_budget);
-            let mut headers = outcome("refused");
-            headers.insert(REQUIRED_MS_HEADER, millis::encode(self.min_budget).as_str());
-            headers.insert(REMAINING_MS_HEADER, millis::encode(remaining).as_str());
-            return (headers, Bytes::new());
-        }
-        let span = hop.span().clone();
-        match budget.run(handler(request)).instrument(span).await {
+        match run_guarded(&guard, handler(request)).await {
             Ok(payload) => {
-                hop.finish(Outcome::Completed);
+                guard.finish();
                 (HeaderMap::new(), payload)
             }
-            Err(e) => {
-                let outcome_of = e.outcome();
-                hop.finish(outcome_of);
-                (outcome(outcome_of.as_str()), Bytes::new())
+            Err(EndCause::Expired) => {
+                guard.expired();
+                (outcome("expired"), Bytes::new())
+            }
+            Err(EndCause::Cancelled) => {
+                guard.finish();
+                (outcome("cancelled"), Bytes::new())
             }
         }
     }
+}
+
+fn refusal(refused: Refused) -> HeaderMap {
+    let mut headers = outcome("refused");
+    headers.insert(
+        REQUIRED_MS_HEADER,
+        millis::encode(refused.required()).as_str(),
+    );
+    headers.insert(
+        REMAINING_MS_HEADER,
+        millis::encode(refused.remaining()).as_str(),
+    );
+    headers
 }
 
 fn outcome(value: &str) -> HeaderMap {
