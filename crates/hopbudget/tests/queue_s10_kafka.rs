@@ -175,7 +175,7 @@ async fn s10_backlog_drains_without_processing_expired_and_survives_a_kill() {
         assert_eq!(m.payload(), Some(id.to_string().as_bytes()));
         dead_ids.insert(id);
     }
-    let ledger = ledger.lock().unwrap();
+    let ledger = std::mem::take(&mut *ledger.lock().unwrap());
     let short: HashSet<usize> = (0..N).filter(|i| is_short(*i)).collect();
     let long: HashSet<usize> = (0..N).filter(|i| !is_short(*i)).collect();
     assert!(

@@ -166,8 +166,8 @@ async fn s10_backlog_drains_without_processing_expired_and_survives_a_kill() {
     task.abort();
     let _ = task.await;
 
-    let ledger = ledger.lock().unwrap();
     let dead = streams.dead_letters().await;
+    let ledger = std::mem::take(&mut *ledger.lock().unwrap());
     let mut dead_ids = HashSet::new();
     for m in &dead {
         let h = m.headers.as_ref().unwrap();
@@ -209,6 +209,5 @@ async fn s10_backlog_drains_without_processing_expired_and_survives_a_kill() {
         dead.len(),
         short.len(),
     );
-    drop(ledger);
     streams.delete().await;
 }

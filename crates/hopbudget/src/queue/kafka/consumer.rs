@@ -7,7 +7,7 @@ use std::time::Duration;
 use rdkafka::Message as _;
 use rdkafka::consumer::{CommitMode, Consumer as _, StreamConsumer};
 use rdkafka::error::KafkaError;
-use rdkafka::message::{BorrowedMessage, OwnedHeaders, OwnedMessage};
+use rdkafka::message::{BorrowedMessage, OwnedMessage};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 
 use super::Received;
@@ -160,7 +160,7 @@ impl Consumer {
         let mut headers = record
             .headers()
             .map(|h| h.detach())
-            .unwrap_or_else(OwnedHeaders::new);
+            .unwrap_or_default();
         dead.annotate(&mut headers);
         loop {
             let mut copy = FutureRecord::to(&self.dead_letter_topic).headers(headers.clone());
