@@ -157,10 +157,7 @@ impl Consumer {
     /// Produce a copy (key, payload, all headers, plus the reason) to the dead-letter topic,
     /// retrying until it is delivered: the record's offset is not committed before.
     async fn dead_letter(&self, record: &BorrowedMessage<'_>, dead: DeadLetter) {
-        let mut headers = record
-            .headers()
-            .map(|h| h.detach())
-            .unwrap_or_default();
+        let mut headers = record.headers().map(|h| h.detach()).unwrap_or_default();
         dead.annotate(&mut headers);
         loop {
             let mut copy = FutureRecord::to(&self.dead_letter_topic).headers(headers.clone());
