@@ -154,7 +154,7 @@ impl Run {
             .await?
             .create_consumer(pull::Config {
                 durable_name: Some("worker".into()),
-                max_ack_pending: 4 * CONCURRENCY as i64,
+                max_ack_pending: 1_024,
                 ..Default::default()
             })
             .await?;

@@ -9,6 +9,10 @@ use futures_util::StreamExt;
 
 use crate::queue::{DeadLetter, Gate, Processed, Reason};
 
+/// Messages being turned away (copied to the dead-letter subject) at once, beyond the work
+/// slots.
+const DEAD_LETTERS_IN_FLIGHT: usize = 64;
+
 /// A JetStream pull-consumer loop with the deadline [`Gate`] before any work.
 ///
 /// See the [module docs](super) for what happens to each kind of message.
@@ -76,7 +80,9 @@ impl Consumer {
         }
     }
 
-    /// Handle up to `n` messages at once (default 1: one at a time, in order).
+    /// Run up to `n` handlers at once (default 1). Messages turned away take no handler slot:
+    /// up to 64 more are dead-lettered meanwhile. Live messages take slots in the order they
+    /// arrive.
     pub fn with_concurrency(mut self, n: usize) -> Self {
         self.concurrency = n.max(1);
         self
@@ -108,10 +114,13 @@ impl Consumer {
         E: Display,
     {
         let messages = consumer.messages().await?;
+        // Work slots bound the handlers; turning a message away takes no slot, so an expired
+        // backlog is dead-lettered alongside the work instead of queueing behind it.
+        let slots = tokio::sync::Semaphore::new(self.concurrency);
         messages
-            .for_each_concurrent(self.concurrency, |message| async {
+            .for_each_concurrent(self.concurrency + DEAD_LETTERS_IN_FLIGHT, |message| async {
                 match message {
-                    Ok(message) => self.handle(message, &handler).await,
+                    Ok(message) => self.handle_in(message, &handler, &slots).await,
                     // Heartbeat and connection hiccups: the stream carries on after them.
                     Err(error) => tracing::warn!(%error, queue = self.gate.queue(), "JetStream consumer error"),
                 }
@@ -127,6 +136,22 @@ impl Consumer {
         Fut: Future<Output = Result<(), E>>,
         E: Display,
     {
+        let slot = tokio::sync::Semaphore::new(1);
+        self.handle_in(message, handler, &slot).await
+    }
+
+    /// The gate first; a live message then waits for a work slot with its deadline running
+    /// (one that expires while waiting is dead-lettered without starting work).
+    async fn handle_in<H, Fut, E>(
+        &self,
+        message: jetstream::Message,
+        handler: &H,
+        slots: &tokio::sync::Semaphore,
+    ) where
+        H: Fn(async_nats::Message) -> Fut,
+        Fut: Future<Output = Result<(), E>>,
+        E: Display,
+    {
         static NO_HEADERS: std::sync::OnceLock<HeaderMap> = std::sync::OnceLock::new();
         let headers = message
             .headers
@@ -135,6 +160,10 @@ impl Consumer {
         let admitted = match self.gate.check(headers).into_result() {
             Ok(admitted) => admitted,
             Err(dead) => return self.dead_letter(&message, dead).await,
+        };
+        // The semaphore lives as long as the loop and is never closed.
+        let Ok(_slot) = slots.acquire().await else {
+            return;
         };
         match admitted.run(handler(message.message.clone())).await {
             Processed::Completed(Ok(())) => {
