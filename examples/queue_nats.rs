@@ -7,7 +7,7 @@
 //! `127.0.0.1:4222`. Run:
 //!
 //! ```text
-//! cargo run -p hopbudget-examples --release --example queue_nats -- [MESSAGES] [WORK_MS]
+//! cargo run -p hopbudget-examples --example queue_nats -- [MESSAGES] [WORK_MS]
 //! ```
 //!
 //! (defaults: 10000 messages, 1 ms of work each, 32 handled at once).
