@@ -3,7 +3,7 @@
 //! still holds when the consumer is killed mid-drain and restarted.
 //!
 //! The drain rate is printed (run with `--nocapture`), not asserted; the README's figure
-//! comes from `cargo run -p hopbudget-examples --example queue_nats --release`.
+//! comes from `cargo run -p hopbudget-examples --example queue_nats -- 10000 WORK_MS`.
 #![cfg(feature = "nats")]
 
 mod nats_support;
