@@ -37,17 +37,19 @@ pub struct Stamp {
 /// use std::sync::Arc;
 /// use std::time::Duration;
 /// use hopbudget::clock::SkewedClock;
-/// use hopbudget::queue::{HeaderCarrier, Stamper};
+/// use hopbudget::queue::Stamper;
 /// use hopbudget::{Profile, RequestBudget};
 ///
 /// let profile = Profile::default();
 /// let clock = Arc::new(SkewedClock::new(0));
 /// let stamper = Stamper::new(&profile).with_clock(clock);
 /// let request = RequestBudget::local(Duration::from_millis(500), profile.policy());
-/// let mut headers = HashMap::new();
+/// let mut headers = HashMap::<String, String>::new();
 /// let stamp = request.scope(async { stamper.stamp(&mut headers) }).await.unwrap();
-/// // 500 ms less the 5 ms margin and 1 ms transit allowance (C2).
-/// assert_eq!(headers.get("deadline-origin-ms"), Some(&b"500"[..]));
+/// // The origin is the budget the request started with; the deadline is 500 ms less the
+/// // 5 ms margin and 1 ms transit allowance from now (C2).
+/// assert_eq!(headers["deadline-origin-ms"], "500");
+/// assert_eq!(stamp.origin_ms, 500);
 /// assert!(stamp.deadline_epoch_ms > 0);
 /// # }
 /// ```
