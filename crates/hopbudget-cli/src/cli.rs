@@ -31,6 +31,11 @@ enum Command {
     Demo(DemoArgs),
     /// Run one service of a demo topology alone (one process per host).
     Serve(ServeArgs),
+    /// Find where deadlines get lost, from OTLP JSON traces (exit 1 on a chain break).
+    Audit(crate::audit::command::AuditArgs),
+    /// Write synthetic OTLP JSON traces of the checkout graph (for measuring `audit`).
+    #[command(hide = true)]
+    GenTraces(crate::audit::command::GenTracesArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -141,6 +146,8 @@ pub fn main() -> ExitCode {
         } => return profile_cmd::check(&file),
         Command::Demo(args) => run_demo(args),
         Command::Serve(args) => run_serve(args),
+        Command::Audit(args) => return crate::audit::command::audit(&args),
+        Command::GenTraces(args) => crate::audit::command::gen_traces(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

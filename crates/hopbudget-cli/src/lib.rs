@@ -3,9 +3,12 @@
 //! - `hopbudget profile check FILE`: validate an adoption profile.
 //! - `hopbudget demo`: the checkout call graph, per-hop timeouts vs propagated deadlines
 //!   ([`demo`]).
+//! - `hopbudget audit FILE…`: find chain breaks and other deadline trouble in OTLP JSON
+//!   traces ([`audit`]).
 //! - `hopbudget serve SERVICE --topology FILE`: one service of a demo topology alone
 //!   ([`serve`]).
 
+pub mod audit;
 pub mod cli;
 pub mod demo;
 pub mod profile_cmd;

@@ -39,6 +39,7 @@
 //! | `otlp` | `observe::otlp`: OpenTelemetry span export to an OTLP JSON file |
 //! | `nats` | `queue::nats`: JetStream publisher, consumer and dead-letter stream; core NATS request/reply |
 //! | `kafka` | `queue::kafka`: Kafka producer and consumer through rdkafka (builds librdkafka with cmake) |
+//! | `otel` | `observe::propagation`: W3C trace context (the installed propagator) across hops |
 //! | `full` | all of the above |
 //!
 //! ## Example

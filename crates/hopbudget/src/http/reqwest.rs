@@ -77,6 +77,9 @@ impl Middleware for BudgetMiddleware {
         // C3: no connection, no bytes for a refused call.
         let forward = budget.admit_forward().map_err(Error::middleware)?;
         self.shared.stamp(req.headers_mut(), forward);
+        // The callee's hop span continues this trace (feature `otel`).
+        #[cfg(feature = "otel")]
+        crate::observe::propagation::inject_current(req.headers_mut());
         let wait_until = budget.deadline().saturating_sub(budget.policy().hop_margin);
         let token = budget.token();
         let res = tokio::select! {

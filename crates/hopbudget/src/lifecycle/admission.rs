@@ -106,13 +106,23 @@ impl HopConfig {
             self.profile.max(),
             &*self.wall_clock,
         );
-        self.admit_inbound(inbound, route)
+        self.admit_with(Some(headers), inbound, route)
     }
 
     /// Decide on a request whose carriers were already read (a queue message's headers, a
     /// protocol with its own carrier format).
     pub fn admit_inbound(
         self: &Arc<Self>,
+        inbound: Result<Option<Inbound>, MalformedHeader>,
+        route: RouteLabel<'_>,
+    ) -> Admission {
+        self.admit_with(None, inbound, route)
+    }
+
+    /// `headers`, when the request has them, also carry the caller's trace context.
+    fn admit_with(
+        self: &Arc<Self>,
+        #[cfg_attr(not(feature = "otel"), allow(unused_variables))] headers: Option<&HeaderMap>,
         inbound: Result<Option<Inbound>, MalformedHeader>,
         route: RouteLabel<'_>,
     ) -> Admission {
@@ -153,6 +163,11 @@ impl HopConfig {
             ),
         };
         let hop = Hop::start(&labels, &budget);
+        // The hop span is the child of the caller's span across the wire (feature `otel`).
+        #[cfg(feature = "otel")]
+        if let Some(headers) = headers {
+            observe::propagation::set_parent(hop.span(), headers);
+        }
         // The budget was made a moment ago from this very value: no second clock read.
         let arrived = budget.at_arrival();
         if arrived.is_zero() {

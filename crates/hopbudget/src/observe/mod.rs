@@ -40,6 +40,8 @@ pub use metrics_names::*;
 pub mod otlp;
 #[cfg(feature = "prometheus")]
 pub mod prometheus;
+#[cfg(feature = "otel")]
+pub mod propagation;
 
 /// The protocol a hop speaks, for the span's `rpc.system` / `network.protocol.name`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

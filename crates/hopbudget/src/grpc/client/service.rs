@@ -88,6 +88,9 @@ where
             GRPC_TIMEOUT,
             grpc_timeout::encode(forward).to_header_value(),
         );
+        // The callee's hop span continues this trace (feature `otel`).
+        #[cfg(feature = "otel")]
+        crate::observe::propagation::inject_current(req.headers_mut());
         let call_deadline = Deadline::after(forward);
         // The hop margin stays with this hop: the wait ends when only the margin is left.
         let wait_until = budget.deadline().saturating_sub(budget.policy().hop_margin);

@@ -73,6 +73,9 @@ where
             Err(error) => return ResponseFuture::failed(error),
         };
         self.shared.stamp(req.headers_mut(), forward);
+        // The callee's hop span continues this trace (feature `otel`).
+        #[cfg(feature = "otel")]
+        crate::observe::propagation::inject_current(req.headers_mut());
         // The callee was told `forward`; its reply gets the transit allowance to come back;
         // the hop margin stays with this hop (S4). So the wait ends at deadline - margin.
         let wait_until = budget.deadline().saturating_sub(budget.policy().hop_margin);

@@ -12,7 +12,7 @@ use pin_project_lite::pin_project;
 use tokio::time::Sleep;
 
 use super::ResponseBody;
-use super::service::expired_response;
+use super::answer::expired_response;
 use crate::lifecycle::HopGuard;
 use crate::status::{HttpStatusMap, Outcome};
 use crate::{Refused, RequestBudget};

@@ -13,27 +13,38 @@
 //!    `Retry-After: 0`, `x-deadline-required-ms` and `x-deadline-remaining-ms` (C3). A budget
 //!    already at zero gets the `expired` status (504). Over HTTP/1.x these early answers
 //!    carry `Connection: close` and the unread request body is drained in the background, so
-//!    a client still writing it gets the answer, not a reset (C18, S14; see `linger.rs`).
+//!    a client still writing it gets the answer, not a reset (C18, S14).
 //! 3. Puts the budget in the request extensions and in the task-local scope
-//!    ([`RequestBudget::current`](crate::RequestBudget::current)), and runs the handler inside
-//!    the hop's tracing span ([`observe::Hop`](crate::observe::Hop), C14).
+//!    ([`RequestBudget::current`](crate::RequestBudget::current)), and runs every poll of the
+//!    handler *and of its response body* inside the budget's scope and the hop's tracing span
+//!    ([`observe::Hop`](crate::observe::Hop), C14). Forged `x-deadline-*` markers on the
+//!    request are removed first (C19).
 //! 4. Bounds the handler by the deadline. At expiry it marks the budget expired (which cancels
 //!    every child budget, spawned task and outbound call), drops the handler and answers with
 //!    the `expired` status (504) (C4, C7). Like `tower::timeout::Timeout`, it registers a timer
 //!    only once the handler has returned `Pending`.
-//! 5. If the client goes away first (hyper drops the response future), the budget is
-//!    cancelled and the hop recorded as `cancelled` (499) (C5).
-//! 6. A handler that returns after its deadline is counted as late work; its answer still
-//!    goes out. On request routes the deadline bounds the handler up to the response head;
-//!    a body the handler streams afterwards is not cut off by the layer.
+//! 5. If the client goes away first (hyper drops the response future or body), the budget is
+//!    cancelled and the hop recorded as its end cause: `cancelled`, or `expired` if the
+//!    deadline had already passed (C4, C5).
+//! 6. The hop ends when the response body has gone out. Its outcome is the answer's own when
+//!    the handler answered with the profile's expired (504), refused (503 with
+//!    `x-deadline-required-ms`) or cancelled (499) status (C17); an answer completed after the
+//!    deadline is late work and `expired`. Then the request's non-detached work is ended, as
+//!    Go cancels a request's context when its handler returns. On request routes the deadline
+//!    bounds the handler up to the response head; a body the handler streams afterwards is not
+//!    cut off by the layer.
 //! 7. Streaming routes (`mode: stream`, C13): the deadline covers the time to the first body
 //!    frame, which the layer waits for before sending the head (so an expiry can still be a
-//!    504). After that, the body runs under `stream_lifetime_ms` and the request deadline no
-//!    longer ends it.
+//!    504). After that the budget itself moves to `stream_lifetime_ms`: the body, the tasks
+//!    feeding it and the calls they make are no longer ended by the request deadline (S12).
+//!
+//! The admission and outcome rules live once in [`lifecycle`](crate::lifecycle), shared with
+//! the gRPC layer and the queue consumer; this module only spells them in HTTP.
 //!
 //! The layer answers with responses, never errors: the inner error type is kept, as in
-//! tower-http's timeout middleware. The route used for the minimum and the trace label is
-//! axum's `MatchedPath` when present (feature `axum`), else the URI path.
+//! tower-http's timeout middleware. The route used for the minimum and the metric label is
+//! axum's `MatchedPath` when present (feature `axum`; apply the layer with `Router::layer`),
+//! else the profile rule matching the path, else `other` (C20).
 //!
 //! # Example
 //!
@@ -84,6 +95,7 @@
 //! # }
 //! ```
 
+mod answer;
 mod body;
 mod future;
 mod layer;

@@ -1,0 +1,124 @@
+//! The `audit` and `gen-traces` subcommands: arguments and what they print.
+
+use std::io::{BufWriter, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use super::{AuditOptions, render};
+
+/// `hopbudget audit FILE…`.
+#[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Exit status: 1 when a budget reset (chain break, S13) is found; else 3 \
+    when some input could not be read (each problem is listed with file, line and reason); \
+    else 0. 2 is a usage error."
+)]
+pub struct AuditArgs {
+    /// OTLP JSON trace files (one export request per line; gzip is detected); `-` reads
+    /// standard input.
+    #[arg(required = true)]
+    files: Vec<PathBuf>,
+    /// Print the report as JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Also write an HTML page with the hop tree and the findings.
+    #[arg(long, value_name = "FILE")]
+    html: Option<PathBuf>,
+    /// A hop may start with this much more than its caller had left (ms) before it counts
+    /// as a budget reset; absorbs millisecond rounding. (What the caller had left is
+    /// measured on the caller's own clock, so skew between hosts does not matter.)
+    #[arg(long, default_value_t = 2)]
+    tolerance_ms: i64,
+    /// Finish a trace once its root arrived and this many later spans were read.
+    #[arg(long, default_value_t = 20_000)]
+    settle_spans: u64,
+    /// Hold at most this many spans of unfinished traces (bounds memory, ~100 bytes each).
+    #[arg(long, default_value_t = 250_000)]
+    max_open_spans: usize,
+    /// Skip (and report) lines longer than this many bytes.
+    #[arg(long, default_value_t = 64 << 20)]
+    max_line_bytes: usize,
+    /// Print throughput (spans per second) on standard error.
+    #[arg(long)]
+    stats: bool,
+}
+
+/// `hopbudget gen-traces OUT` (hidden).
+#[derive(Debug, clap::Args)]
+pub struct GenTracesArgs {
+    /// Output file (`.gz` is written gzip-compressed).
+    out: PathBuf,
+    /// How many spans (rounded up to whole traces of 8 hops).
+    #[arg(long, default_value_t = 1_000_000)]
+    spans: u64,
+    /// This service ignores inbound deadlines (S13).
+    #[arg(long, value_name = "SERVICE")]
+    forgetful: Option<String>,
+    /// Random seed.
+    #[arg(long, default_value_t = 827)]
+    seed: u64,
+}
+
+/// Run `hopbudget audit`; the exit status is [`Report::exit_status`](super::Report::exit_status)
+/// (2 on a usage error).
+pub fn audit(args: &AuditArgs) -> ExitCode {
+    let opts = AuditOptions {
+        tolerance_ms: args.tolerance_ms,
+        settle_spans: args.settle_spans,
+        max_open_spans: args.max_open_spans,
+        max_line_bytes: args.max_line_bytes,
+        ..AuditOptions::default()
+    };
+    let began = Instant::now();
+    let report = super::run(&args.files, &opts);
+    let took = began.elapsed();
+    if args.stats {
+        eprintln!(
+            "audited {} spans in {:.2} s: {:.0} spans/s; at most {} spans held open",
+            report.input.spans,
+            took.as_secs_f64(),
+            report.input.spans as f64 / took.as_secs_f64().max(1e-9),
+            report.grouping.peak_open_spans
+        );
+    }
+    let text = if args.json {
+        render::json(&report) + "\n"
+    } else {
+        render::table(&report)
+    };
+    let mut stdout = std::io::stdout().lock();
+    // A closed pipe (`| head`) is not an audit failure.
+    let _ = stdout.write_all(text.as_bytes());
+    if let Some(path) = &args.html
+        && let Err(e) = std::fs::write(path, render::html(&report))
+    {
+        eprintln!("hopbudget: cannot write {}: {e}", path.display());
+        return ExitCode::from(2);
+    }
+    ExitCode::from(report.exit_status())
+}
+
+/// Run `hopbudget gen-traces`.
+///
+/// # Errors
+/// The file cannot be written, or the service is unknown.
+pub fn gen_traces(args: &GenTracesArgs) -> Result<(), String> {
+    let file = std::fs::File::create(&args.out)
+        .map_err(|e| format!("cannot create {}: {e}", args.out.display()))?;
+    let gz = args.out.extension().is_some_and(|e| e == "gz");
+    let forgetful = args.forgetful.as_deref();
+    let written = if gz {
+        let mut enc =
+            flate2::write::GzEncoder::new(BufWriter::new(file), flate2::Compression::fast());
+        super::generate::write(&mut enc, args.spans, forgetful, args.seed)
+            .and_then(|n| enc.finish()?.flush().map(|()| n))
+    } else {
+        let mut out = BufWriter::new(file);
+        super::generate::write(&mut out, args.spans, forgetful, args.seed)
+            .and_then(|n| out.flush().map(|()| n))
+    };
+    let n = written.map_err(|e| format!("cannot write {}: {e}", args.out.display()))?;
+    println!("wrote {n} spans to {}", args.out.display());
+    Ok(())
+}

@@ -1,0 +1,239 @@
+//! `hopbudget audit FILE…`: find where a chain of hops loses its deadline, from the traces an
+//! operator already collects.
+//!
+//! It reads OTLP JSON traces ([`input`]: the demo's `traces-<mode>.otlp.jsonl`,
+//! `hopbudget::observe::otlp`'s files, an OpenTelemetry Collector's `file` exporter output,
+//! plain or gzip), groups spans into traces as they stream past ([`group`]), rebuilds each
+//! request's hop tree from the hop spans' `deadline.*` attributes (C14) and audits it
+//! ([`analyze`]), then reports per hop ([`report`]): budget resets (a chain break, S13),
+//! missing deadlines (C8), latency spikes at one exact value (a default timeout firing), late
+//! work, refusals by depth ("entry budget too small for this chain depth", S6) and, for epoch
+//! carriers, the clock offset between services (S3). Output is a table, JSON or an HTML page
+//! ([`render`]). The exit status is 1 when a chain break is found (so it can gate CI), 3 when
+//! no chain break was found but some input could not be read, 2 on a usage error, else 0.
+//!
+//! Memory is bounded and documented: the longest line read (`--max-line-bytes`), the spans of
+//! open traces (`--max-open-spans`, about 100 bytes each) and per-hop counters (bounded by the
+//! number of distinct hops, capped). Every trace is audited on its own, so the analysis shards
+//! by trace id: run one `hopbudget audit` per shard where the spans already are, and compare
+//! the findings.
+
+use std::fmt;
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+pub mod analyze;
+pub mod command;
+pub mod generate;
+pub mod group;
+pub mod input;
+pub mod render;
+pub mod report;
+pub mod span;
+
+pub use report::{Finding, FindingKind, Report, Severity};
+
+/// One thing that could not be read: the file, the line (1-based) and why.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Problem {
+    /// The file (`-` for standard input).
+    pub file: String,
+    /// The line, when the problem is in one.
+    pub line: Option<u64>,
+    /// Why it could not be read.
+    pub reason: String,
+}
+
+impl Problem {
+    pub(crate) fn new(file: &str, line: Option<u64>, reason: String) -> Self {
+        Self {
+            file: file.to_owned(),
+            line,
+            reason,
+        }
+    }
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.line {
+            Some(l) => write!(f, "{}:{l}: {}", self.file, self.reason),
+            None => write!(f, "{}: {}", self.file, self.reason),
+        }
+    }
+}
+
+/// Problems, the first `cap` kept in full and the rest counted.
+#[derive(Debug)]
+pub(crate) struct Problems {
+    pub(crate) shown: Vec<Problem>,
+    pub(crate) total: u64,
+    cap: usize,
+}
+
+impl Problems {
+    pub(crate) fn new(cap: usize) -> Self {
+        Self {
+            shown: Vec::new(),
+            total: 0,
+            cap,
+        }
+    }
+
+    pub(crate) fn push(&mut self, p: Problem) {
+        self.total += 1;
+        if self.shown.len() < self.cap {
+            self.shown.push(p);
+        }
+    }
+}
+
+/// Settings of one audit; [`AuditOptions::default`] gives the documented defaults.
+#[derive(Clone, Debug)]
+pub struct AuditOptions {
+    /// A hop may start with this much more than its caller had left before it counts as a
+    /// reset (absorbs millisecond rounding). Default 2 ms.
+    pub tolerance_ms: i64,
+    /// A trace is finished once its root arrived and this many spans of other traces have
+    /// been read since its last span. Default 20,000.
+    pub settle_spans: u64,
+    /// At most this many spans are held in open traces; past it the least recently active
+    /// trace is finished early. Default 250,000 (about 25 MiB).
+    pub max_open_spans: usize,
+    /// Lines longer than this are reported and skipped. Default 64 MiB.
+    pub max_line_bytes: usize,
+    /// Problems listed in full (the rest are counted). Default 50.
+    pub max_problems: usize,
+    /// Least spans in a latency spike. Default 5.
+    pub spike_min: u64,
+    /// Least hops at a depth for the S6 finding. Default 10.
+    pub depth_min: u64,
+}
+
+impl Default for AuditOptions {
+    fn default() -> Self {
+        Self {
+            tolerance_ms: 2,
+            settle_spans: 20_000,
+            max_open_spans: 250_000,
+            max_line_bytes: 64 << 20,
+            max_problems: 50,
+            spike_min: 5,
+            depth_min: 10,
+        }
+    }
+}
+
+/// The reader's sink: spans go to the grouper, finished traces to the analysis.
+struct Auditor {
+    names: span::Interner,
+    grouper: group::Grouper,
+    acc: analyze::Accumulated,
+}
+
+impl input::SpanSink for Auditor {
+    fn names(&mut self) -> &mut span::Interner {
+        &mut self.names
+    }
+
+    fn span(&mut self, span: span::Span) {
+        let Self {
+            names,
+            grouper,
+            acc,
+        } = self;
+        grouper.push(span, &mut |spans, how| acc.trace(&spans, how, names));
+    }
+
+    fn line_end(&mut self) {
+        let Self {
+            names,
+            grouper,
+            acc,
+        } = self;
+        grouper.line_end(&mut |spans, how| acc.trace(&spans, how, names));
+    }
+}
+
+/// One audit in progress: feed it inputs, then [`finish`](Self::finish) it.
+struct Session {
+    auditor: Auditor,
+    stats: input::InputStats,
+    problems: Problems,
+    limits: input::ReadLimits,
+    rules: report::FindingRules,
+}
+
+impl Session {
+    fn new(opts: &AuditOptions) -> Self {
+        Self {
+            auditor: Auditor {
+                names: span::Interner::new(10_000),
+                grouper: group::Grouper::new(group::GroupLimits {
+                    settle: opts.settle_spans,
+                    max_open_spans: opts.max_open_spans,
+                }),
+                acc: analyze::Accumulated::new(analyze::AnalyzeSettings {
+                    tolerance_ms: opts.tolerance_ms,
+                    max_hops: 10_000,
+                }),
+            },
+            stats: input::InputStats::default(),
+            problems: Problems::new(opts.max_problems),
+            limits: input::ReadLimits {
+                max_line_bytes: opts.max_line_bytes,
+            },
+            rules: report::FindingRules {
+                spike_min: opts.spike_min,
+                depth_min: opts.depth_min,
+            },
+        }
+    }
+
+    fn finish(self) -> Report {
+        let Auditor {
+            names,
+            mut grouper,
+            mut acc,
+        } = self.auditor;
+        grouper.drain(&mut |spans, how| acc.trace(&spans, how, &names));
+        report::build(report::Inputs {
+            acc: &acc,
+            names: &names,
+            input: self.stats,
+            grouping: grouper.stats,
+            problems: self.problems,
+            rules: self.rules,
+        })
+    }
+}
+
+/// Audit `files` (`-` is standard input), in order, as one stream of spans.
+pub fn run(files: &[PathBuf], opts: &AuditOptions) -> Report {
+    let mut s = Session::new(opts);
+    for file in files {
+        input::read_path(
+            file,
+            s.limits,
+            &mut s.auditor,
+            &mut s.stats,
+            &mut s.problems,
+        );
+    }
+    s.finish()
+}
+
+/// Audit one stream (plain or gzip); `label` names it in problems.
+pub fn run_reader(label: &str, reader: impl std::io::Read, opts: &AuditOptions) -> Report {
+    let mut s = Session::new(opts);
+    input::read_stream(
+        Box::new(reader),
+        label,
+        s.limits,
+        &mut s.auditor,
+        &mut s.stats,
+        &mut s.problems,
+    );
+    s.finish()
+}

@@ -1,0 +1,251 @@
+//! The report for people (a plain-text table, an HTML page with the hop tree) and for
+//! machines (JSON, the [`Report`] as it is).
+
+use std::collections::{HashMap, HashSet};
+use std::fmt::Write as _;
+
+use super::report::{Report, Severity};
+
+fn opt(v: Option<u64>) -> String {
+    v.map_or_else(|| "-".to_owned(), |v| v.to_string())
+}
+
+fn severity(s: Severity) -> &'static str {
+    match s {
+        Severity::Error => "ERROR",
+        Severity::Warning => "warn",
+        Severity::Info => "info",
+    }
+}
+
+/// The plain-text report: summary, findings, per-hop table, refusals by depth, problems.
+pub fn table(r: &Report) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "read {} spans ({} hop spans) in {} traces from {} lines of {} file(s); {} complete, \
+         {} partial",
+        r.input.spans,
+        r.traces.hop_spans,
+        r.traces.complete + r.traces.partial,
+        r.input.lines,
+        r.input.files,
+        r.traces.complete,
+        r.traces.partial
+    );
+    if r.grouping.evicted + r.grouping.late_spans > 0 {
+        let _ = writeln!(
+            out,
+            "grouping: {} traces finished early to bound memory, {} spans arrived after \
+             their trace was finished (raise --settle-spans or --max-open-spans)",
+            r.grouping.evicted, r.grouping.late_spans
+        );
+    }
+    out.push('\n');
+    if r.findings.is_empty() {
+        out.push_str("findings: none\n");
+    } else {
+        let _ = writeln!(out, "findings ({}):", r.findings.len());
+        for f in &r.findings {
+            let _ = writeln!(out, "  {:<5} {}", severity(f.severity), f.detail);
+            if let Some(t) = &f.example_trace {
+                let _ = writeln!(out, "        e.g. trace {t}");
+            }
+        }
+    }
+    out.push('\n');
+    let headers = [
+        "hop", "depth", "spans", "done", "refused", "expired", "cancel", "rem p50", "dur p50",
+        "dur p99", "missing", "late", "resets",
+    ];
+    let rows: Vec<Vec<String>> = r
+        .hops
+        .iter()
+        .map(|h| {
+            vec![
+                h.hop.clone(),
+                h.depth.map_or_else(|| "-".to_owned(), |d| d.to_string()),
+                h.spans.to_string(),
+                h.completed.to_string(),
+                h.refused.to_string(),
+                h.expired.to_string(),
+                h.cancelled.to_string(),
+                opt(h.remaining_p50_ms),
+                opt(h.duration_p50_ms),
+                opt(h.duration_p99_ms),
+                h.missing.to_string(),
+                h.late.to_string(),
+                h.resets.to_string(),
+            ]
+        })
+        .collect();
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.len()).collect();
+    for row in &rows {
+        for (w, c) in widths.iter_mut().zip(row) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let line = |cells: Vec<String>| {
+        let mut l = String::new();
+        for (i, (c, w)) in cells.iter().zip(&widths).enumerate() {
+            if i == 0 {
+                let _ = write!(l, "{c:<w$}");
+            } else {
+                let _ = write!(l, "  {c:>w$}");
+            }
+        }
+        l.trim_end().to_owned() + "\n"
+    };
+    out.push_str("per hop (times in ms):\n");
+    out.push_str(&line(headers.iter().map(|h| (*h).to_owned()).collect()));
+    for row in rows {
+        out.push_str(&line(row));
+    }
+    if !r.depths.is_empty() {
+        out.push_str("\nrefusals by depth (S6):\n");
+        for d in &r.depths {
+            let _ = writeln!(
+                out,
+                "  depth {}: {} hops, {} refused ({:.1}%)",
+                d.depth,
+                d.hops,
+                d.refused,
+                d.refusal_rate * 100.0
+            );
+        }
+    }
+    if r.problems_total > 0 {
+        let _ = writeln!(
+            out,
+            "\ncould not read ({} problem(s){}):",
+            r.problems_total,
+            if r.problems_total as usize > r.problems.len() {
+                format!(", the first {} shown", r.problems.len())
+            } else {
+                String::new()
+            }
+        );
+        for p in &r.problems {
+            let _ = writeln!(out, "  {p}");
+        }
+    }
+    out
+}
+
+/// The report as JSON.
+pub fn json(r: &Report) -> String {
+    serde_json::to_string_pretty(r).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+}
+
+fn esc(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '&' => out.push_str("&amp;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// A self-contained HTML page: the hop tree (calls and resets on each edge, a reset edge
+/// in red), the findings, and the tables.
+pub fn html(r: &Report) -> String {
+    let mut children: HashMap<&str, Vec<&super::report::TreeEdge>> = HashMap::new();
+    for e in &r.tree {
+        children.entry(e.parent.as_str()).or_default().push(e);
+    }
+    let flagged: HashSet<&str> = r.findings.iter().map(|f| f.hop.as_str()).collect();
+    let mut tree = String::new();
+    fn node(
+        out: &mut String,
+        name: &str,
+        note: &str,
+        reset: bool,
+        children: &HashMap<&str, Vec<&super::report::TreeEdge>>,
+        flagged: &HashSet<&str>,
+        path: &mut Vec<String>,
+    ) {
+        let class = if reset {
+            " class=\"reset\""
+        } else if flagged.contains(name) {
+            " class=\"flag\""
+        } else {
+            ""
+        };
+        let _ = write!(out, "<li><span{class}>{}</span> {}", esc(name), esc(note));
+        if path.iter().any(|p| p == name) || path.len() > 32 {
+            out.push_str(" (cycle)</li>");
+            return;
+        }
+        if let Some(kids) = children.get(name) {
+            path.push(name.to_owned());
+            out.push_str("<ul>");
+            for e in kids {
+                let note = if e.resets > 0 {
+                    format!("{} calls, {} budget resets (S13)", e.calls, e.resets)
+                } else {
+                    format!("{} calls", e.calls)
+                };
+                node(out, &e.child, &note, e.resets > 0, children, flagged, path);
+            }
+            out.push_str("</ul>");
+            path.pop();
+        }
+        out.push_str("</li>");
+    }
+    tree.push_str("<ul class=\"tree\">");
+    for (root, n) in &r.roots {
+        node(
+            &mut tree,
+            root,
+            &format!("{n} traces"),
+            false,
+            &children,
+            &flagged,
+            &mut Vec::new(),
+        );
+    }
+    tree.push_str("</ul>");
+    let mut findings = String::new();
+    if r.findings.is_empty() {
+        findings.push_str("<p>No findings.</p>");
+    } else {
+        findings.push_str("<ul>");
+        for f in &r.findings {
+            let _ = write!(
+                findings,
+                "<li class=\"{}\"><b>{}</b> {}</li>",
+                severity(f.severity).to_lowercase(),
+                severity(f.severity),
+                esc(&f.detail)
+            );
+        }
+        findings.push_str("</ul>");
+    }
+    let mut problems = String::new();
+    if r.problems_total > 0 {
+        let _ = write!(
+            problems,
+            "<h2>Could not read ({} problems)</h2><ul>",
+            r.problems_total
+        );
+        for p in &r.problems {
+            let _ = write!(problems, "<li><code>{}</code></li>", esc(&p.to_string()));
+        }
+        problems.push_str("</ul>");
+    }
+    format!(
+        "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>hopbudget audit</title>\
+         <style>body{{font-family:sans-serif;margin:2em;max-width:80em}}\
+         .tree li{{margin:.2em 0}}.reset{{color:#b00;font-weight:bold}}.flag{{color:#a60}}\
+         li.error{{color:#b00}}pre{{background:#f6f6f6;padding:1em;overflow:auto}}</style>\
+         </head><body><h1>hopbudget audit</h1><h2>Hop tree</h2>{tree}<h2>Findings</h2>\
+         {findings}<h2>Tables</h2><pre>{}</pre>{problems}</body></html>\n",
+        esc(&table(r))
+    )
+}

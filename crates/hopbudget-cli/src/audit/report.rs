@@ -1,0 +1,629 @@
+//! Turning the accumulated counters into findings, per hop, and the report's tables.
+//!
+//! The findings follow the issue's list: budget resets (S13), missing deadlines (C8), a
+//! latency spike at one exact value (a default timeout firing), late work (C14), refusals
+//! concentrated at the deepest hops ("entry budget too small for this chain depth", S6), and
+//! for hops that carry the deadline as an epoch instant, an estimate of the clock offset
+//! between the two services (S3).
+
+use serde::Serialize;
+
+use super::analyze::{Accumulated, Histogram, HopAcc, HopKey};
+use super::group::GroupStats;
+use super::input::InputStats;
+use super::span::Interner;
+use super::{Problem, Problems};
+
+/// How much a finding matters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Severity {
+    /// A chain break: the exit status is 1.
+    Error,
+    /// Worth fixing.
+    Warning,
+    /// For information.
+    Info,
+}
+
+/// What kind of finding.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FindingKind {
+    /// A hop started with more budget than its caller had left when it called (S13).
+    ChainBreak,
+    /// Hops arrived without a deadline (`deadline.source = fallback`, C8).
+    MissingDeadline,
+    /// A cluster of hop durations at one value: a fixed timeout firing.
+    TimeoutSpike,
+    /// Work finished after its deadline (`deadline.overrun_ms`).
+    LateWork,
+    /// Most hops at the deepest level were refused (S6).
+    EntryBudgetTooSmall,
+    /// Estimated clock offset between two services with an epoch carrier (S3).
+    ClockOffset,
+}
+
+/// One finding.
+#[derive(Clone, Debug, Serialize)]
+pub struct Finding {
+    /// What kind.
+    pub kind: FindingKind,
+    /// How much it matters.
+    pub severity: Severity,
+    /// The hop it is about (`service route`), or the services for a clock offset.
+    pub hop: String,
+    /// How many spans show it.
+    pub count: u64,
+    /// Out of how many.
+    pub of: u64,
+    /// The value in milliseconds it is about (reset size, spike value, offset, ...).
+    pub value_ms: Option<i64>,
+    /// The callers involved (chain break) or the hops at that depth (S6).
+    pub related: Vec<String>,
+    /// The hops below a reset, which ran on the reset budget.
+    pub below: Vec<String>,
+    /// One line for people.
+    pub detail: String,
+    /// A trace that shows it (hex trace id).
+    pub example_trace: Option<String>,
+}
+
+/// One row of the per-hop table.
+#[derive(Clone, Debug, Serialize)]
+pub struct HopRow {
+    /// `service route`.
+    pub hop: String,
+    /// Service name.
+    pub service: String,
+    /// Span name (route).
+    pub route: String,
+    /// Smallest depth seen (0 = entry hop).
+    pub depth: Option<u32>,
+    /// Hop spans.
+    pub spans: u64,
+    /// Completed.
+    pub completed: u64,
+    /// Refused before work (C3).
+    pub refused: u64,
+    /// Expired (C4).
+    pub expired: u64,
+    /// Cancelled (C5).
+    pub cancelled: u64,
+    /// Budget left on arrival, median (ms).
+    pub remaining_p50_ms: Option<u64>,
+    /// Duration, median (ms).
+    pub duration_p50_ms: Option<u64>,
+    /// Duration, 99th percentile (ms).
+    pub duration_p99_ms: Option<u64>,
+    /// Arrivals without a deadline.
+    pub missing: u64,
+    /// Work finished after its deadline.
+    pub late: u64,
+    /// Arrivals with more budget than the caller had left.
+    pub resets: u64,
+}
+
+/// Hops and refusals at one depth.
+#[derive(Clone, Debug, Serialize)]
+pub struct DepthRow {
+    /// 0 is the entry hop.
+    pub depth: u32,
+    /// Hop spans at this depth.
+    pub hops: u64,
+    /// Of which refused.
+    pub refused: u64,
+    /// `refused / hops`.
+    pub refusal_rate: f64,
+}
+
+/// One edge of the hop tree, summed over traces.
+#[derive(Clone, Debug, Serialize)]
+pub struct TreeEdge {
+    /// The calling hop.
+    pub parent: String,
+    /// The called hop.
+    pub child: String,
+    /// How many calls.
+    pub calls: u64,
+    /// Of which reset the budget.
+    pub resets: u64,
+}
+
+/// Trace counts.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct TraceStats {
+    /// Traces with every hop linked to the entry hop.
+    pub complete: u64,
+    /// Traces with a missing parent span or no root (split across files, cut by the window).
+    pub partial: u64,
+    /// Hop spans (spans with `deadline.*` attributes).
+    pub hop_spans: u64,
+    /// Background hops with their own deadline (C12), not compared with their caller.
+    pub detached: u64,
+}
+
+/// Everything `hopbudget audit` found.
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    /// What was read.
+    pub input: InputStats,
+    /// How spans were grouped into traces.
+    pub grouping: GroupStats,
+    /// Traces and hops.
+    pub traces: TraceStats,
+    /// The findings, most serious first.
+    pub findings: Vec<Finding>,
+    /// Per hop.
+    pub hops: Vec<HopRow>,
+    /// Refusals by depth (S6).
+    pub depths: Vec<DepthRow>,
+    /// The entry hops and how many traces each started.
+    pub roots: Vec<(String, u64)>,
+    /// The hop tree.
+    pub tree: Vec<TreeEdge>,
+    /// What could not be read (the first ones; `problems_total` counts all).
+    pub problems: Vec<Problem>,
+    /// How many problems in all.
+    pub problems_total: u64,
+}
+
+impl Report {
+    /// How many chain-break findings.
+    pub fn chain_breaks(&self) -> usize {
+        self.findings
+            .iter()
+            .filter(|f| f.kind == FindingKind::ChainBreak)
+            .count()
+    }
+
+    /// The exit status `hopbudget audit` ends with: 1 when a chain break was found, else 3
+    /// when some input could not be read, else 0. (2 is a usage error, before any reading.)
+    pub fn exit_status(&self) -> u8 {
+        if self.chain_breaks() > 0 {
+            1
+        } else if self.problems_total > 0 {
+            3
+        } else {
+            0
+        }
+    }
+}
+
+/// Thresholds of the findings.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct FindingRules {
+    /// Least spans in a spike.
+    pub(crate) spike_min: u64,
+    /// Least hops at a depth for the S6 finding.
+    pub(crate) depth_min: u64,
+}
+
+pub(crate) struct Inputs<'a> {
+    pub(crate) acc: &'a Accumulated,
+    pub(crate) names: &'a Interner,
+    pub(crate) input: InputStats,
+    pub(crate) grouping: GroupStats,
+    pub(crate) problems: Problems,
+    pub(crate) rules: FindingRules,
+}
+
+fn label(names: &Interner, key: HopKey) -> String {
+    let service = names.name(key.0);
+    let route = names.name(key.1);
+    if route.is_empty() || route == service || route.starts_with(&format!("{service} ")) {
+        route_or(service, route)
+    } else {
+        format!("{service} {route}")
+    }
+}
+
+fn route_or(service: &str, route: &str) -> String {
+    if route.is_empty() {
+        service.to_owned()
+    } else {
+        route.to_owned()
+    }
+}
+
+fn top(map: &std::collections::HashMap<HopKey, u64>, names: &Interner, n: usize) -> Vec<String> {
+    let mut v: Vec<(String, u64)> = map.iter().map(|(k, c)| (label(names, *k), *c)).collect();
+    v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    v.into_iter().take(n).map(|(l, _)| l).collect()
+}
+
+pub(crate) fn build(i: Inputs<'_>) -> Report {
+    let Inputs {
+        acc,
+        names,
+        input,
+        mut grouping,
+        problems,
+        rules,
+    } = i;
+    let mut findings = Vec::new();
+    let mut keys: Vec<HopKey> = acc.hops.keys().copied().collect();
+    keys.sort_by_key(|k| (acc.hops[k].min_depth.unwrap_or(u32::MAX), label(names, *k)));
+    let mut hops = Vec::new();
+    for key in &keys {
+        let h = &acc.hops[key];
+        let hop = label(names, *key);
+        hop_findings(&mut findings, names, &hop, h, rules);
+        hops.push(HopRow {
+            hop,
+            service: names.name(key.0).to_owned(),
+            route: names.name(key.1).to_owned(),
+            depth: h.min_depth,
+            spans: h.spans,
+            completed: h.outcomes[0],
+            refused: h.outcomes[1],
+            expired: h.outcomes[2],
+            cancelled: h.outcomes[3],
+            remaining_p50_ms: h.remaining.quantile(0.5),
+            duration_p50_ms: h.durations.quantile(0.5),
+            duration_p99_ms: h.durations.quantile(0.99),
+            missing: h.missing_at_root + h.missing_inner,
+            late: h.late,
+            resets: h.resets,
+        });
+    }
+    let depths: Vec<DepthRow> = acc
+        .depths
+        .iter()
+        .enumerate()
+        .map(|(d, a)| DepthRow {
+            depth: d as u32,
+            hops: a.hops,
+            refused: a.refused,
+            refusal_rate: if a.hops == 0 {
+                0.0
+            } else {
+                a.refused as f64 / a.hops as f64
+            },
+        })
+        .collect();
+    over_shrunk(&mut findings, acc, names, &depths, rules);
+    for ((from, to), o) in &acc.offsets {
+        let Some(min) = o.min else { continue };
+        let services = format!("{} -> {}", names.name(*from), names.name(*to));
+        let (direction, effect) = if min >= 0 {
+            ("ahead of", "short")
+        } else {
+            ("behind", "long")
+        };
+        findings.push(Finding {
+            kind: FindingKind::ClockOffset,
+            severity: if min.abs() >= 50 {
+                Severity::Warning
+            } else {
+                Severity::Info
+            },
+            hop: services,
+            count: o.samples,
+            of: o.samples,
+            value_ms: Some(min),
+            related: Vec::new(),
+            below: Vec::new(),
+            detail: format!(
+                "{to}'s clock is about {abs} ms {direction} {from}'s (the least of {n} \
+                 epoch-carried calls; the median call lost {med} ms): deadlines sent as an epoch \
+                 instant arrive {abs} ms {effect} (S3); a relative carrier is immune",
+                to = names.name(*to),
+                from = names.name(*from),
+                abs = min.abs(),
+                n = o.samples,
+                med = o.all.quantile(0.5).map_or(0, |v| v as i64 - 1_000_000),
+            ),
+            example_trace: None,
+        });
+    }
+    findings.sort_by(|a, b| {
+        a.severity
+            .cmp(&b.severity)
+            .then_with(|| b.count.cmp(&a.count))
+            .then_with(|| a.hop.cmp(&b.hop))
+    });
+    let mut roots: Vec<(String, u64)> = acc
+        .roots
+        .iter()
+        .map(|(k, c)| (label(names, *k), *c))
+        .collect();
+    roots.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    let mut tree: Vec<TreeEdge> = acc
+        .edges
+        .iter()
+        .map(|((p, c), e)| TreeEdge {
+            parent: label(names, *p),
+            child: label(names, *c),
+            calls: e.calls,
+            resets: e.resets,
+        })
+        .collect();
+    tree.sort_by(|a, b| (&a.parent, &a.child).cmp(&(&b.parent, &b.child)));
+    grouping.traces = grouping
+        .traces
+        .max(acc.traces_complete + acc.traces_partial);
+    let mut problems_shown = problems.shown;
+    let mut problems_total = problems.total;
+    if names.overflowed > 0 || acc.hops_overflowed > 0 {
+        problems_total += 1;
+        problems_shown.push(Problem::new(
+            "(input)",
+            None,
+            format!(
+                "too many distinct names ({} spans) or hops ({} spans): counted together as \
+                 \"{}\"",
+                names.overflowed,
+                acc.hops_overflowed,
+                names.name(Interner::OVERFLOW)
+            ),
+        ));
+    }
+    Report {
+        input,
+        grouping,
+        traces: TraceStats {
+            complete: acc.traces_complete,
+            partial: acc.traces_partial,
+            hop_spans: acc.hop_spans,
+            detached: acc.detached_edges,
+        },
+        findings,
+        hops,
+        depths,
+        roots,
+        tree,
+        problems: problems_shown,
+        problems_total,
+    }
+}
+
+fn hop_findings(
+    findings: &mut Vec<Finding>,
+    names: &Interner,
+    hop: &str,
+    h: &HopAcc,
+    rules: FindingRules,
+) {
+    if h.resets > 0 {
+        let from = top(&h.reset_from, names, 3);
+        let below = top(&h.reset_below, names, 10);
+        // Who broke the chain: a hop that read no carrier made up its own budget; one that
+        // read a carrier was sent a fresh budget by its caller.
+        let carried = h
+            .sources
+            .iter()
+            .filter(|(s, _)| !matches!(names.name(**s), "fallback" | "none" | "local" | "detached"))
+            .map(|(_, c)| c)
+            .sum::<u64>();
+        let culprit = if carried * 2 > h.spans {
+            format!(
+                "{} forwarded a fresh budget instead of what it had left",
+                from.first().map_or("its caller", String::as_str)
+            )
+        } else {
+            format!("{hop} ignored the inbound deadline and started its own budget")
+        };
+        let below_text = if below.is_empty() {
+            String::new()
+        } else {
+            format!("; below it, {} ran on the reset budget", below.join(", "))
+        };
+        findings.push(Finding {
+            kind: FindingKind::ChainBreak,
+            severity: Severity::Error,
+            hop: hop.to_owned(),
+            count: h.resets,
+            of: h.compared,
+            value_ms: Some(h.reset_gain_max),
+            related: from.clone(),
+            below: below.clone(),
+            detail: format!(
+                "budget reset (S13): {hop} started with up to {} ms more than {} had left when \
+                 it called ({} of {} calls): {culprit}{below_text}",
+                h.reset_gain_max,
+                if from.is_empty() {
+                    "its caller".to_owned()
+                } else {
+                    from.join(", ")
+                },
+                h.resets,
+                h.compared
+            ),
+            example_trace: h.reset_example.map(|t| format!("{t:032x}")),
+        });
+    }
+    if h.missing_inner > 0 {
+        findings.push(Finding {
+            kind: FindingKind::MissingDeadline,
+            severity: Severity::Warning,
+            hop: hop.to_owned(),
+            count: h.missing_inner,
+            of: h.spans,
+            value_ms: None,
+            related: Vec::new(),
+            below: Vec::new(),
+            detail: format!(
+                "{} of {} arrivals at {hop} carried no deadline although a hop called it: the \
+                 caller did not forward one (deadline.source = fallback, C8)",
+                h.missing_inner, h.spans
+            ),
+            example_trace: None,
+        });
+    }
+    if h.missing_at_root > 0 {
+        findings.push(Finding {
+            kind: FindingKind::MissingDeadline,
+            severity: Severity::Info,
+            hop: hop.to_owned(),
+            count: h.missing_at_root,
+            of: h.spans,
+            value_ms: None,
+            related: Vec::new(),
+            below: Vec::new(),
+            detail: format!(
+                "{} of {} requests entered at {hop} without a deadline: the edge total was used \
+                 (C8)",
+                h.missing_at_root, h.spans
+            ),
+            example_trace: None,
+        });
+    }
+    if let Some((value, count)) = spike(&h.durations, rules.spike_min) {
+        findings.push(Finding {
+            kind: FindingKind::TimeoutSpike,
+            severity: Severity::Warning,
+            hop: hop.to_owned(),
+            count,
+            of: h.spans,
+            value_ms: Some(value as i64),
+            related: Vec::new(),
+            below: Vec::new(),
+            detail: format!(
+                "{count} of {} spans of {hop} lasted {value} ms (within 1%), far above its \
+                 median of {} ms: a fixed timeout firing at {value} ms, the signature of a \
+                 default timeout below a chain break (S13)",
+                h.spans,
+                h.durations.quantile(0.5).unwrap_or(0)
+            ),
+            example_trace: None,
+        });
+    }
+    if h.late > 0 {
+        findings.push(Finding {
+            kind: FindingKind::LateWork,
+            severity: Severity::Warning,
+            hop: hop.to_owned(),
+            count: h.late,
+            of: h.spans,
+            value_ms: h.overrun.quantile(1.0).map(|v| v as i64),
+            related: Vec::new(),
+            below: Vec::new(),
+            detail: format!(
+                "{} of {} hops at {hop} finished their work after the deadline (median {} ms \
+                 late, at most {} ms): work done for nobody",
+                h.late,
+                h.spans,
+                h.overrun.quantile(0.5).unwrap_or(0),
+                h.overrun.quantile(1.0).unwrap_or(0)
+            ),
+            example_trace: None,
+        });
+    }
+}
+
+/// The densest narrow cluster of durations, if it stands out: at least `min` spans and 5%
+/// of them within 1% (at least 2 ms) of one value, at least twice the median, and at least
+/// three times as dense as the same width on either side.
+pub(crate) fn spike(durations: &Histogram, min: u64) -> Option<(u64, u64)> {
+    let n = durations.len();
+    if n < min.max(1) * 2 {
+        return None;
+    }
+    let median = durations.quantile(0.5)?;
+    let sorted = durations.sorted();
+    let count_in = |lo: u64, hi: u64| -> u64 {
+        sorted
+            .iter()
+            .filter(|(v, _)| *v >= lo && *v <= hi)
+            .map(|(_, c)| c)
+            .sum()
+    };
+    let mut best: Option<(u64, u64)> = None;
+    let mut hi_idx = 0;
+    let mut in_window = 0u64;
+    for lo_idx in 0..sorted.len() {
+        let lo = sorted[lo_idx].0;
+        let width = (lo / 100).max(2);
+        while hi_idx < sorted.len() && sorted[hi_idx].0 <= lo + width {
+            in_window += sorted[hi_idx].1;
+            hi_idx += 1;
+        }
+        if best.is_none_or(|(_, c)| in_window > c) && lo >= 10 && lo >= median.saturating_mul(2) {
+            best = Some((lo, in_window));
+        }
+        in_window -= sorted[lo_idx].1;
+    }
+    let (lo, count) = best?;
+    let width = (lo / 100).max(2);
+    let left = count_in(lo.saturating_sub(width + 1), lo.saturating_sub(1));
+    let right = count_in(lo + width + 1, lo + 2 * width + 1);
+    let stands_out = count >= min && count * 20 >= n && count >= 3 * left.max(right).max(1);
+    stands_out.then_some((lo, count))
+}
+
+fn over_shrunk(
+    findings: &mut Vec<Finding>,
+    acc: &Accumulated,
+    names: &Interner,
+    depths: &[DepthRow],
+    rules: FindingRules,
+) {
+    let Some(deepest) = depths.iter().rev().find(|d| d.hops >= rules.depth_min) else {
+        return;
+    };
+    let shallowest_rate = depths.first().map_or(0.0, |d| d.refusal_rate);
+    if deepest.depth == 0 || deepest.refusal_rate <= 0.5 || shallowest_rate >= deepest.refusal_rate
+    {
+        return;
+    }
+    let at = &acc.depths[deepest.depth as usize];
+    let leaves = top(&at.refused_by_hop, names, 5);
+    let entry = acc.entry_budget.quantile(0.5);
+    let need = acc.shortfall.quantile(0.9);
+    let suggestion = match (entry, need) {
+        (Some(e), Some(s)) => format!(
+            "; the refused hops needed up to {s} ms more (p90), so an entry budget of about \
+             {} ms would let them start (now {e} ms)",
+            e + s
+        ),
+        (Some(e), None) => format!("; the entry budget is {e} ms"),
+        _ => String::new(),
+    };
+    findings.push(Finding {
+        kind: FindingKind::EntryBudgetTooSmall,
+        severity: Severity::Warning,
+        hop: leaves.first().cloned().unwrap_or_default(),
+        count: deepest.refused,
+        of: deepest.hops,
+        value_ms: entry.map(|e| e as i64),
+        related: leaves.clone(),
+        below: Vec::new(),
+        detail: format!(
+            "entry budget too small for this chain depth (S6): {:.0}% of the hops at depth {} \
+             ({}) were refused before work, not a failure of those hops{suggestion}",
+            deepest.refusal_rate * 100.0,
+            deepest.depth,
+            leaves.join(", ")
+        ),
+        example_trace: None,
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cluster_at_one_value_far_above_the_median_is_a_spike() {
+        let mut h = Histogram::default();
+        for i in 0..200 {
+            h.add(20 + i % 15);
+        }
+        assert_eq!(spike(&h, 5), None, "a smooth body is no spike");
+        for _ in 0..30 {
+            h.add(2_000);
+        }
+        h.add(2_003);
+        assert_eq!(spike(&h, 5), Some((2_000, 31)));
+    }
+
+    #[test]
+    fn a_smooth_tail_is_no_spike() {
+        let mut h = Histogram::default();
+        for i in 0..1_000u64 {
+            h.add(10 + i * i / 500);
+        }
+        assert_eq!(spike(&h, 5), None);
+    }
+}

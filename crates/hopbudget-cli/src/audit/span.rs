@@ -1,0 +1,162 @@
+//! The audit's compact form of one span: ids as integers, names interned, and the
+//! `deadline.*` attributes of a hop span (C14) decoded once, so that an open trace costs a
+//! fixed hundred-odd bytes per span whatever the input spelled.
+
+use std::collections::HashMap;
+
+/// An interned name (service, span name, deadline source).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct Sym(pub(crate) u32);
+
+/// Names seen in the input, each stored once. The table is capped so that input with
+/// unbounded names (ids in span names) cannot grow memory without bound; past the cap every
+/// new name becomes [`Interner::OVERFLOW`].
+#[derive(Debug)]
+pub(crate) struct Interner {
+    ids: HashMap<Box<str>, Sym>,
+    names: Vec<Box<str>>,
+    cap: usize,
+    /// Distinct names that did not fit.
+    pub(crate) overflowed: u64,
+}
+
+impl Interner {
+    /// The name every name past the cap becomes.
+    pub(crate) const OVERFLOW: Sym = Sym(0);
+    const OVERFLOW_NAME: &'static str = "(too many distinct names)";
+
+    pub(crate) fn new(cap: usize) -> Self {
+        Self {
+            ids: HashMap::new(),
+            names: vec![Self::OVERFLOW_NAME.into()],
+            cap: cap.max(1),
+            overflowed: 0,
+        }
+    }
+
+    pub(crate) fn intern(&mut self, name: &str) -> Sym {
+        if let Some(&s) = self.ids.get(name) {
+            return s;
+        }
+        if self.names.len() > self.cap {
+            self.overflowed += 1;
+            return Self::OVERFLOW;
+        }
+        let sym = Sym(u32::try_from(self.names.len()).unwrap_or(u32::MAX));
+        self.names.push(name.into());
+        self.ids.insert(name.into(), sym);
+        sym
+    }
+
+    /// The symbol of `name` if it has been seen, without adding it.
+    pub(crate) fn lookup(&self, name: &str) -> Option<Sym> {
+        self.ids.get(name).copied()
+    }
+
+    pub(crate) fn name(&self, sym: Sym) -> &str {
+        self.names.get(sym.0 as usize).map_or("?", |n| n)
+    }
+}
+
+/// A hop's terminal status as its span records it (`deadline.outcome`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    Completed,
+    Refused,
+    Expired,
+    Cancelled,
+    /// No `deadline.outcome`, or a value this audit does not know.
+    Unknown,
+}
+
+impl Outcome {
+    pub(crate) fn parse(s: &str) -> Self {
+        match s {
+            "completed" => Outcome::Completed,
+            "refused" => Outcome::Refused,
+            "expired" => Outcome::Expired,
+            "cancelled" => Outcome::Cancelled,
+            _ => Outcome::Unknown,
+        }
+    }
+}
+
+/// The `deadline.*` attributes of a hop span. A span with any of them is a hop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct HopAttrs {
+    /// `deadline.remaining_ms`: budget left on arrival.
+    pub(crate) remaining_ms: Option<i64>,
+    /// `deadline.source`: the carrier, `fallback`, `local`, `detached` (or the demo's `none`).
+    pub(crate) source: Option<Sym>,
+    /// `deadline.margin_ms`: what this hop keeps back before forwarding.
+    pub(crate) margin_ms: Option<i64>,
+    /// `deadline.outcome`.
+    pub(crate) outcome: Outcome,
+    /// `deadline.required_ms`, on a refusal.
+    pub(crate) required_ms: Option<i64>,
+    /// `deadline.overrun_ms`: work finished this long after the deadline.
+    pub(crate) overrun_ms: Option<i64>,
+}
+
+/// One span, as the audit keeps it while its trace is open.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Span {
+    pub(crate) trace: u128,
+    pub(crate) id: u64,
+    /// Zero when the span is a root.
+    pub(crate) parent: u64,
+    pub(crate) service: Sym,
+    pub(crate) name: Sym,
+    /// OTLP span kind: 0 unspecified, 1 internal, 2 server, 3 client, 4 producer, 5 consumer.
+    pub(crate) kind: u8,
+    pub(crate) start_ns: u64,
+    pub(crate) end_ns: u64,
+    pub(crate) hop: Option<HopAttrs>,
+}
+
+impl Span {
+    /// How long the span lasted, in whole milliseconds (zero if its end precedes its start).
+    pub(crate) fn duration_ms(&self) -> u64 {
+        self.end_ns.saturating_sub(self.start_ns) / 1_000_000
+    }
+}
+
+/// Parse a hex id of exactly `2 * bytes` digits (OTLP JSON spells ids in hex).
+pub(crate) fn parse_hex_id(s: &str, bytes: usize) -> Result<u128, String> {
+    if s.len() != bytes * 2 {
+        return Err(format!(
+            "expected {} hex digits, got {} characters",
+            bytes * 2,
+            s.len()
+        ));
+    }
+    if !s.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(format!("not hexadecimal: {s:?}"));
+    }
+    u128::from_str_radix(s, 16).map_err(|_| format!("not hexadecimal: {s:?}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interner_caps_distinct_names() {
+        let mut i = Interner::new(2);
+        let a = i.intern("a");
+        assert_eq!(i.intern("a"), a);
+        let b = i.intern("b");
+        assert_ne!(a, b);
+        assert_eq!(i.intern("c"), Interner::OVERFLOW);
+        assert_eq!(i.overflowed, 1);
+        assert_eq!(i.name(b), "b");
+    }
+
+    #[test]
+    fn hex_ids() {
+        assert_eq!(parse_hex_id("00000000000000ff", 8), Ok(255));
+        assert!(parse_hex_id("ff", 8).is_err());
+        assert!(parse_hex_id("zz00000000000000", 8).is_err());
+        assert!(parse_hex_id("+0000000000000ff", 8).is_err());
+    }
+}

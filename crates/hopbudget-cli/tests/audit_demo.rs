@@ -1,0 +1,102 @@
+//! `hopbudget audit` on the demo's own traces: the demo's services run in process, write
+//! their hops as OTLP JSON, and the `hopbudget` binary audits the file. With
+//! `--forgetful warehouse-router` (S13) the audit names warehouse-router as the hop where
+//! the budget was reset, inventory as the caller it ignored, reco-scorer as the hop below
+//! that ran on the reset budget, and exits 1; on clean traces it finds no chain break and
+//! exits 0.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, SystemTime};
+
+use hopbudget_cli::demo::{self, DemoOptions, Mode, Topology};
+
+/// Run the demo in propagated mode and write its traces where the audit can read them.
+fn demo_traces(forgetful: Option<&str>, name: &str) -> PathBuf {
+    let topology = Topology::builtin().unwrap();
+    let mut opts = DemoOptions::new(topology.clone());
+    opts.modes = vec![Mode::Propagated];
+    opts.duration = Some(Duration::from_secs(3));
+    opts.drain_limit = Duration::from_secs(3);
+    opts.forgetful = forgetful.map(Into::into);
+    let (_results, raw) = demo::run(&opts).unwrap();
+    let doc = demo::traces::otlp_json(
+        &topology,
+        &raw[0].collector.spans(),
+        "propagated",
+        (tokio::time::Instant::now(), SystemTime::now()),
+    );
+    let path = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("audit-demo-{name}.otlp.jsonl"));
+    std::fs::write(&path, format!("{doc}\n")).unwrap();
+    path
+}
+
+fn audit(args: &[&str]) -> (i32, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_hopbudget"))
+        .arg("audit")
+        .args(args)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8(out.stdout).unwrap(),
+    )
+}
+
+#[test]
+fn audit_names_the_forgetful_hop_and_the_reset_below_it_then_finds_nothing_on_clean_traces() {
+    let broken = demo_traces(Some("warehouse-router"), "forgetful");
+    let html = broken.with_extension("html");
+    let (status, json) = audit(&[
+        broken.to_str().unwrap(),
+        "--json",
+        "--html",
+        html.to_str().unwrap(),
+    ]);
+    let report: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(status, 1, "a chain break exits 1\n{json}");
+    let breaks: Vec<&serde_json::Value> = report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["kind"] == "chain_break")
+        .collect();
+    assert_eq!(breaks.len(), 1, "{json}");
+    let b = breaks[0];
+    assert!(
+        b["hop"].as_str().unwrap().starts_with("warehouse-router"),
+        "{json}"
+    );
+    assert!(
+        b["related"][0].as_str().unwrap().starts_with("inventory"),
+        "{json}"
+    );
+    assert!(
+        b["below"][0].as_str().unwrap().starts_with("reco-scorer"),
+        "{json}"
+    );
+    assert!(b["value_ms"].as_i64().unwrap() > 1_000, "{json}");
+    assert_eq!(report["problems_total"], 0, "{json}");
+
+    // The table says the same for people, and the page shows the reset edge in the tree.
+    let (status, table) = audit(&[broken.to_str().unwrap()]);
+    assert_eq!(status, 1);
+    assert!(
+        table.contains("budget reset (S13): warehouse-router")
+            && table.contains("below it, reco-scorer"),
+        "{table}"
+    );
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(
+        page.contains("<span class=\"reset\">warehouse-router"),
+        "{page}"
+    );
+
+    let clean = demo_traces(None, "clean");
+    let (status, table) = audit(&[clean.to_str().unwrap()]);
+    println!("{table}");
+    assert!(table.contains("findings: none"), "{table}");
+    assert_eq!(status, 0, "{table}");
+}
