@@ -145,8 +145,10 @@ async fn s10_backlog_drains_without_processing_expired_and_survives_a_kill() {
     let (second, task) = start_consumer(&brokers, &group, &topic, &dead, &profile, ledger.clone());
     tokio::time::timeout(Duration::from_secs(120), async {
         loop {
-            let (committed, end) = committed_and_end(&brokers, &group, &topic);
-            if end == N as i64 && committed == end {
+            // The N records sit at offsets 0..N of a fresh one-partition topic; tansu's high
+            // watermark can lag what it has served, so the committed offset alone decides.
+            let (committed, _) = committed_and_end(&brokers, &group, &topic);
+            if committed >= N as i64 {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
