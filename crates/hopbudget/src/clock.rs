@@ -61,3 +61,43 @@ impl WallClock for SkewedClock {
         real.saturating_add_signed(self.offset_ms.load(Ordering::SeqCst))
     }
 }
+
+/// A wall clock that reads only what it is told: tests set and advance it by hand, so an
+/// absolute deadline (a queue message's `deadline-epoch-ms`) can be checked to the millisecond.
+///
+/// ```
+/// use hopbudget::clock::{ManualClock, WallClock};
+///
+/// let clock = ManualClock::new(1_800_000_000_000);
+/// clock.advance(250);
+/// assert_eq!(clock.now_unix_ms(), 1_800_000_000_250);
+/// ```
+#[derive(Debug, Default)]
+pub struct ManualClock {
+    now_ms: std::sync::atomic::AtomicU64,
+}
+
+impl ManualClock {
+    /// A clock reading `now_unix_ms` until moved.
+    pub const fn new(now_unix_ms: u64) -> Self {
+        Self {
+            now_ms: std::sync::atomic::AtomicU64::new(now_unix_ms),
+        }
+    }
+
+    /// Move the clock forward by `ms`.
+    pub fn advance(&self, ms: u64) {
+        self.now_ms.fetch_add(ms, Ordering::SeqCst);
+    }
+
+    /// Set the clock to `now_unix_ms`.
+    pub fn set(&self, now_unix_ms: u64) {
+        self.now_ms.store(now_unix_ms, Ordering::SeqCst);
+    }
+}
+
+impl WallClock for ManualClock {
+    fn now_unix_ms(&self) -> u64 {
+        self.now_ms.load(Ordering::SeqCst)
+    }
+}

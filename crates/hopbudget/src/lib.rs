@@ -20,6 +20,8 @@
 //!   Envoy) and reading the tightest inbound budget (C9).
 //! - [`status`]: terminal statuses and their HTTP/gRPC spelling (C10).
 //! - [`retry`]: a `tower::retry` policy that obeys C6.
+//! - [`queue`]: the queue boundary: stamp a message's deadline, check it before any work,
+//!   dead-letter what expired in the backlog (C11, S10).
 //! - [`Profile`]: the adoption profile, validated at start-up (C15).
 //! - [`degrade`]: take a cheaper path when the budget cannot pay for the full one.
 //! - [`cache`]: serve stale when a recompute cannot finish in the budget (store-free; Redis in
@@ -45,6 +47,8 @@
 //! | `otlp` | `observe::otlp`: OpenTelemetry span export to an OTLP JSON file |
 //! | `postgres` | `postgres`: PostgreSQL queries under a statement timeout from the budget, with real cancels |
 //! | `redis` | `redis`: a read-through Redis cache that serves stale when a recompute cannot finish |
+//! | `nats` | `queue::nats`: JetStream publisher, consumer and dead-letter stream; core NATS request/reply |
+//! | `kafka` | `queue::kafka`: Kafka producer and consumer through rdkafka (builds librdkafka with cmake) |
 //! | `otel` | `observe::propagation`: W3C trace context (the installed propagator) across hops |
 //! | `full` | all of the above |
 //!
@@ -92,6 +96,7 @@ pub mod observe;
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub mod postgres;
 pub mod profile;
+pub mod queue;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod redis;

@@ -1,0 +1,293 @@
+//! The consumer's gate: before any work, decide what a message's deadline allows.
+//!
+//! The gate is the queue consumer's adapter over the shared [hop lifecycle](crate::lifecycle).
+//! It owns only what is particular to a queue: reading the absolute `deadline-epoch-ms` header
+//! with the injected wall clock (read once, rule C1) and the profile's skew allowance, clamping
+//! to the maximum processing budget, and spelling each verdict as ack-and-process or
+//! dead-letter. Admission (malformed, expired, refused or admitted, with the `Hop` recorded and
+//! counted) and the guard that owns an admitted message's budget and span and records exactly
+//! one outcome are the lifecycle's, as for an HTTP request or a gRPC call. A consumer that
+//! drops the work half-way cancels it (rule C5); the message is not acknowledged, so the broker
+//! delivers it again.
+
+use std::future::Future;
+use std::pin::pin;
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::Duration;
+
+use http::HeaderName;
+
+use super::dead_letter::DeadLetter;
+use super::{HeaderCarrier, trace_link};
+use crate::clock::{SystemClock, WallClock};
+use crate::codec::{Carrier, Inbound, MalformedHeader, epoch};
+use crate::lifecycle::{HopConfig, HopGuard, RouteLabel, Verdict};
+use crate::observe::{self, Protocol};
+use crate::{EndCause, Profile, Refused};
+
+/// Checks each consumed message's deadline before any work (rule C11, scenario S10).
+///
+/// Built from a profile: header name and skew allowance from its `queue:` section, the edge
+/// total for messages without a deadline (rule C8), its refuse threshold as the least budget
+/// worth starting with (rule C3) and its maximum as the largest budget a message's work may
+/// have. The wall clock is injectable so expiry can be tested to the millisecond.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// use std::collections::HashMap;
+/// use std::sync::Arc;
+/// use hopbudget::clock::SkewedClock;
+/// use hopbudget::queue::{Decision, Gate, Processed, Reason};
+/// use hopbudget::Profile;
+///
+/// let profile = Profile::default().with_service("billing");
+/// let clock = Arc::new(SkewedClock::new(0));
+/// let gate = Gate::new(&profile, "orders").with_clock(clock.clone());
+///
+/// // A message whose deadline passed an hour ago is never processed.
+/// let mut stale = HashMap::new();
+/// let an_hour_ago = hopbudget::clock::WallClock::now_unix_ms(&*clock) - 3_600_000;
+/// stale.insert("deadline-epoch-ms".to_owned(), an_hour_ago.to_string());
+/// match gate.check(&stale) {
+///     Decision::Expired(dead) => assert_eq!(dead.reason(), Reason::Expired),
+///     other => panic!("{other:?}"),
+/// }
+///
+/// // A message without a deadline runs under the profile's edge total (C8).
+/// match gate.check(&HashMap::<String, String>::new()) {
+///     Decision::Live(admitted) => {
+///         let charged = admitted.run(async { "card charged" }).await;
+///         assert!(matches!(charged, Processed::Completed("card charged")));
+///     }
+///     other => panic!("{other:?}"),
+/// }
+/// # }
+/// ```
+#[derive(Clone, Debug)]
+pub struct Gate {
+    config: Arc<HopConfig>,
+    queue: Arc<str>,
+    header: HeaderName,
+    skew: Duration,
+    max_processing: Duration,
+    min_budget: Duration,
+    clock: Arc<dyn WallClock>,
+}
+
+/// What the gate decided for one message.
+#[derive(Debug)]
+#[must_use = "a message's decision says whether to process it or dead-letter it"]
+pub enum Decision {
+    /// The deadline leaves time: run the work with [`Admitted::run`].
+    Live(Admitted),
+    /// The deadline (plus skew allowance) had passed: acknowledge, dead-letter, never process.
+    Expired(DeadLetter),
+    /// Too little budget left to start the work (rule C3): acknowledge and dead-letter.
+    Refused(DeadLetter),
+    /// The deadline header could not be read (rule C9): acknowledge, dead-letter, go on.
+    Malformed(DeadLetter),
+}
+
+impl Decision {
+    /// The admitted message, or the dead letter to republish instead.
+    pub fn into_result(self) -> Result<Admitted, DeadLetter> {
+        match self {
+            Decision::Live(admitted) => Ok(admitted),
+            Decision::Expired(dead) | Decision::Refused(dead) | Decision::Malformed(dead) => {
+                Err(dead)
+            }
+        }
+    }
+}
+
+impl Gate {
+    /// A gate for messages consumed from `queue` (a stream, topic or subject name; used as the
+    /// metrics' `queue` label and the hop span's name, so keep it low in cardinality).
+    pub fn new(profile: &Profile, queue: impl Into<Arc<str>>) -> Self {
+        let (header, _, skew) = profile.queue();
+        Self {
+            config: Arc::new(HopConfig::new(profile.clone(), Protocol::Queue)),
+            queue: queue.into(),
+            // The profile checked it is a valid header name (C15).
+            header: HeaderName::from_bytes(header.as_bytes()).unwrap_or(HeaderName::from_static(
+                crate::codec::QUEUE_DEADLINE_EPOCH_MS,
+            )),
+            skew,
+            max_processing: profile.max(),
+            min_budget: profile.policy().refuse_below,
+            clock: Arc::new(SystemClock),
+        }
+    }
+
+    /// Read the wall clock from `clock` instead of the system's.
+    pub fn with_clock(mut self, clock: Arc<dyn WallClock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// The most budget a message's work gets, however far away its deadline (default, and
+    /// at most: the profile's `max_ms`). A message stamped with hours left still runs under
+    /// this.
+    pub fn with_max_processing(mut self, max: Duration) -> Self {
+        self.max_processing = max;
+        self
+    }
+
+    /// The least budget worth starting the work with. The profile's `refuse_below_ms` always
+    /// applies (the lifecycle refuses below it); this can only raise it. A message with less
+    /// is dead-lettered as refused (rule C3).
+    pub fn with_min_budget(mut self, min: Duration) -> Self {
+        self.min_budget = min;
+        self
+    }
+
+    /// The queue name this gate labels its hops and counters with.
+    pub fn queue(&self) -> &str {
+        &self.queue
+    }
+
+    /// Decide what to do with a message, from its headers, before any work.
+    ///
+    /// Every decision is counted: an expired message in `hopbudget_queue_expired_total` and
+    /// as a hop ending `expired`, a refusal as a hop ending `refused`, a malformed header in
+    /// `hopbudget_malformed_headers_total`, a missing one as a missing deadline (rule C8).
+    pub fn check<C: HeaderCarrier + ?Sized>(&self, headers: &C) -> Decision {
+        let (inbound, late_by) = self.read(headers);
+        match self
+            .config
+            .admit_inbound(inbound, RouteLabel::Known(&self.queue))
+        {
+            Verdict::Malformed(malformed) => Decision::Malformed(DeadLetter::malformed(
+                malformed.header().as_str(),
+                &malformed.reason(),
+            )),
+            Verdict::Expired => {
+                observe::queue_expired(self.config.service(), &self.queue);
+                Decision::Expired(DeadLetter::expired_before_work(late_by))
+            }
+            Verdict::Refused(refused) => Decision::Refused(DeadLetter::refused(refused)),
+            Verdict::Admitted(mut guard) => {
+                let arrived = guard.budget().at_arrival();
+                if arrived < self.min_budget {
+                    let refused = Refused::new(self.min_budget, arrived);
+                    guard.answered_refused(refused);
+                    guard.finish();
+                    return Decision::Refused(DeadLetter::refused(refused));
+                }
+                guard.enter(|| trace_link::link(&tracing::Span::current(), headers));
+                Decision::Live(Admitted { guard })
+            }
+        }
+    }
+
+    /// Read the deadline header into the lifecycle's terms, and how long ago an expired one
+    /// passed. The skew allowance is given to the message: it is expired only once this clock
+    /// is past `deadline + skew`, and until then its budget is `deadline + skew - now`. A
+    /// consumer whose clock runs up to `skew` ahead therefore never drops a live message; one
+    /// with a true clock gives the work up to `skew` more.
+    fn read<C: HeaderCarrier + ?Sized>(
+        &self,
+        headers: &C,
+    ) -> (Result<Option<Inbound>, MalformedHeader>, Duration) {
+        let Some(value) = headers.get(self.header.as_str()) else {
+            return (Ok(None), Duration::ZERO);
+        };
+        // Decoding against an epoch of 0 yields the deadline itself, in ms since the epoch.
+        let deadline_ms = match epoch::decode(value, 0) {
+            Ok(at) => u64::try_from(at.as_millis()).unwrap_or(u64::MAX),
+            Err(reason) => {
+                return (
+                    Err(MalformedHeader::new(self.header.clone(), reason)),
+                    Duration::ZERO,
+                );
+            }
+        };
+        let skew_ms = u64::try_from(self.skew.as_millis()).unwrap_or(u64::MAX);
+        let now = self.clock.now_unix_ms().saturating_sub(skew_ms);
+        let left = Duration::from_millis(deadline_ms.saturating_sub(now));
+        let late_by = Duration::from_millis(now.saturating_sub(deadline_ms));
+        let max = self.max_processing.min(self.config.profile().max());
+        let inbound = Inbound {
+            carrier: Carrier::Queue,
+            budget: left.min(max),
+            clamped: left > max,
+        };
+        (Ok(Some(inbound)), late_by)
+    }
+}
+
+/// A message the gate let through: the lifecycle's guard over its budget and hop, until the
+/// work has run.
+///
+/// Dropping it without [`run`](Self::run) (or dropping `run`'s future half-way) cancels the
+/// budget and records the hop as cancelled (rule C5); the consumer does not acknowledge the
+/// message, so the broker delivers it again, under the same deadline.
+#[derive(Debug)]
+pub struct Admitted {
+    guard: HopGuard,
+}
+
+/// How the work of an admitted message ended.
+#[derive(Debug)]
+#[must_use = "an expired message must be dead-lettered, a cancelled one left unacknowledged"]
+pub enum Processed<T> {
+    /// The work finished in time, with this output: acknowledge.
+    Completed(T),
+    /// The deadline passed while the work ran; the work was stopped (rule C7). Acknowledge and
+    /// dead-letter it.
+    Expired(DeadLetter),
+    /// The budget was cancelled (the consumer is shutting down): do not acknowledge.
+    Cancelled,
+}
+
+impl Admitted {
+    /// The message's budget: clamped to the gate's maximum processing budget.
+    pub fn budget(&self) -> &crate::RequestBudget {
+        self.guard.budget()
+    }
+
+    /// Run the message's work under its budget: every poll inside its task-local scope (so it
+    /// propagates onward like any request's, rule C11) and the hop's span, stopped at the
+    /// deadline.
+    pub async fn run<F: Future>(self, work: F) -> Processed<F::Output> {
+        let mut guard = self.guard;
+        let budget = guard.budget().clone();
+        match run_guarded(&guard, work).await {
+            Ok(out) => {
+                guard.finish();
+                Processed::Completed(out)
+            }
+            Err(EndCause::Expired) => {
+                guard.expired();
+                Processed::Expired(DeadLetter::expired_during_work(budget.at_arrival()))
+            }
+            Err(EndCause::Cancelled) => {
+                guard.finish();
+                Processed::Cancelled
+            }
+        }
+    }
+}
+
+/// Poll `work` inside the guard (budget scope and hop span) until it is done or the budget
+/// ends: at its deadline, which marks it expired and stops its tree (C7), or by cancellation.
+pub(super) async fn run_guarded<F: Future>(
+    guard: &HopGuard,
+    work: F,
+) -> Result<F::Output, EndCause> {
+    let budget = guard.budget().clone();
+    if let Some(cause) = budget.end_cause() {
+        return Err(cause);
+    }
+    let mut work = pin!(work);
+    let mut done = pin!(budget.done());
+    std::future::poll_fn(|cx| {
+        if let Poll::Ready(out) = guard.enter(|| work.as_mut().poll(cx)) {
+            return Poll::Ready(Ok(out));
+        }
+        done.as_mut().poll(cx).map(Err)
+    })
+    .await
+}

@@ -1,0 +1,186 @@
+use std::fmt::Display;
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use rdkafka::Message as _;
+use rdkafka::consumer::{CommitMode, Consumer as _, StreamConsumer};
+use rdkafka::error::KafkaError;
+use rdkafka::message::{BorrowedMessage, OwnedMessage};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+
+use super::Received;
+use crate::queue::{DeadLetter, Gate, Processed, Reason};
+
+/// Pause before retrying a record whose handler failed, or a dead-letter copy that was not
+/// delivered.
+const RETRY_PAUSE: Duration = Duration::from_millis(100);
+
+/// A Kafka consumer loop with the deadline [`Gate`] before any work.
+///
+/// See the [module docs](super) for what happens to each kind of record.
+#[derive(Clone)]
+pub struct Consumer {
+    gate: Gate,
+    producer: FutureProducer,
+    dead_letter_topic: Arc<str>,
+    stats: Arc<Counts>,
+}
+
+impl std::fmt::Debug for Consumer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Consumer")
+            .field("gate", &self.gate)
+            .field("dead_letter_topic", &self.dead_letter_topic)
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Debug, Default)]
+struct Counts {
+    processed: AtomicU64,
+    failed: AtomicU64,
+    expired: AtomicU64,
+    refused: AtomicU64,
+    malformed: AtomicU64,
+}
+
+/// What a [`Consumer`] has done so far, for reports and tests.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ConsumerStats {
+    /// Handled and committed.
+    pub processed: u64,
+    /// Handler failures (each retried while the deadline allows).
+    pub failed: u64,
+    /// Dead-lettered as expired: before any work, or stopped by the deadline.
+    pub expired: u64,
+    /// Dead-lettered as refused: too little budget left to start.
+    pub refused: u64,
+    /// Dead-lettered with a malformed deadline header.
+    pub malformed: u64,
+}
+
+impl ConsumerStats {
+    /// Records committed after being copied to the dead-letter topic.
+    pub fn dead_lettered(&self) -> u64 {
+        self.expired + self.refused + self.malformed
+    }
+}
+
+impl Consumer {
+    /// A consumer checking records with `gate` and producing the ones it will not process to
+    /// `dead_letter_topic` through `producer`.
+    pub fn new(
+        gate: Gate,
+        producer: FutureProducer,
+        dead_letter_topic: impl Into<Arc<str>>,
+    ) -> Self {
+        Self {
+            gate,
+            producer,
+            dead_letter_topic: dead_letter_topic.into(),
+            stats: Arc::default(),
+        }
+    }
+
+    /// Counts so far; clones of this consumer share them.
+    pub fn stats(&self) -> ConsumerStats {
+        let c = &self.stats;
+        ConsumerStats {
+            processed: c.processed.load(Ordering::Relaxed),
+            failed: c.failed.load(Ordering::Relaxed),
+            expired: c.expired.load(Ordering::Relaxed),
+            refused: c.refused.load(Ordering::Relaxed),
+            malformed: c.malformed.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Consume from `consumer` (already subscribed, auto-commit off) until it fails or this
+    /// future is dropped. `handler` gets each live record, inside its budget's scope and hop
+    /// span; `Ok` commits it, `Err` retries it while its deadline allows.
+    pub async fn run<H, Fut, E>(
+        &self,
+        consumer: &StreamConsumer,
+        handler: H,
+    ) -> Result<(), KafkaError>
+    where
+        H: Fn(OwnedMessage) -> Fut,
+        Fut: Future<Output = Result<(), E>>,
+        E: Display,
+    {
+        loop {
+            let record = consumer.recv().await?;
+            self.handle(&record, &handler).await;
+            // Async: a commit lost to a crash redelivers the record (at least once), never
+            // skips it.
+            if let Err(error) = consumer.commit_message(&record, CommitMode::Async) {
+                tracing::warn!(%error, "committing an offset failed; the record may be redelivered");
+            }
+        }
+    }
+
+    /// One record: the gate, then the handler (retried while the deadline allows) or the
+    /// dead-letter topic. Returns once the record may be committed.
+    async fn handle<H, Fut, E>(&self, record: &BorrowedMessage<'_>, handler: &H)
+    where
+        H: Fn(OwnedMessage) -> Fut,
+        Fut: Future<Output = Result<(), E>>,
+        E: Display,
+    {
+        loop {
+            let admitted = match self.gate.check(&Received(record.headers())).into_result() {
+                Ok(admitted) => admitted,
+                Err(dead) => return self.dead_letter(record, dead).await,
+            };
+            match admitted.run(handler(record.detach())).await {
+                Processed::Completed(Ok(())) => {
+                    self.stats.processed.fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
+                Processed::Completed(Err(error)) => {
+                    self.stats.failed.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(%error, queue = self.gate.queue(), "handler failed; retrying while the deadline allows");
+                    tokio::time::sleep(RETRY_PAUSE).await;
+                }
+                Processed::Expired(dead) => return self.dead_letter(record, dead).await,
+                // The work cancelled its own budget: it did not finish, so it is tried again
+                // (a later commit would otherwise skip it).
+                Processed::Cancelled => {
+                    self.stats.failed.fetch_add(1, Ordering::Relaxed);
+                    tokio::time::sleep(RETRY_PAUSE).await;
+                }
+            }
+        }
+    }
+
+    /// Produce a copy (key, payload, all headers, plus the reason) to the dead-letter topic,
+    /// retrying until it is delivered: the record's offset is not committed before.
+    async fn dead_letter(&self, record: &BorrowedMessage<'_>, dead: DeadLetter) {
+        let mut headers = record.headers().map(|h| h.detach()).unwrap_or_default();
+        dead.annotate(&mut headers);
+        loop {
+            let mut copy = FutureRecord::to(&self.dead_letter_topic).headers(headers.clone());
+            if let Some(payload) = record.payload() {
+                copy = copy.payload(payload);
+            }
+            if let Some(key) = record.key() {
+                copy = copy.key(key);
+            }
+            match self.producer.send(copy, Duration::from_secs(5)).await {
+                Ok(_) => break,
+                Err((error, _)) => {
+                    tracing::warn!(%error, topic = %self.dead_letter_topic, "dead-letter copy not delivered; retrying");
+                    tokio::time::sleep(RETRY_PAUSE).await;
+                }
+            }
+        }
+        let counter = match dead.reason() {
+            Reason::Expired => &self.stats.expired,
+            Reason::Refused => &self.stats.refused,
+            Reason::Malformed => &self.stats.malformed,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(queue = self.gate.queue(), "{dead}");
+    }
+}

@@ -1,0 +1,95 @@
+use std::time::Duration;
+
+use rdkafka::error::KafkaError;
+use rdkafka::message::{OwnedHeaders, ToBytes};
+use rdkafka::producer::future_producer::Delivery;
+use rdkafka::producer::{FutureProducer, FutureRecord};
+
+use crate::queue::{Stamp, Stamper};
+use crate::{BudgetError, Profile};
+
+/// Produces Kafka records stamped with the current request's deadline.
+///
+/// See the [module docs](super) for an example.
+#[derive(Clone)]
+pub struct Producer {
+    producer: FutureProducer,
+    stamper: Stamper,
+}
+
+impl std::fmt::Debug for Producer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Producer")
+            .field("stamper", &self.stamper)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A record that was not produced.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PublishError {
+    /// The budget could not cover the hop (rule C3), or had ended: nothing was queued.
+    #[error("record to `{topic}` not produced: {source}")]
+    Budget {
+        /// The topic.
+        topic: String,
+        /// Why.
+        source: BudgetError,
+    },
+    /// The broker did not take the record.
+    #[error("producing to `{topic}` failed: {source}")]
+    Broker {
+        /// The topic.
+        topic: String,
+        /// The client's error.
+        source: KafkaError,
+    },
+}
+
+impl Producer {
+    /// A producer on `producer`, stamping with `profile`'s queue headers and hop policy.
+    pub fn new(producer: FutureProducer, profile: &Profile) -> Self {
+        Self::with_stamper(producer, Stamper::new(profile))
+    }
+
+    /// A producer with a stamper of your own (a skewed or manual clock in tests).
+    pub fn with_stamper(producer: FutureProducer, stamper: Stamper) -> Self {
+        Self { producer, stamper }
+    }
+
+    /// Stamp `headers` and produce the record, waiting for its delivery (queueing waits at
+    /// most five seconds when librdkafka's queue is full).
+    pub async fn send<K, P>(
+        &self,
+        topic: &str,
+        key: Option<&K>,
+        payload: &P,
+        mut headers: OwnedHeaders,
+    ) -> Result<(Stamp, Delivery), PublishError>
+    where
+        K: ToBytes + ?Sized,
+        P: ToBytes + ?Sized,
+    {
+        let stamp = self
+            .stamper
+            .stamp(&mut headers)
+            .map_err(|source| PublishError::Budget {
+                topic: topic.to_owned(),
+                source,
+            })?;
+        let mut record = FutureRecord::to(topic).payload(payload).headers(headers);
+        if let Some(key) = key {
+            record = record.key(key);
+        }
+        let delivery = self
+            .producer
+            .send(record, Duration::from_secs(5))
+            .await
+            .map_err(|(source, _)| PublishError::Broker {
+                topic: topic.to_owned(),
+                source,
+            })?;
+        Ok((stamp, delivery))
+    }
+}

@@ -1,0 +1,221 @@
+use std::fmt::Display;
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use async_nats::HeaderMap;
+use async_nats::jetstream::{self, AckKind, consumer::PullConsumer};
+use futures_util::StreamExt;
+
+use crate::queue::{DeadLetter, Gate, Processed, Reason};
+
+/// Messages being turned away (copied to the dead-letter subject) at once, beyond the work
+/// slots.
+const DEAD_LETTERS_IN_FLIGHT: usize = 64;
+
+/// A JetStream pull-consumer loop with the deadline [`Gate`] before any work.
+///
+/// See the [module docs](super) for what happens to each kind of message.
+#[derive(Clone, Debug)]
+pub struct Consumer {
+    gate: Gate,
+    js: jetstream::Context,
+    dead_letter_subject: Arc<str>,
+    concurrency: usize,
+    stats: Arc<Counts>,
+}
+
+/// The consumer could not start reading.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot read messages from the JetStream consumer: {0}")]
+pub struct ConsumeError(#[from] async_nats::jetstream::consumer::StreamError);
+
+#[derive(Debug, Default)]
+struct Counts {
+    processed: AtomicU64,
+    failed: AtomicU64,
+    expired: AtomicU64,
+    refused: AtomicU64,
+    malformed: AtomicU64,
+}
+
+/// What a [`Consumer`] has done so far, for reports and tests (the metrics say the same
+/// through `hopbudget_*`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ConsumerStats {
+    /// Handled and acknowledged.
+    pub processed: u64,
+    /// The handler failed; negatively acknowledged for redelivery.
+    pub failed: u64,
+    /// Dead-lettered as expired: before any work, or stopped by the deadline.
+    pub expired: u64,
+    /// Dead-lettered as refused: too little budget left to start.
+    pub refused: u64,
+    /// Dead-lettered with a malformed deadline header.
+    pub malformed: u64,
+}
+
+impl ConsumerStats {
+    /// Messages acknowledged after being copied to the dead-letter subject.
+    pub fn dead_lettered(&self) -> u64 {
+        self.expired + self.refused + self.malformed
+    }
+}
+
+impl Consumer {
+    /// A consumer checking messages with `gate` and republishing the ones it will not process
+    /// to `dead_letter_subject` through `js` (a subject a stream captures, so the copy is
+    /// stored before the original is acknowledged).
+    pub fn new(
+        gate: Gate,
+        js: jetstream::Context,
+        dead_letter_subject: impl Into<Arc<str>>,
+    ) -> Self {
+        Self {
+            gate,
+            js,
+            dead_letter_subject: dead_letter_subject.into(),
+            concurrency: 1,
+            stats: Arc::default(),
+        }
+    }
+
+    /// Run up to `n` handlers at once (default 1). Messages turned away take no handler slot:
+    /// up to 64 more are dead-lettered meanwhile. Live messages take slots in the order they
+    /// arrive.
+    pub fn with_concurrency(mut self, n: usize) -> Self {
+        self.concurrency = n.max(1);
+        self
+    }
+
+    /// Counts so far; clones of this consumer share them.
+    pub fn stats(&self) -> ConsumerStats {
+        let c = &self.stats;
+        ConsumerStats {
+            processed: c.processed.load(Ordering::Relaxed),
+            failed: c.failed.load(Ordering::Relaxed),
+            expired: c.expired.load(Ordering::Relaxed),
+            refused: c.refused.load(Ordering::Relaxed),
+            malformed: c.malformed.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Consume until the subscription ends or this future is dropped. `handler` gets each live
+    /// message and runs inside its budget's scope and hop span; `Ok` acknowledges it, `Err`
+    /// naks it for redelivery (and is logged).
+    pub async fn run<H, Fut, E>(
+        &self,
+        consumer: PullConsumer,
+        handler: H,
+    ) -> Result<(), ConsumeError>
+    where
+        H: Fn(async_nats::Message) -> Fut,
+        Fut: Future<Output = Result<(), E>>,
+        E: Display,
+    {
+        let messages = consumer.messages().await?;
+        // Work slots bound the handlers; turning a message away takes no slot, so an expired
+        // backlog is dead-lettered alongside the work instead of queueing behind it.
+        let slots = tokio::sync::Semaphore::new(self.concurrency);
+        messages
+            .for_each_concurrent(self.concurrency + DEAD_LETTERS_IN_FLIGHT, |message| async {
+                match message {
+                    Ok(message) => self.handle_in(message, &handler, &slots).await,
+                    // Heartbeat and connection hiccups: the stream carries on after them.
+                    Err(error) => tracing::warn!(%error, queue = self.gate.queue(), "JetStream consumer error"),
+                }
+            })
+            .await;
+        Ok(())
+    }
+
+    /// One message: the gate, then the handler or the dead-letter subject.
+    pub async fn handle<H, Fut, E>(&self, message: jetstream::Message, handler: &H)
+    where
+        H: Fn(async_nats::Message) -> Fut,
+        Fut: Future<Output = Result<(), E>>,
+        E: Display,
+    {
+        let slot = tokio::sync::Semaphore::new(1);
+        self.handle_in(message, handler, &slot).await
+    }
+
+    /// The gate first; a live message then waits for a work slot with its deadline running
+    /// (one that expires while waiting is dead-lettered without starting work).
+    async fn handle_in<H, Fut, E>(
+        &self,
+        message: jetstream::Message,
+        handler: &H,
+        slots: &tokio::sync::Semaphore,
+    ) where
+        H: Fn(async_nats::Message) -> Fut,
+        Fut: Future<Output = Result<(), E>>,
+        E: Display,
+    {
+        static NO_HEADERS: std::sync::OnceLock<HeaderMap> = std::sync::OnceLock::new();
+        let headers = message
+            .headers
+            .as_ref()
+            .unwrap_or_else(|| NO_HEADERS.get_or_init(HeaderMap::new));
+        let admitted = match self.gate.check(headers).into_result() {
+            Ok(admitted) => admitted,
+            Err(dead) => return self.dead_letter(&message, dead).await,
+        };
+        // The semaphore lives as long as the loop and is never closed.
+        let Ok(_slot) = slots.acquire().await else {
+            return;
+        };
+        match admitted.run(handler(message.message.clone())).await {
+            Processed::Completed(Ok(())) => {
+                self.stats.processed.fetch_add(1, Ordering::Relaxed);
+                if let Err(error) = message.ack().await {
+                    tracing::warn!(%error, "acknowledging a processed message failed; it may be redelivered");
+                }
+            }
+            Processed::Completed(Err(error)) => {
+                self.stats.failed.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(%error, queue = self.gate.queue(), "handler failed; message naked for redelivery");
+                if let Err(error) = message.ack_with(AckKind::Nak(None)).await {
+                    tracing::warn!(%error, "nak failed; the message returns after the ack wait");
+                }
+            }
+            Processed::Expired(dead) => self.dead_letter(&message, dead).await,
+            // Stopping: leave it unacknowledged, the broker delivers it again (C5).
+            Processed::Cancelled => {}
+        }
+    }
+
+    /// Copy the message, all headers and payload, plus the reason, to the dead-letter subject;
+    /// acknowledge the original only once the copy is stored.
+    async fn dead_letter(&self, message: &jetstream::Message, dead: DeadLetter) {
+        let mut headers = message.headers.clone().unwrap_or_default();
+        dead.annotate(&mut headers);
+        let stored = match self
+            .js
+            .publish_with_headers(
+                self.dead_letter_subject.to_string(),
+                headers,
+                message.payload.clone(),
+            )
+            .await
+        {
+            Ok(ack) => ack.await.map(drop),
+            Err(error) => Err(error),
+        };
+        if let Err(error) = stored {
+            tracing::warn!(%error, subject = %self.dead_letter_subject, "dead-letter copy not stored; message naked for redelivery");
+            let _ = message.ack_with(AckKind::Nak(None)).await;
+            return;
+        }
+        let counter = match dead.reason() {
+            Reason::Expired => &self.stats.expired,
+            Reason::Refused => &self.stats.refused,
+            Reason::Malformed => &self.stats.malformed,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(queue = self.gate.queue(), "{dead}");
+        if let Err(error) = message.ack().await {
+            tracing::warn!(%error, "acknowledging a dead-lettered message failed; it may be dead-lettered twice");
+        }
+    }
+}

@@ -1,0 +1,342 @@
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::subject::ToSubject;
+use async_nats::{Client, HeaderMap, RequestErrorKind};
+use bytes::Bytes;
+use futures_util::StreamExt;
+
+use crate::codec::{Carrier, Inbound, MalformedHeader, millis};
+use crate::lifecycle::{HopConfig, RouteLabel, Verdict};
+use crate::observe::Protocol;
+use crate::queue::HeaderCarrier;
+use crate::queue::gate::run_guarded;
+use crate::status::{REFUSED_METADATA, REMAINING_MS_HEADER, REQUIRED_MS_HEADER};
+use crate::{BudgetError, Deadline, EndCause, Profile, Refused, RequestBudget, Source};
+
+/// Core NATS requests carrying the caller's budget, like an outbound HTTP call.
+///
+/// The forward budget (rule C2) travels as relative milliseconds in the profile's relative
+/// header (`x-request-timeout-ms`): a request/reply waits for its answer, so skew-immune
+/// relative time fits, as over HTTP. The wait is bounded by that same budget, and a budget
+/// that cannot cover the hop sends nothing (rule C3).
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// use hopbudget::queue::nats::Requester;
+/// use hopbudget::Profile;
+///
+/// let client = async_nats::connect("127.0.0.1:4222").await?;
+/// let reply = Requester::new(client, &Profile::default())
+///     .request("tax.quote", "order 42".into())
+///     .await?;
+/// # let _ = reply; Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct Requester {
+    client: Client,
+    header: Arc<str>,
+    profile: Profile,
+}
+
+/// A request that got no answer to use.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RequestError {
+    /// Refused: by this side before sending (C3), or by the responder, which said what it
+    /// needed and what it was given.
+    #[error("request to `{subject}`: {source}")]
+    Budget {
+        /// The subject.
+        subject: String,
+        /// Refused, expired (the budget ran out waiting, or the responder said so) or
+        /// cancelled.
+        source: BudgetError,
+    },
+    /// The responder could not read the deadline header (rule C9).
+    #[error("request to `{subject}` rejected: {detail}")]
+    Malformed {
+        /// The subject.
+        subject: String,
+        /// The responder's explanation, naming the header.
+        detail: String,
+    },
+    /// Nobody listens on the subject.
+    #[error("no responders on `{subject}`")]
+    NoResponders {
+        /// The subject.
+        subject: String,
+    },
+    /// Any other client error.
+    #[error("request to `{subject}` failed: {source}")]
+    Client {
+        /// The subject.
+        subject: String,
+        /// The client's error.
+        source: async_nats::RequestError,
+    },
+}
+
+/// Header on a responder's answer naming the outcome it made itself (`refused`, `expired`,
+/// `malformed`), as the HTTP layers do.
+pub const OUTCOME_HEADER: &str = REFUSED_METADATA;
+/// Header on a `malformed` answer: which header and why.
+const DETAIL_HEADER: &str = "x-deadline-detail";
+
+impl Requester {
+    /// A requester on `client`, with `profile`'s relative header, hop policy and edge total.
+    pub fn new(client: Client, profile: &Profile) -> Self {
+        Self {
+            client,
+            header: profile.spec().headers.relative_ms.as_str().into(),
+            profile: profile.clone(),
+        }
+    }
+
+    /// Send `payload` to `subject` under the ambient budget (outside any request, the
+    /// profile's edge total, rule C8) and wait for the answer, at most the forward budget.
+    pub async fn request(
+        &self,
+        subject: impl ToSubject,
+        payload: Bytes,
+    ) -> Result<async_nats::Message, RequestError> {
+        let budget = RequestBudget::current().unwrap_or_else(|| {
+            RequestBudget::new(
+                Deadline::after(self.profile.edge_total()),
+                Source::Fallback,
+                self.profile.policy(),
+            )
+        });
+        self.request_with(&budget, subject, payload).await
+    }
+
+    /// Like [`request`](Self::request) under an explicit budget.
+    pub async fn request_with(
+        &self,
+        budget: &RequestBudget,
+        subject: impl ToSubject,
+        payload: Bytes,
+    ) -> Result<async_nats::Message, RequestError> {
+        let subject = subject.to_subject();
+        let name = subject.to_string();
+        let budget_err = |source| RequestError::Budget {
+            subject: name.clone(),
+            source,
+        };
+        let forward = budget.admit_forward().map_err(budget_err)?;
+        let mut headers = HeaderMap::new();
+        headers.insert(&*self.header, millis::encode(forward).as_str());
+        let request = async_nats::Request::new()
+            .headers(headers)
+            .payload(payload)
+            .timeout(Some(forward));
+        let reply = match self.client.send_request(subject, request).await {
+            Ok(reply) => reply,
+            Err(e) => {
+                return Err(match e.kind() {
+                    // The wait was bounded by the budget: timing out is expiry (C4).
+                    RequestErrorKind::TimedOut => budget_err(BudgetError::Expired),
+                    RequestErrorKind::NoResponders => RequestError::NoResponders {
+                        subject: name.clone(),
+                    },
+                    RequestErrorKind::Other => RequestError::Client {
+                        subject: name.clone(),
+                        source: e,
+                    },
+                });
+            }
+        };
+        let Some(headers) = &reply.headers else {
+            return Ok(reply);
+        };
+        let ms = |h: &str| {
+            headers
+                .get(h)
+                .and_then(|v| millis::decode(v.as_str().as_bytes()).ok())
+                .unwrap_or_default()
+        };
+        match headers.get(OUTCOME_HEADER).map(|v| v.as_str()) {
+            Some("refused") => Err(budget_err(BudgetError::Refused(Refused::new(
+                ms(REQUIRED_MS_HEADER),
+                ms(REMAINING_MS_HEADER),
+            )))),
+            Some("expired") => Err(budget_err(BudgetError::Expired)),
+            Some("malformed") => Err(RequestError::Malformed {
+                subject: name.clone(),
+                detail: headers
+                    .get(DETAIL_HEADER)
+                    .map(|v| v.as_str().to_owned())
+                    .unwrap_or_default(),
+            }),
+            _ => Ok(reply),
+        }
+    }
+}
+
+/// Answers core NATS requests inside their caller's budget, refusing before the handler when
+/// too little is left (rule C3).
+///
+/// An adapter over the [hop lifecycle](crate::lifecycle), as the HTTP and gRPC servers are.
+/// The handler gets the request and returns the answer's payload; it runs inside the
+/// budget's scope and a hop span (`hop.protocol = queue`, named after the subject), and is
+/// stopped at the deadline (rule C7), which answers `expired`. Subjects label metrics: serve
+/// fixed subjects, not ones with ids in them (C20). Answers the responder makes
+/// itself carry `x-deadline-outcome` (`refused` with `x-deadline-required-ms` and
+/// `x-deadline-remaining-ms`, `expired`, or `malformed` with `x-deadline-detail`) and an empty
+/// payload.
+#[derive(Clone, Debug)]
+pub struct Responder {
+    profile: Profile,
+    header: Arc<str>,
+    min_budget: Duration,
+    concurrency: usize,
+}
+
+impl Responder {
+    /// A responder reading `profile`'s relative header; it refuses below the profile's
+    /// `refuse_below_ms`, or the larger [`with_min_budget`](Self::with_min_budget).
+    pub fn new(profile: &Profile) -> Self {
+        Self {
+            header: profile.spec().headers.relative_ms.as_str().into(),
+            min_budget: profile.policy().refuse_below,
+            profile: profile.clone(),
+            concurrency: 64,
+        }
+    }
+
+    /// The least budget the handler starts with (its p50 or p99 cost).
+    pub fn with_min_budget(mut self, min: Duration) -> Self {
+        self.min_budget = min;
+        self
+    }
+
+    /// Answer up to `n` requests at once (default 64).
+    pub fn with_concurrency(mut self, n: usize) -> Self {
+        self.concurrency = n.max(1);
+        self
+    }
+
+    /// Subscribe to `subject` and answer until the subscription ends or this future is
+    /// dropped.
+    pub async fn serve<H, Fut>(
+        &self,
+        client: Client,
+        subject: impl ToSubject,
+        handler: H,
+    ) -> Result<(), async_nats::SubscribeError>
+    where
+        H: Fn(async_nats::Message) -> Fut,
+        Fut: Future<Output = Bytes>,
+    {
+        let subject = subject.to_subject();
+        let config = Arc::new(HopConfig::new(self.profile.clone(), Protocol::Queue));
+        let subscriber = client.subscribe(subject.clone()).await?;
+        subscriber
+            .for_each_concurrent(self.concurrency, |request| {
+                let (client, config, handler, subject) = (&client, &config, &handler, &subject);
+                async move {
+                    let Some(reply_to) = request.reply.clone() else {
+                        return;
+                    };
+                    let (headers, payload) = self.answer(config, subject, request, handler).await;
+                    if let Err(error) = client
+                        .publish_with_headers(reply_to, headers, payload)
+                        .await
+                    {
+                        tracing::warn!(%error, "answering a NATS request failed");
+                    }
+                }
+            })
+            .await;
+        Ok(())
+    }
+
+    /// The hop lifecycle for one request; this adapter only reads the header and spells the
+    /// verdict as reply headers.
+    async fn answer<H, Fut>(
+        &self,
+        config: &Arc<HopConfig>,
+        subject: &str,
+        request: async_nats::Message,
+        handler: &H,
+    ) -> (HeaderMap, Bytes)
+    where
+        H: Fn(async_nats::Message) -> Fut,
+        Fut: Future<Output = Bytes>,
+    {
+        let max = self.profile.max();
+        let inbound = match request
+            .headers
+            .as_ref()
+            .and_then(|h| HeaderCarrier::get(h, &self.header))
+        {
+            None => Ok(None),
+            Some(value) => millis::decode(value)
+                .map(|left| {
+                    Some(Inbound {
+                        carrier: Carrier::RelativeMs,
+                        budget: left.min(max),
+                        clamped: left > max,
+                    })
+                })
+                .map_err(|reason| {
+                    let name = http::HeaderName::from_bytes(self.header.as_bytes()).unwrap_or(
+                        http::HeaderName::from_static(crate::codec::REQUEST_TIMEOUT_MS),
+                    );
+                    MalformedHeader::new(name, reason)
+                }),
+        };
+        let mut guard = match config.admit_inbound(inbound, RouteLabel::Known(subject)) {
+            Verdict::Malformed(malformed) => {
+                // C9: a clear error naming the header, never "no deadline".
+                let mut headers = outcome("malformed");
+                headers.insert(DETAIL_HEADER, malformed.to_string());
+                return (headers, Bytes::new());
+            }
+            Verdict::Expired => return (outcome("expired"), Bytes::new()),
+            Verdict::Refused(refused) => return (refusal(refused), Bytes::new()),
+            Verdict::Admitted(guard) => guard,
+        };
+        let arrived = guard.budget().at_arrival();
+        if arrived < self.min_budget {
+            let refused = Refused::new(self.min_budget, arrived);
+            guard.answered_refused(refused);
+            guard.finish();
+            return (refusal(refused), Bytes::new());
+        }
+        match run_guarded(&guard, handler(request)).await {
+            Ok(payload) => {
+                guard.finish();
+                (HeaderMap::new(), payload)
+            }
+            Err(EndCause::Expired) => {
+                guard.expired();
+                (outcome("expired"), Bytes::new())
+            }
+            Err(EndCause::Cancelled) => {
+                guard.finish();
+                (outcome("cancelled"), Bytes::new())
+            }
+        }
+    }
+}
+
+fn refusal(refused: Refused) -> HeaderMap {
+    let mut headers = outcome("refused");
+    headers.insert(
+        REQUIRED_MS_HEADER,
+        millis::encode(refused.required()).as_str(),
+    );
+    headers.insert(
+        REMAINING_MS_HEADER,
+        millis::encode(refused.remaining()).as_str(),
+    );
+    headers
+}
+
+fn outcome(value: &str) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    headers.insert(OUTCOME_HEADER, value);
+    headers
+}

@@ -1,0 +1,182 @@
+//! The producer's side: write the deadline onto a message before it is published.
+//!
+//! A publish is one more hop (rule C11), so it is stamped like any outbound call: the current
+//! request's forward budget (remaining less hop margin and transit allowance, rule C2), but
+//! as an *absolute* instant, `deadline-epoch-ms`, because a message can wait in a backlog far
+//! longer than any clock skew. Beside it goes the budget the producing request started with
+//! (`deadline-origin-ms`), so a consumer can tell a message that started short from one that
+//! waited. Outside any request the profile's edge total is used, as for any outbound call
+//! (rule C8): a stamped message is never unbounded. A budget too small for the next hop
+//! refuses the publish (rule C3), so a message that could never be processed is not sent.
+
+use std::sync::Arc;
+
+use super::HeaderCarrier;
+use super::trace_link;
+use crate::clock::{SystemClock, WallClock};
+use crate::codec::{epoch, millis};
+use crate::{BudgetError, Deadline, Profile, RequestBudget, Source};
+
+/// What a [`Stamper`] wrote on a message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stamp {
+    /// The deadline, Unix epoch milliseconds (rounded down).
+    pub deadline_epoch_ms: u64,
+    /// The budget the producing request started with, milliseconds.
+    pub origin_ms: u64,
+    /// Where the budget came from: the ambient request's source, or `fallback` (C8).
+    pub source: Source,
+}
+
+/// Stamps outgoing messages with their deadline, from the current request budget.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// use std::collections::HashMap;
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use hopbudget::clock::SkewedClock;
+/// use hopbudget::queue::Stamper;
+/// use hopbudget::{Profile, RequestBudget};
+///
+/// let profile = Profile::default();
+/// let clock = Arc::new(SkewedClock::new(0));
+/// let stamper = Stamper::new(&profile).with_clock(clock);
+/// let request = RequestBudget::local(Duration::from_millis(500), profile.policy());
+/// let mut headers = HashMap::<String, String>::new();
+/// let stamp = request.scope(async { stamper.stamp(&mut headers) }).await.unwrap();
+/// // The origin is the budget the request started with; the deadline is 500 ms less the
+/// // 5 ms margin and 1 ms transit allowance from now (C2).
+/// assert_eq!(headers["deadline-origin-ms"], "500");
+/// assert_eq!(stamp.origin_ms, 500);
+/// assert!(stamp.deadline_epoch_ms > 0);
+/// # }
+/// ```
+#[derive(Clone, Debug)]
+pub struct Stamper {
+    deadline_header: Arc<str>,
+    origin_header: Arc<str>,
+    profile: Profile,
+    clock: Arc<dyn WallClock>,
+}
+
+impl Stamper {
+    /// A stamper using `profile`'s queue header names, hop policy and edge total, and the
+    /// system wall clock.
+    pub fn new(profile: &Profile) -> Self {
+        let (deadline, origin, _) = profile.queue();
+        Self {
+            deadline_header: deadline.into(),
+            origin_header: origin.into(),
+            profile: profile.clone(),
+            clock: Arc::new(SystemClock),
+        }
+    }
+
+    /// Read the wall clock from `clock` (tests, skew scenarios).
+    pub fn with_clock(mut self, clock: Arc<dyn WallClock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Stamp `headers` from the ambient request budget ([`RequestBudget::current`]), or from
+    /// the profile's edge total outside any request (rule C8).
+    pub fn stamp<C: HeaderCarrier + ?Sized>(&self, headers: &mut C) -> Result<Stamp, BudgetError> {
+        match RequestBudget::current() {
+            Some(budget) => self.stamp_with(&budget, headers),
+            None => {
+                tracing::debug!(
+                    edge_total_ms = self.profile.edge_total().as_millis() as u64,
+                    "deadline received: none; message published outside any request uses the edge total"
+                );
+                let budget = RequestBudget::new(
+                    Deadline::after(self.profile.edge_total()),
+                    Source::Fallback,
+                    self.profile.policy(),
+                );
+                self.stamp_with(&budget, headers)
+            }
+        }
+    }
+
+    /// Stamp `headers` from `budget`: its forward budget as an absolute deadline, its budget at
+    /// arrival as the origin, and the current trace as `traceparent` (feature `otlp`).
+    ///
+    /// Fails without writing anything when the forward budget is below the policy's refuse
+    /// threshold, or the budget has ended (rule C3).
+    pub fn stamp_with<C: HeaderCarrier + ?Sized>(
+        &self,
+        budget: &RequestBudget,
+        headers: &mut C,
+    ) -> Result<Stamp, BudgetError> {
+        let forward = budget.admit_forward()?;
+        let deadline = epoch::encode(forward, self.clock.now_unix_ms());
+        let origin = millis::encode(budget.at_arrival());
+        headers.set(&self.deadline_header, deadline.as_str());
+        headers.set(&self.origin_header, origin.as_str());
+        trace_link::inject(headers);
+        Ok(Stamp {
+            deadline_epoch_ms: epoch_value(deadline.as_str()),
+            origin_ms: u64::try_from(budget.at_arrival().as_millis()).unwrap_or(u64::MAX),
+            source: budget.source(),
+        })
+    }
+
+    /// The header names this stamper writes: deadline, origin.
+    pub fn headers(&self) -> (&str, &str) {
+        (&self.deadline_header, &self.origin_header)
+    }
+}
+
+fn epoch_value(digits: &str) -> u64 {
+    digits.parse().unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use std::time::Duration;
+
+    use super::*;
+    use crate::clock::{ManualClock, SkewedClock};
+
+    #[tokio::test(start_paused = true)]
+    async fn stamps_forward_budget_as_an_absolute_instant() {
+        let profile = Profile::default();
+        let stamper =
+            Stamper::new(&profile).with_clock(Arc::new(ManualClock::new(1_800_000_000_000)));
+        let budget = RequestBudget::local(Duration::from_millis(400), profile.policy());
+        tokio::time::advance(Duration::from_millis(100)).await;
+        let mut h = HashMap::new();
+        let stamp = stamper.stamp_with(&budget, &mut h).unwrap();
+        // 300 ms left, less 5 ms margin and 1 ms transit (C2).
+        assert_eq!(stamp.deadline_epoch_ms, 1_800_000_000_294);
+        assert_eq!(h["deadline-epoch-ms"], "1800000000294");
+        assert_eq!(h["deadline-origin-ms"], "400");
+        assert_eq!(stamp.source, Source::Local);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn outside_a_request_the_edge_total_is_stamped() {
+        let profile = Profile::default();
+        let stamper = Stamper::new(&profile).with_clock(Arc::new(ManualClock::new(1_000)));
+        let mut h = HashMap::new();
+        let stamp = stamper.stamp(&mut h).unwrap();
+        assert_eq!(stamp.source, Source::Fallback);
+        // edge total 1000 ms less 6 ms reserve.
+        assert_eq!(stamp.deadline_epoch_ms, 1_994);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_budget_below_the_threshold_refuses_and_writes_nothing() {
+        let profile = Profile::default();
+        let stamper = Stamper::new(&profile).with_clock(Arc::new(SkewedClock::new(0)));
+        let budget = RequestBudget::local(Duration::from_millis(15), profile.policy());
+        let mut h = HashMap::new();
+        let err = stamper.stamp_with(&budget, &mut h).unwrap_err();
+        assert!(matches!(err, BudgetError::Refused(_)), "{err:?}");
+        assert!(h.is_empty());
+    }
+}

@@ -1,0 +1,139 @@
+//! The trace link between a message's producer and its consumer.
+//!
+//! A consumed message is not a child of its producer's span: it may run hours later, after the
+//! producing request ended. OpenTelemetry models that as a *link*, and so does this module. The
+//! producer writes its trace position as a W3C `traceparent` header; the consumer's hop span
+//! links to it. With the `otlp` feature the link is a real OpenTelemetry span link (through
+//! `tracing-opentelemetry`) and the producer's `traceparent` comes from its current span;
+//! without it, a `traceparent` that some other propagator wrote is still recorded, as an event
+//! on the consumer's span.
+
+use tracing::Span;
+
+use super::HeaderCarrier;
+
+/// The W3C Trace Context header a producer's trace position travels in.
+pub const TRACEPARENT: &str = "traceparent";
+
+/// A parsed `traceparent`: version 00, trace id, parent span id, flags.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct TraceParent {
+    pub(crate) trace_id: u128,
+    pub(crate) span_id: u64,
+    pub(crate) flags: u8,
+}
+
+impl TraceParent {
+    /// Parse `00-<32 hex>-<16 hex>-<2 hex>`; all-zero ids are invalid (W3C Trace Context).
+    pub(crate) fn parse(value: &[u8]) -> Option<Self> {
+        let value = std::str::from_utf8(value).ok()?.trim();
+        let mut parts = value.split('-');
+        let (version, trace, span, flags) =
+            (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+        if parts.next().is_some()
+            || version != "00"
+            || trace.len() != 32
+            || span.len() != 16
+            || flags.len() != 2
+        {
+            return None;
+        }
+        let hex = |s: &str| s.bytes().all(|b| b.is_ascii_hexdigit());
+        if !(hex(trace) && hex(span) && hex(flags)) {
+            return None;
+        }
+        let parsed = Self {
+            trace_id: u128::from_str_radix(trace, 16).ok()?,
+            span_id: u64::from_str_radix(span, 16).ok()?,
+            flags: u8::from_str_radix(flags, 16).ok()?,
+        };
+        (parsed.trace_id != 0 && parsed.span_id != 0).then_some(parsed)
+    }
+
+    #[cfg_attr(not(feature = "otlp"), allow(dead_code))]
+    pub(crate) fn format(&self) -> String {
+        format!(
+            "00-{:032x}-{:016x}-{:02x}",
+            self.trace_id, self.span_id, self.flags
+        )
+    }
+}
+
+/// Write the current span's trace position as `traceparent` (feature `otlp`; otherwise
+/// nothing, and any `traceparent` already on the message stays).
+pub(super) fn inject<C: HeaderCarrier + ?Sized>(headers: &mut C) {
+    #[cfg(feature = "otlp")]
+    if let Some(parent) = current() {
+        headers.set(TRACEPARENT, &parent.format());
+    }
+    #[cfg(not(feature = "otlp"))]
+    let _ = headers;
+}
+
+#[cfg(feature = "otlp")]
+fn current() -> Option<TraceParent> {
+    use opentelemetry::trace::TraceContextExt;
+    use tracing_opentelemetry::OpenTelemetrySpanExt;
+
+    let cx = Span::current().context();
+    let span = cx.span();
+    let sc = span.span_context();
+    sc.is_valid().then(|| TraceParent {
+        trace_id: u128::from_be_bytes(sc.trace_id().to_bytes()),
+        span_id: u64::from_be_bytes(sc.span_id().to_bytes()),
+        flags: sc.trace_flags().to_u8(),
+    })
+}
+
+/// Link the consumer's hop span to the producer's trace, if the message carries a valid
+/// `traceparent`. An invalid one is ignored: it is not a deadline and must not stop the work.
+pub(super) fn link<C: HeaderCarrier + ?Sized>(span: &Span, headers: &C) {
+    if span.is_disabled() {
+        return;
+    }
+    let Some(parent) = headers.get(TRACEPARENT).and_then(TraceParent::parse) else {
+        return;
+    };
+    #[cfg(feature = "otlp")]
+    {
+        use opentelemetry::trace::{SpanContext, SpanId, TraceFlags, TraceId, TraceState};
+        use tracing_opentelemetry::OpenTelemetrySpanExt;
+
+        span.add_link(SpanContext::new(
+            TraceId::from_bytes(parent.trace_id.to_be_bytes()),
+            SpanId::from_bytes(parent.span_id.to_be_bytes()),
+            TraceFlags::new(parent.flags),
+            true,
+            TraceState::NONE,
+        ));
+    }
+    tracing::debug!(
+        parent: span,
+        producer.trace_id = %format_args!("{:032x}", parent.trace_id),
+        producer.span_id = %format_args!("{:016x}", parent.span_id),
+        "message produced under this trace"
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_w3c_traceparent_and_rejects_the_rest() {
+        let v = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let p = TraceParent::parse(v.as_bytes()).unwrap();
+        assert_eq!(p.format(), v);
+        for bad in [
+            "",
+            "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e473-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e473g-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-xx",
+        ] {
+            assert_eq!(TraceParent::parse(bad.as_bytes()), None, "{bad}");
+        }
+    }
+}

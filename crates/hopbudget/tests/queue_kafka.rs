@@ -1,0 +1,149 @@
+//! The queue boundary on a real Kafka-protocol broker (C11, S10): stamping, the gate before
+//! any work, and the dead-letter topic. The broker is `KAFKA_BROKERS`, or a `tansu` the tests
+//! start (see `kafka_support`).
+#![cfg(feature = "kafka")]
+
+mod kafka_support;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use hopbudget::codec::Carrier;
+use hopbudget::queue::kafka::{Consumer, Producer};
+use hopbudget::queue::{DETAIL_HEADER, Gate, HeaderCarrier, REASON_HEADER};
+use hopbudget::{Profile, RequestBudget, Source};
+use kafka_support::*;
+use rdkafka::Message;
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::FutureRecord;
+
+fn header(h: &OwnedHeaders, name: &str) -> String {
+    String::from_utf8_lossy(HeaderCarrier::get(h, name).unwrap_or_default()).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_expired_malformed_and_missing_each_go_where_the_contract_says() {
+    let brokers = ensure_broker();
+    let topic = unique("hb-gate");
+    let dead = format!("{topic}.dead");
+    create_topics(&brokers, &[&topic, &dead]).await;
+    let profile = Profile::default().with_service("billing");
+    let raw = producer(&brokers);
+    let producer = Producer::new(raw.clone(), &profile);
+
+    // Live, inside a request with 5 s left.
+    let request = RequestBudget::local(Duration::from_secs(5), profile.policy());
+    request
+        .scope(producer.send(&topic, Some("1"), "live", OwnedHeaders::new()))
+        .await
+        .unwrap();
+    // Expired an hour ago, with a header of the application's own; malformed; missing.
+    for (payload, deadline) in [
+        ("stale", Some("1000")),
+        ("malformed", Some("soon")),
+        ("missing", None),
+    ] {
+        let mut headers = OwnedHeaders::new().insert(Header {
+            key: "order-id",
+            value: Some(payload),
+        });
+        if let Some(d) = deadline {
+            headers = headers.insert(Header {
+                key: "deadline-epoch-ms",
+                value: Some(d),
+            });
+        }
+        raw.send(
+            FutureRecord::to(&topic)
+                .key(payload)
+                .payload(payload)
+                .headers(headers),
+            Duration::from_secs(5),
+        )
+        .await
+        .unwrap();
+    }
+
+    let group = unique("billing");
+    let records = consumer(&brokers, &group, &topic);
+    let gate = Gate::new(&profile, "orders");
+    let consumer = Consumer::new(gate, raw.clone(), dead.clone());
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let handler = |m: rdkafka::message::OwnedMessage| {
+        let seen = seen.clone();
+        async move {
+            let b = RequestBudget::current().expect("the handler runs inside the record's budget");
+            let name = String::from_utf8_lossy(m.payload().unwrap()).into_owned();
+            seen.lock().unwrap().push((name, b.source(), b.remaining()));
+            Ok::<(), std::convert::Infallible>(())
+        }
+    };
+    let done = async {
+        while consumer.stats().processed + consumer.stats().dead_lettered() < 4 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    tokio::select! {
+        r = consumer.run(&records, handler) => panic!("consumer stopped: {r:?}"),
+        r = tokio::time::timeout(Duration::from_secs(60), done) => r.expect("4 records not handled in 60 s"),
+    }
+
+    let seen = seen.lock().unwrap().clone();
+    let names: Vec<&str> = seen.iter().map(|(n, _, _)| n.as_str()).collect();
+    assert_eq!(
+        names,
+        ["live", "missing"],
+        "only live and missing records are processed"
+    );
+    assert_eq!(seen[0].1, Source::Carrier(Carrier::Queue));
+    assert!(seen[0].2 > Duration::from_secs(3), "{:?}", seen[0].2);
+    assert_eq!(
+        seen[1].1,
+        Source::Fallback,
+        "no deadline: the edge total (C8)"
+    );
+    let stats = consumer.stats();
+    assert_eq!((stats.processed, stats.expired, stats.malformed), (2, 1, 1));
+
+    let copies = read_all(&brokers, &dead, 2).await;
+    assert_eq!(copies.len(), 2);
+    let by = |p: &str| {
+        let m = copies
+            .iter()
+            .find(|m| m.payload() == Some(p.as_bytes()))
+            .unwrap();
+        assert_eq!(m.key(), Some(p.as_bytes()), "the key is kept");
+        m.headers().unwrap().clone()
+    };
+    let stale = by("stale");
+    assert_eq!(header(&stale, REASON_HEADER), "expired");
+    assert_eq!(
+        header(&stale, "order-id"),
+        "stale",
+        "all original headers are kept"
+    );
+    assert_eq!(header(&stale, "deadline-epoch-ms"), "1000");
+    let bad = by("malformed");
+    assert_eq!(header(&bad, REASON_HEADER), "malformed");
+    assert!(header(&bad, DETAIL_HEADER).contains("`deadline-epoch-ms`"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_below_the_threshold_is_not_produced() {
+    let brokers = ensure_broker();
+    let topic = unique("hb-refuse");
+    create_topics(&brokers, &[&topic]).await;
+    let profile = Profile::default();
+    let producer = Producer::new(producer(&brokers), &profile);
+    let short = RequestBudget::local(Duration::from_millis(12), profile.policy());
+    let err = short
+        .scope(producer.send(&topic, None::<&str>, "x", OwnedHeaders::new()))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("refused before start"), "{err}");
+    assert_eq!(
+        committed_and_end(&brokers, &unique("g"), &topic).1,
+        0,
+        "nothing reached the topic"
+    );
+}
