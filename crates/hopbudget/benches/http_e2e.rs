@@ -2,10 +2,13 @@
 //! bare and behind `ServerBudgetLayer`, measured side by side by one load generator.
 //!
 //! A hyper HTTP/1.1 client keeps `CONNECTIONS` keep-alive connections busy (one request in
-//! flight on each), every request carrying `x-request-timeout-ms: 500`. The two servers take
-//! turns, `ROUNDS` rounds of `ROUND` each, so drift on a shared machine falls on both alike;
+//! flight on each), every request carrying `x-request-timeout-ms: 500`. The servers take
+//! turns, `ROUNDS` rounds of `ROUND` each, so drift on a shared machine falls on all alike;
 //! the figure is the total count over the total time of each. Target: the layer loses at
 //! most 3% of the bare server's throughput.
+//!
+//! A third server with `tower-http`'s `TimeoutLayer` shows what a plain per-hop timeout costs
+//! on the same path.
 //!
 //! Run with `cargo bench -p hopbudget --bench http_e2e --features http,axum,metrics`.
 
@@ -77,28 +80,41 @@ fn main() {
         .build()
         .unwrap();
     rt.block_on(async {
-        let bare = serve(app()).await;
-        let layered = serve(app().layer(ServerBudgetLayer::new(Profile::default()))).await;
-        // Warm both up once.
-        round(bare).await;
-        round(layered).await;
-        let (mut n_bare, mut n_layered) = (0, 0);
+        // `tower-http`'s `TimeoutLayer` is what a service has without hopbudget: one fixed
+        // timeout per hop. It changes no body type, so axum does not box its responses.
+        #[allow(deprecated)]
+        let timeout = tower_http::timeout::TimeoutLayer::new(Duration::from_millis(500));
+        let servers = [
+            ("bare axum server", serve(app()).await),
+            ("tower-http TimeoutLayer", serve(app().layer(timeout)).await),
+            (
+                "ServerBudgetLayer",
+                serve(app().layer(ServerBudgetLayer::new(Profile::default()))).await,
+            ),
+        ];
+        // Warm every server up once.
+        for (_, addr) in &servers {
+            round(*addr).await;
+        }
+        let mut counts = [0u64; 3];
         let started = Instant::now();
         for _ in 0..ROUNDS {
-            n_bare += round(bare).await;
-            n_layered += round(layered).await;
+            for (count, (_, addr)) in counts.iter_mut().zip(&servers) {
+                *count += round(*addr).await;
+            }
         }
         let each = ROUND.as_secs_f64() * ROUNDS as f64;
-        let (bare_rps, layered_rps) = (n_bare as f64 / each, n_layered as f64 / each);
         println!(
             "{CONNECTIONS} connections, {ROUNDS} alternating rounds of {ROUND:?} each ({:.0?} in all)",
             started.elapsed()
         );
-        println!("bare axum server      {bare_rps:>10.0} req/s");
-        println!("with ServerBudgetLayer {layered_rps:>9.0} req/s");
-        println!(
-            "throughput lost: {:.1}%",
-            100.0 * (1.0 - layered_rps / bare_rps)
-        );
+        let bare = counts[0] as f64 / each;
+        for ((name, _), count) in servers.iter().zip(counts) {
+            let rps = count as f64 / each;
+            println!(
+                "{name:<24} {rps:>8.0} req/s  ({:+.1}% against bare)",
+                100.0 * (rps / bare - 1.0)
+            );
+        }
     });
 }

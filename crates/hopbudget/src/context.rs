@@ -326,9 +326,17 @@ impl RequestBudget {
     /// from the same instant (the HTTP and gRPC layers create one of these per request).
     fn starting_now(budget: Duration, source: Source, policy: HopPolicy) -> Self {
         let now = tokio::time::Instant::now();
-        let deadline = Deadline::after_from(now, budget);
+        // `now + budget` is the deadline and `budget` the budget at arrival, unless the sum
+        // leaves the clock's range and `after_from` caps it (no subtraction on the hot path).
+        let (deadline, at_arrival) = match now.checked_add(budget) {
+            Some(at) => (Deadline::at(at), budget),
+            None => {
+                let capped = Deadline::after_from(now, budget);
+                (capped, capped.remaining_at(now))
+            }
+        };
         Self::from_parts(Parts {
-            at_arrival: deadline.remaining_at(now),
+            at_arrival,
             ..Parts::root(deadline, source, policy)
         })
     }
@@ -600,12 +608,17 @@ impl RequestBudget {
     ///
     /// See the [example](Self#examples).
     pub fn cancel(&self) -> bool {
-        let remaining = self.remaining();
-        if remaining.is_zero() {
+        self.cancel_at(tokio::time::Instant::now())
+    }
+
+    /// [`cancel`](Self::cancel) with the clock already read: a server layer ending a request
+    /// has `now` in hand, and one clock read per request end is enough.
+    pub(crate) fn cancel_at(&self, now: tokio::time::Instant) -> bool {
+        if now >= self.deadline().instant() {
             return self.end_with(EXPIRED);
         }
         // Recorded against the creation deadline, which never moves.
-        let before = self.inner.deadline.remaining();
+        let before = self.inner.deadline.remaining_at(now);
         let nanos = u64::try_from(before.as_nanos()).map_or(NANOS_BITS, |n| n.min(NANOS_BITS));
         self.end_with(CANCELLED | nanos)
     }

@@ -157,7 +157,15 @@ impl HopConfig {
                 self.profile.route(p)
             }
         };
-        let label = self.route_label(route);
+        // The label from the rule already found: one scan of the profile's routes.
+        let label = match route {
+            RouteLabel::Matched { pattern, .. } | RouteLabel::Known(pattern) => pattern,
+            RouteLabel::Path(_) => rule.map_or(OTHER_ROUTE, RouteRule::pattern),
+            RouteLabel::Method(method) => match rule {
+                Some(rule) => rule.pattern(),
+                None => self.methods.label(method),
+            },
+        };
         let labels = HopLabels::for_route(&self.service, label, self.protocol)
             .with_low_budget(self.profile.low_budget());
         let policy = self.profile.policy();

@@ -152,9 +152,10 @@ impl HopGuard {
                 outcome
             }
             _ => {
-                let outcome = match self.budget.end_cause() {
+                // The clock was read once above; the budget's own cause, else its deadline.
+                let outcome = match self.budget.recorded_cause() {
                     Some(cause) => Outcome::from(cause),
-                    None if late.is_some() => Outcome::Expired,
+                    None if now >= deadline => Outcome::Expired,
                     None => Outcome::Completed,
                 };
                 hop.finish(outcome);
@@ -175,7 +176,7 @@ impl HopGuard {
         if outcome == Outcome::Expired {
             self.budget.expire();
         } else {
-            self.budget.cancel();
+            self.budget.cancel_at(now);
         }
     }
 }
@@ -185,10 +186,12 @@ impl Drop for HopGuard {
         let Some(hop) = self.hop.take() else { return };
         // Unfinished and dropped: the caller went away. `cancel` records expired instead when
         // the deadline had already passed (C4), and the outcome is whatever the budget says.
-        self.budget.cancel();
+        // `cancel_at` records a cause unless one was recorded already: either way the
+        // recorded cause is the outcome, with no second clock read.
+        self.budget.cancel_at(tokio::time::Instant::now());
         let outcome = self
             .budget
-            .end_cause()
+            .recorded_cause()
             .map_or(Outcome::Cancelled, Outcome::from);
         hop.finish(outcome);
     }
