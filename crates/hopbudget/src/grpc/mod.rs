@@ -168,7 +168,10 @@ pub(crate) fn status_parts(status: tonic::Status) -> http::response::Parts {
 
 /// Read `grpc-status` from a header or trailer map.
 fn grpc_status_of(headers: &http::HeaderMap) -> Option<i32> {
-    let v = headers.get("grpc-status")?;
+    // A `HeaderName` made once: looking up by `&str` parses and validates the name on every
+    // call, and this runs on every answer of every hop.
+    static GRPC_STATUS: http::HeaderName = http::HeaderName::from_static("grpc-status");
+    let v = headers.get(&GRPC_STATUS)?;
     std::str::from_utf8(v.as_bytes()).ok()?.trim().parse().ok()
 }
 
@@ -183,14 +186,16 @@ pub(crate) fn note_answer(
     let Some(code) = grpc_status_of(headers) else {
         return;
     };
-    let marked = headers.get(REFUSED_METADATA).map(|v| v.as_bytes());
-    let ms = |name: &str| -> Option<Duration> {
+    let marked = headers
+        .get(&crate::http::OUTCOME_HEADER)
+        .map(|v| v.as_bytes());
+    let ms = |name: &http::HeaderName| -> Option<Duration> {
         let v = std::str::from_utf8(headers.get(name)?.as_bytes()).ok()?;
         Some(Duration::from_millis(v.trim().parse().ok()?))
     };
     if marked == Some(b"refused".as_slice()) {
-        if let Some(required) = ms(REQUIRED_MS_HEADER) {
-            let remaining = ms(REMAINING_MS_HEADER).unwrap_or_default();
+        if let Some(required) = ms(&crate::http::REQUIRED_HEADER) {
+            let remaining = ms(&crate::http::REMAINING_HEADER).unwrap_or_default();
             guard.answered_refused(Refused::new(required, remaining));
             return;
         }

@@ -1,7 +1,9 @@
 //! Route labels from a bounded set (rule C20): metric series and cached keys must not grow
 //! with the distinct paths clients send.
 
+use std::cell::RefCell;
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 /// The route label every request shares when its route is not known: a path no router
@@ -36,42 +38,91 @@ pub enum RouteLabel<'a> {
 }
 
 /// The distinct gRPC methods seen so far, up to [`MAX_METHODS`].
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct MethodSet {
     seen: RwLock<HashSet<Arc<str>>>,
+    // Names this set in each thread's cache of recently labelled methods.
+    id: u64,
+}
+
+impl Default for MethodSet {
+    fn default() -> Self {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        Self {
+            seen: RwLock::default(),
+            id: NEXT.fetch_add(1, Ordering::Relaxed),
+        }
+    }
+}
+
+/// Methods each thread labelled last, per set: a server sees the same few methods over and
+/// over, and a short string compare costs less than validating the path, taking the lock
+/// and hashing the name on every call.
+const RECENT_METHODS: usize = 8;
+
+thread_local! {
+    static RECENT: RefCell<Vec<(u64, Arc<str>)>> = const { RefCell::new(Vec::new()) };
 }
 
 impl MethodSet {
-    /// `method` itself while there is room for it, else [`OTHER_ROUTE`].
     pub(crate) fn label<'a>(&self, method: &'a str) -> &'a str {
-        if !is_method_path(method) {
+        let recent = RECENT.try_with(|recent| {
+            recent.try_borrow().is_ok_and(|recent| {
+                recent
+                    .iter()
+                    .any(|(id, m)| *id == self.id && **m == *method)
+            })
+        });
+        if recent == Ok(true) {
+            return method;
+        }
+        let Some(known) = self.admit(method) else {
             return OTHER_ROUTE;
+        };
+        let _ = RECENT.try_with(|recent| {
+            if let Ok(mut recent) = recent.try_borrow_mut() {
+                if recent.len() == RECENT_METHODS {
+                    recent.remove(0);
+                }
+                recent.push((self.id, known));
+            }
+        });
+        method
+    }
+
+    /// The set's own copy of `method`, added while there is room; `None` once it is full.
+    fn admit(&self, method: &str) -> Option<Arc<str>> {
+        if !is_method_path(method) {
+            return None;
         }
         {
             let seen = self
                 .seen
                 .read()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
-            if seen.contains(method) {
-                return method;
+            if let Some(known) = seen.get(method) {
+                return Some(known.clone());
             }
             if seen.len() >= MAX_METHODS {
-                return OTHER_ROUTE;
+                return None;
             }
         }
         let mut seen = self
             .seen
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if seen.len() >= MAX_METHODS && !seen.contains(method) {
-            return OTHER_ROUTE;
+        if let Some(known) = seen.get(method) {
+            return Some(known.clone());
         }
-        seen.insert(Arc::from(method));
-        method
+        if seen.len() >= MAX_METHODS {
+            return None;
+        }
+        let known: Arc<str> = Arc::from(method);
+        seen.insert(known.clone());
+        Some(known)
     }
 }
 
-/// `/service/method`, each part non-empty, nothing else: the only shape a gRPC method has.
 fn is_method_path(path: &str) -> bool {
     let Some(rest) = path.strip_prefix('/') else {
         return false;
@@ -106,5 +157,20 @@ mod tests {
             "known stays known"
         );
         assert_eq!(set.label("/x.S/new"), OTHER_ROUTE);
+    }
+
+    #[test]
+    fn a_method_known_to_one_set_is_not_known_to_another() {
+        // The thread's cache of recent methods is per set: a full set stays full.
+        let full = MethodSet::default();
+        for i in 0..MAX_METHODS {
+            let m = format!("/x.S/M{i}");
+            assert_eq!(full.label(&m), m);
+        }
+        let open = MethodSet::default();
+        // Now in this thread's cache, for `open`.
+        assert_eq!(open.label("/shop.Tax/Quote"), "/shop.Tax/Quote");
+        assert_eq!(full.label("/shop.Tax/Quote"), OTHER_ROUTE);
+        assert_eq!(open.label("/shop.Tax/Quote"), "/shop.Tax/Quote");
     }
 }
