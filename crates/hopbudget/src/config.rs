@@ -1,8 +1,9 @@
 //! Reading YAML configuration files with errors a person can act on: every problem names the
 //! file, the field (as a path, `status.http.expired`, `routes[2].path`) and the reason.
 //!
-//! The adoption profile uses it, and so does anything else that is configured from YAML (the
-//! demo's topology files). Parsing goes through a generic tree first so that a structural
+//! The adoption profile reports its problems as a [`ConfigError`]; so can anything else that is
+//! configured from YAML (the `hopbudget` command's topology files build one with
+//! [`ConfigError::one`] and [`Issue::new`]). Parsing goes through a generic tree first so that a structural
 //! error (an unknown field, a wrong type) can name the field path it is at; semantic checks
 //! then add every further problem they find.
 
@@ -78,7 +79,7 @@ impl fmt::Display for ConfigError {
 impl std::error::Error for ConfigError {}
 
 /// Read a configuration file's text; a file that cannot be read is a `(file)` problem.
-pub fn read_file(kind: &'static str, path: &Path) -> Result<String, ConfigError> {
+pub(crate) fn read_file(kind: &'static str, path: &Path) -> Result<String, ConfigError> {
     std::fs::read_to_string(path).map_err(|e| {
         ConfigError::one(
             kind,
@@ -90,7 +91,7 @@ pub fn read_file(kind: &'static str, path: &Path) -> Result<String, ConfigError>
 
 /// Parse YAML text into `T`. Empty text (or only comments) parses as an empty mapping, so a
 /// type whose fields all have defaults accepts it.
-pub fn parse_yaml<T: DeserializeOwned>(
+pub(crate) fn parse_yaml<T: DeserializeOwned>(
     kind: &'static str,
     text: &str,
     origin: &Path,

@@ -9,8 +9,7 @@
 
 use std::time::Duration;
 
-pub use super::Decimal as Encoded;
-use super::{InvalidValue, parse_digits, trim};
+use super::{Encoded, InvalidValue, parse_digits, trim};
 
 /// More digits than any plausible epoch-millisecond timestamp (13 today) but bounded.
 pub const MAX_DIGITS: u8 = 16;
@@ -45,7 +44,7 @@ pub fn encode(budget: Duration, now_unix_ms: u64) -> Encoded {
     let at = now_unix_ms
         .saturating_add(ms)
         .min(10u64.pow(MAX_DIGITS as u32) - 1);
-    Encoded::new(at)
+    Encoded::decimal(at)
 }
 
 #[cfg(test)]

@@ -9,8 +9,7 @@
 
 use std::time::Duration;
 
-pub use super::Decimal as Encoded;
-use super::{InvalidValue, parse_digits, trim};
+use super::{Encoded, InvalidValue, parse_digits, trim};
 
 /// Digit limit for hopbudget's own relative header: anything longer is not a budget.
 pub const MAX_DIGITS: u8 = 19;
@@ -64,7 +63,7 @@ pub fn decode_connect(value: &[u8]) -> Result<Duration, InvalidValue> {
 /// ```
 pub fn encode(budget: Duration) -> Encoded {
     let ms = u64::try_from(budget.as_millis()).map_or(MAX_MS, |ms| ms.min(MAX_MS));
-    Encoded::new(ms)
+    Encoded::decimal(ms)
 }
 
 /// Encode for Connect: rounded down and capped at ten digits.

@@ -4,16 +4,18 @@
 //! Codecs are pure functions over bytes. They never panic, enforce the carrier's length limits
 //! in both directions, round *down* when encoding (rule C2: the downstream must never be told it
 //! has more time than the caller had), and report a typed [`InvalidValue`] that says what was
-//! wrong. [`inbound`] combines them: it reads every carrier a profile enables and lets the
+//! wrong. [`read_inbound`] combines them: it reads every carrier a profile enables and lets the
 //! tightest win (rule C9).
 
+mod encoded;
 pub mod epoch;
 pub mod grpc_timeout;
-pub mod inbound;
+mod inbound;
 pub mod millis;
 
 use std::fmt;
 
+pub use encoded::Encoded;
 pub use inbound::{Inbound, InboundCarriers, MalformedHeader, read_inbound};
 
 /// Header carrying the gRPC relative timeout (`100m`, `2S`, ...).
@@ -217,50 +219,6 @@ pub(crate) fn trim(value: &[u8]) -> &[u8] {
     value.trim_ascii()
 }
 
-/// A decimal number encoded on the stack, ready to go into a header: what the millisecond and
-/// epoch encoders return.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Decimal {
-    buf: [u8; 20],
-    start: u8,
-}
-
-impl Decimal {
-    /// `n` in decimal; a `u64` never needs more than 20 digits.
-    pub fn new(mut n: u64) -> Self {
-        let mut buf = [0u8; 20];
-        let mut i = buf.len();
-        loop {
-            i -= 1;
-            buf[i] = b'0' + (n % 10) as u8;
-            n /= 10;
-            if n == 0 {
-                return Self {
-                    buf,
-                    start: i as u8,
-                };
-            }
-        }
-    }
-
-    /// The digits as text.
-    pub fn as_str(&self) -> &str {
-        std::str::from_utf8(self.as_bytes()).unwrap_or("0")
-    }
-
-    /// The digits as bytes.
-    pub fn as_bytes(&self) -> &[u8] {
-        &self.buf[self.start as usize..]
-    }
-
-    /// As an HTTP header value.
-    pub fn to_header_value(&self) -> http::HeaderValue {
-        // Only ASCII digits are ever written, which is always a valid header value.
-        http::HeaderValue::from_bytes(self.as_bytes())
-            .unwrap_or_else(|_| http::HeaderValue::from_static("0"))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -276,12 +234,5 @@ mod tests {
         assert_eq!(parse_digits(b"12a", 8), Err(InvalidValue::NotADigit));
         assert_eq!(parse_digits(b"", 8), Err(InvalidValue::Empty));
         assert_eq!(parse_digits(b"99999999999999999999", 20), Ok(u64::MAX));
-    }
-
-    #[test]
-    fn decimal_round_trips() {
-        for n in [0u64, 7, 10, 12_345, u64::MAX] {
-            assert_eq!(Decimal::new(n).as_str(), n.to_string());
-        }
     }
 }

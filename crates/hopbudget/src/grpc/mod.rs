@@ -20,7 +20,7 @@
 //! Every status these layers produce is a trailers-only gRPC response (HTTP 200 with
 //! `grpc-status` and `grpc-message` in the headers), built with `tonic::Status::into_http`,
 //! with the codes of the profile's [`GrpcStatusMap`]. Each also carries the
-//! [`REFUSED_METADATA`] entry `x-deadline-outcome`
+//! [`OUTCOME_METADATA`] entry `x-deadline-outcome`
 //! (`refused`, `expired` or `cancelled`); a refusal adds `x-deadline-required-ms` and
 //! `x-deadline-remaining-ms`. [`outcome`] and [`refusal`] read them back from a
 //! `tonic::Status`, and [`BudgetError::from_grpc`](crate::BudgetError::from_grpc) (or
@@ -58,7 +58,7 @@ use std::time::Duration;
 
 use crate::error::{BudgetError, Refused};
 use crate::status::{
-    GrpcCode, GrpcStatusMap, Outcome, REFUSED_METADATA, REMAINING_MS_HEADER, REQUIRED_MS_HEADER,
+    GrpcCode, GrpcStatusMap, Outcome, OUTCOME_METADATA, REMAINING_MS_HEADER, REQUIRED_MS_HEADER,
 };
 
 /// The tonic code for a profile's [`GrpcCode`].
@@ -108,7 +108,7 @@ fn err_refused(err: &BudgetError) -> Option<Refused> {
 fn mark(status: &mut tonic::Status, outcome: Outcome, refused: Option<Refused>) {
     let md = status.metadata_mut();
     md.insert(
-        REFUSED_METADATA,
+        OUTCOME_METADATA,
         tonic::metadata::AsciiMetadataValue::from_static(outcome.as_str()),
     );
     if let Some(r) = refused {
@@ -133,7 +133,7 @@ impl From<BudgetError> for tonic::Status {
 pub fn outcome(status: &tonic::Status) -> Option<Outcome> {
     let marked = status
         .metadata()
-        .get(REFUSED_METADATA)
+        .get(OUTCOME_METADATA)
         .and_then(|v| v.to_str().ok());
     match status.code() {
         tonic::Code::DeadlineExceeded if marked == Some("refused") => Some(Outcome::Refused),
@@ -183,7 +183,7 @@ pub(crate) fn note_answer(
     let Some(code) = grpc_status_of(headers) else {
         return;
     };
-    let marked = headers.get(REFUSED_METADATA).map(|v| v.as_bytes());
+    let marked = headers.get(OUTCOME_METADATA).map(|v| v.as_bytes());
     let ms = |name: &str| -> Option<Duration> {
         let v = std::str::from_utf8(headers.get(name)?.as_bytes()).ok()?;
         Some(Duration::from_millis(v.trim().parse().ok()?))

@@ -69,6 +69,13 @@ impl BudgetMiddleware {
         }
     }
 
+    /// The profile this middleware follows.
+    ///
+    /// See the [module example](crate::http::reqwest#example).
+    pub fn profile(&self) -> &Profile {
+        &self.shared.profile
+    }
+
     /// Send deadline headers to every host this client calls, whatever the profile's
     /// `outbound.trusted_hosts` says.
     pub fn trust_all(self) -> Self {

@@ -4,7 +4,7 @@ use tower_layer::Layer;
 
 use super::GrpcClient;
 use crate::http::client::{Shared, Trust};
-use crate::profile::Profile;
+use crate::Profile;
 
 /// Applies [`GrpcClient`] to a tonic `Channel` or any tower gRPC client service. See the
 /// [module docs](super).

@@ -6,7 +6,7 @@ use super::GrpcServer;
 use crate::clock::WallClock;
 use crate::lifecycle::HopConfig;
 use crate::observe::Protocol;
-use crate::profile::Profile;
+use crate::Profile;
 
 /// Applies [`GrpcServer`] to a tonic server's services. See the [module docs](super).
 ///

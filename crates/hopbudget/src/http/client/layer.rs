@@ -25,6 +25,13 @@ impl ClientBudgetLayer {
         }
     }
 
+    /// The profile this layer follows.
+    ///
+    /// See the [module example](super#example).
+    pub fn profile(&self) -> &Profile {
+        &self.shared.profile
+    }
+
     /// Send deadline headers to every destination of this client, whatever the profile's
     /// `outbound.trusted_hosts` says (for a client that only ever calls internal services).
     pub fn trust_all(self) -> Self {
