@@ -73,7 +73,11 @@ mod tests {
     fn errors_name_file_field_and_reason() {
         let err = parse_yaml::<Doc>("thing", "port: many\n", Path::new("x.yaml")).unwrap_err();
         assert_eq!(err.issues[0].field, "port");
-        assert!(err.to_string().starts_with("invalid thing x.yaml: 1 problem"), "{err}");
+        assert!(
+            err.to_string()
+                .starts_with("invalid thing x.yaml: 1 problem"),
+            "{err}"
+        );
         let err = parse_yaml::<Doc>("thing", "a: [\n", Path::new("x.yaml")).unwrap_err();
         assert_eq!(err.issues[0].field, "(yaml)");
         let err = read_file("thing", Path::new("/nonexistent/x.yaml")).unwrap_err();

@@ -4,6 +4,8 @@
 //! the demo can skew it (scenario S3) or step it mid-request (scenario S5) without touching the
 //! machine's time: implement [`WallClock`] and hand it to a layer's `with_wall_clock` or a queue
 //! stamper's or gate's `with_clock`.
+//!
+//! See the example on [`WallClock`].
 
 #[cfg(test)]
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -59,8 +61,8 @@ impl WallClock for SystemClock {
     }
 }
 
-/// The real wall clock shifted by an adjustable offset: a host whose clock is ahead or behind,
-/// or one that NTP steps while a request is in flight. For tests.
+/// The real wall clock shifted by a fixed offset: a host whose clock is ahead or behind.
+/// For tests.
 #[cfg(test)]
 #[derive(Debug, Default)]
 pub(crate) struct SkewedClock {
@@ -74,11 +76,6 @@ impl SkewedClock {
         Self {
             offset_ms: AtomicI64::new(offset_ms),
         }
-    }
-
-    /// Step the clock by `delta_ms`, as an NTP correction would.
-    pub(crate) fn step(&self, delta_ms: i64) {
-        self.offset_ms.fetch_add(delta_ms, Ordering::SeqCst);
     }
 }
 

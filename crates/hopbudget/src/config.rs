@@ -6,6 +6,8 @@
 //! [`ConfigError::one`] and [`Issue::new`]). Parsing goes through a generic tree first so that a structural
 //! error (an unknown field, a wrong type) can name the field path it is at; semantic checks
 //! then add every further problem they find.
+//!
+//! See the example on [`ConfigError`].
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -13,6 +15,8 @@ use std::path::{Path, PathBuf};
 use serde::de::DeserializeOwned;
 
 /// One problem with a configuration file.
+///
+/// See the [example](ConfigError#examples).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Issue {
     /// The field, as a path (`status.http.expired`, `routes[2].path`).
@@ -23,6 +27,8 @@ pub struct Issue {
 
 impl Issue {
     /// A problem with `field`.
+    ///
+    /// See the [example](ConfigError#examples).
     pub fn new(field: impl Into<String>, reason: impl Into<String>) -> Self {
         Self {
             field: field.into(),
@@ -32,6 +38,25 @@ impl Issue {
 }
 
 /// A rejected configuration file: every problem found, with the file it came from.
+///
+/// # Examples
+///
+/// ```
+/// use hopbudget::Profile;
+/// use hopbudget::config::{ConfigError, Issue};
+///
+/// // What `Profile::from_yaml` returns for a bad profile: every problem, by field.
+/// let err: ConfigError = Profile::from_yaml("max_ms: -1\n", "profiles/bad.yaml").unwrap_err();
+/// assert_eq!((err.kind, err.issues[0].field.as_str()), ("profile", "max_ms"));
+/// assert!(err.to_string().starts_with("invalid profile profiles/bad.yaml: 1 problem"));
+///
+/// // Another YAML-configured tool reports its own problems the same way.
+/// let err = ConfigError::one("topology", "demo.yaml", Issue::new("services[2].port", "already used"));
+/// assert_eq!(
+///     err.to_string(),
+///     "invalid topology demo.yaml: 1 problem\n  demo.yaml: field `services[2].port`: already used"
+/// );
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConfigError {
     /// What kind of file this is, for the message (`profile`, `topology`).
@@ -44,6 +69,8 @@ pub struct ConfigError {
 
 impl ConfigError {
     /// An error with one problem.
+    ///
+    /// See the [example](ConfigError#examples).
     pub fn one(kind: &'static str, origin: impl Into<PathBuf>, issue: Issue) -> Self {
         Self {
             kind,

@@ -1,4 +1,6 @@
 //! How a hop ended: the four terminal outcomes (rules C4, C5, C10).
+//!
+//! See the example on [`Outcome`].
 
 use std::fmt;
 
@@ -14,6 +16,8 @@ use serde::{Deserialize, Serialize};
 ///
 /// assert_eq!(Outcome::Expired.as_str(), "expired");
 /// assert!(Outcome::Refused.may_retry() && !Outcome::Expired.may_retry());
+/// let names: Vec<String> = Outcome::ALL.iter().map(|o| o.to_string()).collect();
+/// assert_eq!(names, ["completed", "refused", "expired", "cancelled"]);
 ///
 /// // The contract's spelling (a profile may change the codes, never to 429).
 /// let http = HttpStatusMap::default();
@@ -40,6 +44,8 @@ pub enum Outcome {
 
 impl Outcome {
     /// All four, for exhaustive reporting.
+    ///
+    /// See the [example](Outcome#examples).
     pub const ALL: [Outcome; 4] = [
         Outcome::Completed,
         Outcome::Refused,

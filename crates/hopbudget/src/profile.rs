@@ -4,6 +4,13 @@
 //! A profile is checked whole at start-up. Every problem is reported with the file, the field
 //! and the reason, and a service with a bad profile does not start. `profiles/default.yaml`
 //! documents every field; `hopbudget profile check FILE` prints the resolved profile.
+//!
+//! The validated profile is [`hopbudget::Profile`](crate::Profile), at the crate root. This
+//! module holds the YAML schema it is built from ([`ProfileSpec`] and its parts) and the
+//! resolved pieces it hands out ([`RouteRule`], [`TrustedHosts`]). Its errors are
+//! [`config::ConfigError`](crate::config::ConfigError)s.
+//!
+//! See the example on [`Profile`](crate::Profile#examples).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -22,7 +29,9 @@ mod trust;
 pub(crate) mod validated;
 
 pub use trust::TrustedHosts;
-pub(crate) use validated::Profile;
+// Named here for this module's doc links (`Profile#examples`) and its tests.
+#[allow(unused_imports)]
+use validated::Profile;
 
 /// The profile as written in YAML: plain values, before validation. Every field has a default,
 /// so a profile file need only name what it changes.
@@ -113,6 +122,8 @@ pub struct RouteSpec {
 }
 
 /// How a route learns its refuse threshold, as written in YAML.
+///
+/// See the [example](Profile#examples), whose `/quote` route learns.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct LearnSpec {
@@ -357,6 +368,8 @@ pub struct RouteRule {
 impl RouteRule {
     /// The refuse threshold now: `max(min_budget, learned)` for a learning route, else
     /// `min_budget` (rule C3).
+    ///
+    /// See the [example](Profile#examples).
     pub fn threshold(&self) -> Duration {
         self.learned
             .as_ref()
@@ -364,6 +377,8 @@ impl RouteRule {
     }
 
     /// The refuse threshold as of `now`, for a caller that has read the clock already.
+    ///
+    /// See the [example](Profile#examples).
     pub fn threshold_at(&self, now: tokio::time::Instant) -> Duration {
         self.learned
             .as_ref()
@@ -373,6 +388,8 @@ impl RouteRule {
     /// The route's learned threshold, if it learns. The server layers (every adapter of
     /// [`crate::lifecycle`]) record each completed request's latency into it; other code may
     /// record too.
+    ///
+    /// See the [example](Profile#examples).
     pub fn learned(&self) -> Option<&LearnedThreshold> {
         self.learned.as_deref()
     }

@@ -3,6 +3,8 @@
 //! Four ways a hop ends, kept distinct everywhere: on the wire, in traces and in metrics.
 //! Expiry (the budget ran out) is never reported as cancellation (the caller left), and neither
 //! is ever spelled 429 / RESOURCE_EXHAUSTED, which mean quota, not time.
+//!
+//! See the example on [`Outcome`](crate::Outcome#examples), which spells each outcome with these maps.
 
 use serde::{Deserialize, Serialize};
 
@@ -146,20 +148,41 @@ impl GrpcStatusMap {
 }
 
 /// Response header / gRPC metadata naming the budget a refuser needed, in ms.
+///
+/// See the [example](OUTCOME_METADATA#examples).
 pub const REQUIRED_MS_HEADER: &str = "x-deadline-required-ms";
 /// Response header / gRPC metadata naming the budget a refuser was given, in ms.
+///
+/// See the [example](OUTCOME_METADATA#examples).
 pub const REMAINING_MS_HEADER: &str = "x-deadline-remaining-ms";
 /// Response header / gRPC metadata naming how the hop ended, on every answer a hopbudget
-/// layer makes itself: `refused`, `expired`, `cancelled` (and `completed` where a protocol
-/// needs it). A client reads it before the status code, so a refusal (which shares 503 /
-/// DEADLINE_EXCEEDED with other causes) and a proxy's 504 are told apart from hopbudget's own.
+/// layer makes itself: `refused`, `expired` or `cancelled`. A client reads it before the status
+/// code, so a refusal (which shares 503 / DEADLINE_EXCEEDED with other causes) and a proxy's
+/// 504 are told apart from hopbudget's own answers. A refusal adds [`REQUIRED_MS_HEADER`] and
+/// [`REMAINING_MS_HEADER`].
+///
+/// # Examples
+///
+/// A refusal as a hopbudget server sends it, read back by hand (the client layers and
+/// `grpc::refusal` do this for you):
 ///
 /// ```
-/// use hopbudget::status::OUTCOME_METADATA;
-/// use hopbudget::{BudgetError, Profile};
+/// use std::time::Duration;
+/// use hopbudget::Refused;
+/// use hopbudget::status::{OUTCOME_METADATA, REMAINING_MS_HEADER, REQUIRED_MS_HEADER};
 ///
-/// let answer = hopbudget::http::budget_response(&BudgetError::Expired, Profile::default().http_status());
-/// assert_eq!(answer.headers()[OUTCOME_METADATA], "expired");
+/// let mut headers = http::HeaderMap::new();
+/// headers.insert(OUTCOME_METADATA, "refused".parse().unwrap());
+/// headers.insert(REQUIRED_MS_HEADER, "200".parse().unwrap());
+/// headers.insert(REMAINING_MS_HEADER, "120".parse().unwrap());
+///
+/// let ms = |name: &str| headers[name].to_str().ok()?.parse().ok().map(Duration::from_millis);
+/// let refused = match headers.get(OUTCOME_METADATA).map(|v| v.as_bytes()) {
+///     Some(b"refused") => ms(REQUIRED_MS_HEADER).zip(ms(REMAINING_MS_HEADER)),
+///     _ => None,
+/// };
+/// let (required, remaining) = refused.expect("a refusal");
+/// assert_eq!(Refused::new(required, remaining).required(), Duration::from_millis(200));
 /// ```
 pub const OUTCOME_METADATA: &str = "x-deadline-outcome";
 

@@ -8,7 +8,7 @@ use http::{HeaderName, HeaderValue, Response, StatusCode};
 use crate::codec::millis;
 use crate::error::{BudgetError, Refused};
 use crate::status::{
-    HttpStatusMap, Outcome, OUTCOME_METADATA, REMAINING_MS_HEADER, REQUIRED_MS_HEADER,
+    HttpStatusMap, OUTCOME_METADATA, Outcome, REMAINING_MS_HEADER, REQUIRED_MS_HEADER,
 };
 
 /// Turns a dropped waiter's [`BudgetError`] into what the wrapped service returns.

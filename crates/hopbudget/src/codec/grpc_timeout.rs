@@ -21,14 +21,20 @@
 //! Encoding picks the most precise unit whose value fits in 8 digits and rounds *down*, so
 //! what goes on the wire is never more than the budget (rule C2). Budgets beyond the largest
 //! encodable value (`99999999H`) are sent as that value.
+//!
+//! See the examples on [`decode`] and [`encode`].
 
 use std::time::Duration;
 
 use super::{Encoded, InvalidValue, parse_digits, trim};
 
 /// The largest value the header may carry in any unit.
+///
+/// See the example on [`decode`].
 pub const MAX_VALUE: u64 = 99_999_999;
 /// The spec's digit limit.
+///
+/// See the example on [`decode`].
 pub const MAX_DIGITS: u8 = 8;
 
 /// Decode a `grpc-timeout` value.
@@ -40,6 +46,9 @@ pub const MAX_DIGITS: u8 = 8;
 /// assert_eq!(grpc_timeout::decode(b"100m"), Ok(Duration::from_millis(100)));
 /// assert_eq!(grpc_timeout::decode(b"2M"), Ok(Duration::from_secs(120)));
 /// assert!(grpc_timeout::decode(b"100s").is_err()); // units are case-sensitive
+/// // The spec's limits: at most `MAX_DIGITS` digits, so at most `MAX_VALUE` in any unit.
+/// assert_eq!(grpc_timeout::MAX_VALUE.to_string().len(), usize::from(grpc_timeout::MAX_DIGITS));
+/// assert_eq!(grpc_timeout::decode(b"99999999H"), Ok(Duration::from_secs(grpc_timeout::MAX_VALUE * 3600)));
 /// ```
 pub fn decode(value: &[u8]) -> Result<Duration, InvalidValue> {
     let value = trim(value);

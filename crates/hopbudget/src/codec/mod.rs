@@ -6,6 +6,35 @@
 //! has more time than the caller had), and report a typed [`InvalidValue`] that says what was
 //! wrong. [`read_inbound`] combines them: it reads every carrier a profile enables and lets the
 //! tightest win (rule C9).
+//!
+//! # Example
+//!
+//! The header names, one constant per carrier, and a budget read from them:
+//!
+//! ```
+//! use std::time::Duration;
+//! use http::HeaderMap;
+//! use hopbudget::clock::SystemClock;
+//! use hopbudget::codec::{self, Carrier, InboundCarriers, read_inbound};
+//!
+//! assert_eq!(codec::GRPC_TIMEOUT, Carrier::GrpcTimeout.default_header());
+//! assert_eq!(codec::REQUEST_TIMEOUT_MS, Carrier::RelativeMs.default_header());
+//! assert_eq!(codec::REQUEST_DEADLINE, Carrier::EpochMs.default_header());
+//! assert_eq!(codec::CONNECT_TIMEOUT_MS, Carrier::Connect.default_header());
+//! assert_eq!(codec::ENVOY_EXPECTED_RQ_TIMEOUT_MS, Carrier::Envoy.default_header());
+//! assert_eq!(codec::QUEUE_DEADLINE_EPOCH_MS, Carrier::Queue.default_header());
+//! assert_eq!(codec::QUEUE_ORIGIN_BUDGET_MS, "deadline-origin-ms"); // the queue's second header
+//!
+//! // A gRPC call behind Envoy: both carriers arrive, the tightest wins (C9).
+//! let mut headers = HeaderMap::new();
+//! headers.insert(codec::GRPC_TIMEOUT, "900m".parse().unwrap());
+//! headers.insert(codec::ENVOY_EXPECTED_RQ_TIMEOUT_MS, "250".parse().unwrap());
+//! let carriers = InboundCarriers::new([Carrier::GrpcTimeout, Carrier::Envoy]);
+//! let inbound = read_inbound(&headers, &carriers, Duration::from_secs(30), &SystemClock)
+//!     .unwrap()
+//!     .expect("a carrier arrived");
+//! assert_eq!((inbound.carrier, inbound.budget), (Carrier::Envoy, Duration::from_millis(250)));
+//! ```
 
 mod encoded;
 pub mod epoch;
@@ -19,18 +48,32 @@ pub use encoded::Encoded;
 pub use inbound::{Inbound, InboundCarriers, MalformedHeader, read_inbound};
 
 /// Header carrying the gRPC relative timeout (`100m`, `2S`, ...).
+///
+/// See the [module example](self#example).
 pub const GRPC_TIMEOUT: &str = "grpc-timeout";
 /// hopbudget's default HTTP header: the remaining budget in relative milliseconds.
+///
+/// See the [module example](self#example).
 pub const REQUEST_TIMEOUT_MS: &str = "x-request-timeout-ms";
 /// HTTP header for trusted clocks: the deadline as absolute Unix epoch milliseconds.
+///
+/// See the [module example](self#example).
 pub const REQUEST_DEADLINE: &str = "x-request-deadline";
 /// Connect protocol timeout header: relative milliseconds, at most 10 digits.
+///
+/// See the [module example](self#example).
 pub const CONNECT_TIMEOUT_MS: &str = "connect-timeout-ms";
 /// Set by Envoy on requests it forwards: the route timeout in relative milliseconds.
+///
+/// See the [module example](self#example).
 pub const ENVOY_EXPECTED_RQ_TIMEOUT_MS: &str = "x-envoy-expected-rq-timeout-ms";
 /// Queue message header: the deadline as absolute Unix epoch milliseconds.
+///
+/// See the [module example](self#example).
 pub const QUEUE_DEADLINE_EPOCH_MS: &str = "deadline-epoch-ms";
 /// Queue message header: the budget the producer's request started with, in milliseconds.
+///
+/// See the [module example](self#example).
 pub const QUEUE_ORIGIN_BUDGET_MS: &str = "deadline-origin-ms";
 
 /// Where a budget came from: one of the wire carriers in the contract's table.
@@ -69,6 +112,13 @@ pub enum Carrier {
 
 impl Carrier {
     /// Every carrier, in the contract's order.
+    ///
+    /// ```
+    /// use hopbudget::codec::Carrier;
+    ///
+    /// let names: Vec<_> = Carrier::ALL.iter().map(|c| c.name()).collect();
+    /// assert_eq!(names, ["grpc-timeout", "relative-ms", "epoch-ms", "connect", "envoy", "queue"]);
+    /// ```
     pub const ALL: [Carrier; 6] = [
         Carrier::GrpcTimeout,
         Carrier::RelativeMs,

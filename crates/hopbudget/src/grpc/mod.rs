@@ -49,6 +49,8 @@
 //! Both sides use the task-local budget, so an HTTP handler calling a gRPC downstream, or a
 //! gRPC handler calling an HTTP downstream, needs no code beyond the call itself: the server
 //! layer of one protocol installs the budget, the client layer of the other reads it.
+//!
+//! See the examples on [`GrpcServerLayer`](server#example) and [`GrpcClientLayer`](client#example).
 
 pub mod client;
 mod convert;
@@ -58,7 +60,7 @@ use std::time::Duration;
 
 use crate::error::{BudgetError, Refused};
 use crate::status::{
-    GrpcCode, GrpcStatusMap, Outcome, OUTCOME_METADATA, REMAINING_MS_HEADER, REQUIRED_MS_HEADER,
+    GrpcCode, GrpcStatusMap, OUTCOME_METADATA, Outcome, REMAINING_MS_HEADER, REQUIRED_MS_HEADER,
 };
 
 /// The tonic code for a profile's [`GrpcCode`].

@@ -16,6 +16,8 @@
 //! Responses a layer produces itself (refusal, expiry, malformed header) carry the header
 //! [`x-deadline-outcome`](crate::status::OUTCOME_METADATA) naming the outcome, so that a
 //! caller can tell them apart even when a profile maps two outcomes to one status code.
+//!
+//! See the examples on [`ServerBudgetLayer`](server#example) and [`ClientBudgetLayer`](client#example).
 
 mod answer;
 pub mod client;

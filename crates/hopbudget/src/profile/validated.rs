@@ -31,6 +31,17 @@ use super::*;
 /// assert_eq!((rule.pattern(), rule.mode), ("/events/*", RouteMode::Stream));
 /// assert!(rule.matches("/events/x") && !rule.matches("/tax"));
 ///
+/// // A route that learns its threshold from its own latency (`learn:`, see `hopbudget::learned`).
+/// let learning = Profile::from_yaml(
+///     "routes: [{path: /quote, min_budget_ms: 40, learn: {quantile: p90, window_ms: 60000}}]",
+///     "quote.yaml",
+/// )?;
+/// let quote = learning.route("/quote").expect("the route");
+/// assert_eq!(quote.threshold(), Duration::from_millis(40)); // cold start: the static value
+/// assert_eq!(quote.threshold_at(tokio::time::Instant::now()), Duration::from_millis(40));
+/// quote.learned().expect("it learns").record(Duration::from_millis(120));
+/// assert!(rule.learned().is_none());
+///
 /// // The documented defaults, readable one by one.
 /// assert_eq!(profile.edge_total(), Duration::from_millis(1_000));
 /// assert!(profile.max() >= profile.edge_total());
@@ -497,6 +508,8 @@ impl Profile {
     }
 
     /// The hosts outbound calls may send deadline headers to (rule C19, S16).
+    ///
+    /// See the example on [`TrustedHosts`](crate::profile::TrustedHosts#examples).
     pub fn trusted_hosts(&self) -> &TrustedHosts {
         &self.trusted_hosts
     }

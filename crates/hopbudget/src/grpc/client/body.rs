@@ -7,7 +7,7 @@ use pin_project_lite::pin_project;
 
 use super::future::Watch;
 use crate::http::client::Bound;
-use crate::status::{GrpcCode, Outcome, OUTCOME_METADATA};
+use crate::status::{GrpcCode, OUTCOME_METADATA, Outcome};
 
 /// Rewrite a CANCELLED that arrived after the deadline as DEADLINE_EXCEEDED (rule C4).
 pub(super) fn relabel_late_cancel(headers: &mut http::HeaderMap, watch: &Watch) {

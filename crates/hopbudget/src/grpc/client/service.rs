@@ -5,8 +5,8 @@ use http::header::HeaderName;
 use http::{Request, Response};
 use tower_service::Service;
 
-use super::{GrpcClientLayer, ResponseBody};
 use super::future::ResponseFuture;
+use super::{GrpcClientLayer, ResponseBody};
 use crate::Profile;
 use crate::budget::Deadline;
 use crate::codec::grpc_timeout;

@@ -4,8 +4,8 @@ use std::task::{Context, Poll};
 use http::{Request, Response};
 use tower_service::Service;
 
-use super::{GrpcServerLayer, ResponseBody};
 use super::future::ResponseFuture;
+use super::{GrpcServerLayer, ResponseBody};
 use crate::Profile;
 use crate::error::BudgetError;
 use crate::grpc::{budget_status, status_parts, tonic_code};
