@@ -29,9 +29,10 @@ mod trust;
 pub(crate) mod validated;
 
 pub use trust::TrustedHosts;
-// Named here for this module's doc links (`Profile#examples`) and its tests.
+// The one public path is `hopbudget::Profile`; inside the crate `crate::profile::Profile`
+// still names it (and this module's doc links and tests use it).
 #[allow(unused_imports)]
-use validated::Profile;
+pub(crate) use validated::Profile;
 
 /// The profile as written in YAML: plain values, before validation. Every field has a default,
 /// so a profile file need only name what it changes.

@@ -1,7 +1,6 @@
 //! The validated profile: what the layers read (rule C15). The YAML schema it is built from
 //! is in the parent module.
 
-#[allow(clippy::wildcard_imports)]
 use super::*;
 
 /// A validated adoption profile, ready for layers to use.
