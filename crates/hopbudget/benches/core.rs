@@ -73,7 +73,7 @@ mod codec {
     }
 
     #[divan::bench(args = [Duration::from_millis(480), Duration::from_secs(3600)])]
-    fn grpc_timeout_encode(d: Duration) -> grpc_timeout::Encoded {
+    fn grpc_timeout_encode(d: Duration) -> hopbudget::codec::Encoded {
         grpc_timeout::encode(black_box(d))
     }
 
@@ -83,7 +83,7 @@ mod codec {
     }
 
     #[divan::bench]
-    fn relative_ms_encode() -> millis::Encoded {
+    fn relative_ms_encode() -> hopbudget::codec::Encoded {
         millis::encode(black_box(Duration::from_millis(480)))
     }
 
@@ -98,7 +98,7 @@ mod codec {
     }
 
     #[divan::bench]
-    fn epoch_ms_encode() -> epoch::Encoded {
+    fn epoch_ms_encode() -> hopbudget::codec::Encoded {
         epoch::encode(
             black_box(Duration::from_millis(480)),
             black_box(1_800_000_000_000),

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
 use hopbudget::Profile;
-use hopbudget::clock::{ManualClock, SystemClock, WallClock};
+use hopbudget::clock::{SystemClock, WallClock};
 use hopbudget::codec::epoch;
 use hopbudget::queue::{Decision, Gate, Processed, Stamper};
 
@@ -24,6 +24,16 @@ fn main() {
 }
 
 const NOW: u64 = 1_800_000_000_000;
+
+/// A wall clock stopped at `NOW`, so every run checks the same deadlines.
+#[derive(Debug)]
+struct FixedClock;
+
+impl WallClock for FixedClock {
+    fn now_unix_ms(&self) -> u64 {
+        NOW
+    }
+}
 
 /// The headers of a typical stamped message: the deadline pair plus two of the application's.
 fn pairs(deadline: &str) -> [(&'static str, String); 4] {
@@ -43,7 +53,7 @@ fn headers(deadline: &str) -> HashMap<String, String> {
 }
 
 fn gate() -> Gate {
-    Gate::new(&Profile::default(), "orders").with_clock(Arc::new(ManualClock::new(NOW)))
+    Gate::new(&Profile::default(), "orders").with_clock(Arc::new(FixedClock))
 }
 
 /// Poll a future that is ready at once (the benchmarks' work is empty).

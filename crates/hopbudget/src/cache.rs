@@ -8,6 +8,8 @@
 //! (`cache.choice`) and, with the `metrics` feature, counts it in
 //! `hopbudget_cache_reads_total{service, cache, choice}` (rule C14). The Redis-backed cache is
 //! `hopbudget::redis::StaleCache` (feature `redis`).
+//!
+//! See the examples on [`plan`] (the decision) and [`CacheReads`] (a whole read, recorded).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,6 +21,8 @@ use crate::context::RequestBudget;
 use crate::error::BudgetError;
 
 /// What the store holds for a key.
+///
+/// See the examples on [`plan`] and [`CacheReads`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Lookup {
     /// A fresh value.
@@ -30,6 +34,8 @@ pub enum Lookup {
 }
 
 /// What a read did: the `cache.choice` span field and the `choice` metric label.
+///
+/// See the [example](CacheReads#examples).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum CacheChoice {
     /// A fresh value was served.
@@ -44,6 +50,8 @@ pub enum CacheChoice {
 
 impl CacheChoice {
     /// All four, in metric-key order.
+    ///
+    /// See the [example](CacheReads#examples).
     pub const ALL: [CacheChoice; 4] = [
         CacheChoice::Fresh,
         CacheChoice::Recomputed,
@@ -52,6 +60,8 @@ impl CacheChoice {
     ];
 
     /// `fresh`, `recomputed`, `stale` or `refused`.
+    ///
+    /// See the [example](CacheReads#examples).
     pub const fn as_str(self) -> &'static str {
         match self {
             CacheChoice::Fresh => "fresh",
@@ -63,6 +73,8 @@ impl CacheChoice {
 }
 
 /// What to do after a lookup.
+///
+/// See the examples on [`plan`] and [`CacheReads`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Plan {
     /// Serve what the store has, as `choice` ([`CacheChoice::Fresh`] or [`CacheChoice::Stale`]).
@@ -110,6 +122,37 @@ pub fn plan(
 /// feature, `hopbudget_cache_reads_total` by choice.
 ///
 /// Build one per cache and share it; metric keys are prepared at construction.
+///
+/// # Examples
+///
+/// A read-through cache over a `HashMap`, deciding with [`plan`] and recording the choice:
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// use std::collections::HashMap;
+/// use std::time::Duration;
+/// use hopbudget::cache::{plan, CacheChoice, CacheReads, Lookup, Plan};
+/// use hopbudget::{HopPolicy, RequestBudget};
+///
+/// let reads = CacheReads::new("catalog", "prices");
+/// assert_eq!(reads.cache(), "prices");
+/// let store = HashMap::from([("sku-1", (990, Lookup::Stale))]);
+/// let budget = RequestBudget::local(Duration::from_millis(80), HopPolicy::DEFAULT);
+/// let recompute_cost = Duration::from_millis(250);
+///
+/// let span = reads.span("sku-1", &budget, recompute_cost);
+/// let (price, lookup) = store.get("sku-1").copied().unwrap_or((0, Lookup::Missing));
+/// let choice = span.in_scope(|| match plan(&budget, recompute_cost, lookup) {
+///     Ok(Plan::Serve(choice)) => choice, // 80 ms cannot pay for 250 ms: serve stale
+///     Ok(Plan::Recompute) => CacheChoice::Recomputed,
+///     Err(_) => CacheChoice::Refused,
+/// });
+/// reads.record(&span, choice);
+/// assert_eq!((price, choice.as_str()), (990, "stale"));
+/// assert_eq!(CacheChoice::ALL.len(), 4);
+/// # }
+/// ```
 #[derive(Clone, Debug)]
 pub struct CacheReads {
     service: Arc<str>,
@@ -121,6 +164,8 @@ pub struct CacheReads {
 impl CacheReads {
     /// Reads of the cache named `cache` in `service`. Both become metric labels: keep them to
     /// a bounded set (rule C20).
+    ///
+    /// See the [example](CacheReads#examples).
     pub fn new(service: impl Into<Arc<str>>, cache: impl Into<Arc<str>>) -> Self {
         let (service, cache) = (service.into(), cache.into());
         Self {
@@ -135,12 +180,16 @@ impl CacheReads {
     }
 
     /// The cache's name.
+    ///
+    /// See the [example](CacheReads#examples).
     pub fn cache(&self) -> &str {
         &self.cache
     }
 
     /// A span for one read of `key`: run the read (and any recompute) inside it, then
     /// [`record`](Self::record) the choice on it.
+    ///
+    /// See the [example](CacheReads#examples).
     pub fn span(&self, key: &str, budget: &RequestBudget, recompute_cost: Duration) -> Span {
         tracing::info_span!(
             "cache.read",
@@ -154,6 +203,8 @@ impl CacheReads {
     }
 
     /// Record the choice a read made: on `span`'s `cache.choice` field and in the metric.
+    ///
+    /// See the [example](CacheReads#examples).
     pub fn record(&self, span: &Span, choice: CacheChoice) {
         if !span.is_disabled() {
             span.record("cache.choice", choice.as_str());

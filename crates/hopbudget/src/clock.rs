@@ -2,18 +2,53 @@
 //!
 //! Everything else runs on the monotonic clock. The wall clock sits behind a trait so tests and
 //! the demo can skew it (scenario S3) or step it mid-request (scenario S5) without touching the
-//! machine's time.
+//! machine's time: implement [`WallClock`] and hand it to a layer's `with_wall_clock` or a queue
+//! stamper's or gate's `with_clock`.
+//!
+//! See the example on [`WallClock`].
 
-use std::sync::atomic::{AtomicI64, Ordering};
+#[cfg(test)]
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// A source of wall-clock time in Unix milliseconds.
+///
+/// # Examples
+///
+/// A host whose clock runs 300 ms fast (scenario S3): an absolute deadline 400 ms away on the
+/// caller's clock is 100 ms away on this one. The server layers take a clock the same way
+/// (`ServerBudgetLayer::with_wall_clock`, `GrpcServerLayer::with_wall_clock`).
+///
+/// ```
+/// use std::sync::Arc;
+/// use hopbudget::Profile;
+/// use hopbudget::clock::{SystemClock, WallClock};
+/// use hopbudget::queue::Gate;
+///
+/// #[derive(Debug)]
+/// struct Fast(u64);
+///
+/// impl WallClock for Fast {
+///     fn now_unix_ms(&self) -> u64 {
+///         SystemClock.now_unix_ms() + self.0
+///     }
+/// }
+///
+/// let clock = Arc::new(Fast(300));
+/// assert!(clock.now_unix_ms() >= SystemClock.now_unix_ms() + 299);
+/// let gate = Gate::new(&Profile::default(), "orders").with_clock(clock);
+/// # let _ = gate;
+/// ```
 pub trait WallClock: Send + Sync + std::fmt::Debug {
     /// Milliseconds since the Unix epoch, now.
+    ///
+    /// See the [example](WallClock#examples).
     fn now_unix_ms(&self) -> u64;
 }
 
-/// The machine's real wall clock.
+/// The machine's real wall clock: the default everywhere a wall clock is read.
+///
+/// See the [example](WallClock#examples).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct SystemClock;
 
@@ -26,35 +61,25 @@ impl WallClock for SystemClock {
     }
 }
 
-/// The real wall clock shifted by an adjustable offset: a host whose clock is ahead or behind,
-/// or one that NTP steps while a request is in flight.
-///
-/// ```
-/// use hopbudget::clock::{SkewedClock, WallClock, SystemClock};
-///
-/// let ahead = SkewedClock::new(300); // this host's clock is 300 ms fast
-/// assert!(ahead.now_unix_ms() >= SystemClock.now_unix_ms() + 299);
-/// ahead.step(-200); // an NTP correction steps it back 200 ms
-/// ```
+/// The real wall clock shifted by a fixed offset: a host whose clock is ahead or behind.
+/// For tests.
+#[cfg(test)]
 #[derive(Debug, Default)]
-pub struct SkewedClock {
+pub(crate) struct SkewedClock {
     offset_ms: AtomicI64,
 }
 
+#[cfg(test)]
 impl SkewedClock {
     /// A clock `offset_ms` ahead of the real one (negative: behind).
-    pub const fn new(offset_ms: i64) -> Self {
+    pub(crate) const fn new(offset_ms: i64) -> Self {
         Self {
             offset_ms: AtomicI64::new(offset_ms),
         }
     }
-
-    /// Step the clock by `delta_ms`, as an NTP correction would.
-    pub fn step(&self, delta_ms: i64) {
-        self.offset_ms.fetch_add(delta_ms, Ordering::SeqCst);
-    }
 }
 
+#[cfg(test)]
 impl WallClock for SkewedClock {
     fn now_unix_ms(&self) -> u64 {
         let real = SystemClock.now_unix_ms();
@@ -64,38 +89,33 @@ impl WallClock for SkewedClock {
 
 /// A wall clock that reads only what it is told: tests set and advance it by hand, so an
 /// absolute deadline (a queue message's `deadline-epoch-ms`) can be checked to the millisecond.
-///
-/// ```
-/// use hopbudget::clock::{ManualClock, WallClock};
-///
-/// let clock = ManualClock::new(1_800_000_000_000);
-/// clock.advance(250);
-/// assert_eq!(clock.now_unix_ms(), 1_800_000_000_250);
-/// ```
+#[cfg(test)]
 #[derive(Debug, Default)]
-pub struct ManualClock {
-    now_ms: std::sync::atomic::AtomicU64,
+pub(crate) struct ManualClock {
+    now_ms: AtomicU64,
 }
 
+#[cfg(test)]
 impl ManualClock {
     /// A clock reading `now_unix_ms` until moved.
-    pub const fn new(now_unix_ms: u64) -> Self {
+    pub(crate) const fn new(now_unix_ms: u64) -> Self {
         Self {
-            now_ms: std::sync::atomic::AtomicU64::new(now_unix_ms),
+            now_ms: AtomicU64::new(now_unix_ms),
         }
     }
 
     /// Move the clock forward by `ms`.
-    pub fn advance(&self, ms: u64) {
+    pub(crate) fn advance(&self, ms: u64) {
         self.now_ms.fetch_add(ms, Ordering::SeqCst);
     }
 
     /// Set the clock to `now_unix_ms`.
-    pub fn set(&self, now_unix_ms: u64) {
+    pub(crate) fn set(&self, now_unix_ms: u64) {
         self.now_ms.store(now_unix_ms, Ordering::SeqCst);
     }
 }
 
+#[cfg(test)]
 impl WallClock for ManualClock {
     fn now_unix_ms(&self) -> u64 {
         self.now_ms.load(Ordering::SeqCst)

@@ -1,10 +1,13 @@
 //! Reading YAML configuration files with errors a person can act on: every problem names the
 //! file, the field (as a path, `status.http.expired`, `routes[2].path`) and the reason.
 //!
-//! The adoption profile uses it, and so does anything else that is configured from YAML (the
-//! demo's topology files). Parsing goes through a generic tree first so that a structural
+//! The adoption profile reports its problems as a [`ConfigError`]; so can anything else that is
+//! configured from YAML (the `hopbudget` command's topology files build one with
+//! [`ConfigError::one`] and [`Issue::new`]). Parsing goes through a generic tree first so that a structural
 //! error (an unknown field, a wrong type) can name the field path it is at; semantic checks
 //! then add every further problem they find.
+//!
+//! See the example on [`ConfigError`].
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -12,6 +15,8 @@ use std::path::{Path, PathBuf};
 use serde::de::DeserializeOwned;
 
 /// One problem with a configuration file.
+///
+/// See the [example](ConfigError#examples).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Issue {
     /// The field, as a path (`status.http.expired`, `routes[2].path`).
@@ -22,6 +27,8 @@ pub struct Issue {
 
 impl Issue {
     /// A problem with `field`.
+    ///
+    /// See the [example](ConfigError#examples).
     pub fn new(field: impl Into<String>, reason: impl Into<String>) -> Self {
         Self {
             field: field.into(),
@@ -31,6 +38,25 @@ impl Issue {
 }
 
 /// A rejected configuration file: every problem found, with the file it came from.
+///
+/// # Examples
+///
+/// ```
+/// use hopbudget::Profile;
+/// use hopbudget::config::{ConfigError, Issue};
+///
+/// // What `Profile::from_yaml` returns for a bad profile: every problem, by field.
+/// let err: ConfigError = Profile::from_yaml("max_ms: -1\n", "profiles/bad.yaml").unwrap_err();
+/// assert_eq!((err.kind, err.issues[0].field.as_str()), ("profile", "max_ms"));
+/// assert!(err.to_string().starts_with("invalid profile profiles/bad.yaml: 1 problem"));
+///
+/// // Another YAML-configured tool reports its own problems the same way.
+/// let err = ConfigError::one("topology", "demo.yaml", Issue::new("services[2].port", "already used"));
+/// assert_eq!(
+///     err.to_string(),
+///     "invalid topology demo.yaml: 1 problem\n  demo.yaml: field `services[2].port`: already used"
+/// );
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConfigError {
     /// What kind of file this is, for the message (`profile`, `topology`).
@@ -43,6 +69,8 @@ pub struct ConfigError {
 
 impl ConfigError {
     /// An error with one problem.
+    ///
+    /// See the [example](ConfigError#examples).
     pub fn one(kind: &'static str, origin: impl Into<PathBuf>, issue: Issue) -> Self {
         Self {
             kind,
@@ -78,7 +106,7 @@ impl fmt::Display for ConfigError {
 impl std::error::Error for ConfigError {}
 
 /// Read a configuration file's text; a file that cannot be read is a `(file)` problem.
-pub fn read_file(kind: &'static str, path: &Path) -> Result<String, ConfigError> {
+pub(crate) fn read_file(kind: &'static str, path: &Path) -> Result<String, ConfigError> {
     std::fs::read_to_string(path).map_err(|e| {
         ConfigError::one(
             kind,
@@ -90,7 +118,7 @@ pub fn read_file(kind: &'static str, path: &Path) -> Result<String, ConfigError>
 
 /// Parse YAML text into `T`. Empty text (or only comments) parses as an empty mapping, so a
 /// type whose fields all have defaults accepts it.
-pub fn parse_yaml<T: DeserializeOwned>(
+pub(crate) fn parse_yaml<T: DeserializeOwned>(
     kind: &'static str,
     text: &str,
     origin: &Path,

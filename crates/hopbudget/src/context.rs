@@ -42,6 +42,8 @@ pub struct HopPolicy {
 
 impl HopPolicy {
     /// The defaults of `profiles/default.yaml`: 5 ms margin, 1 ms transit, refuse below 10 ms.
+    ///
+    /// See the [example](RequestBudget#examples).
     pub const DEFAULT: HopPolicy = HopPolicy {
         hop_margin: Duration::from_millis(5),
         transit_allowance: Duration::from_millis(1),

@@ -7,6 +7,8 @@
 //! place in a service; each decision is recorded on a `degrade` span (`degrade.choice`) and,
 //! with the `metrics` feature, a cheaper path taken is counted in `hopbudget_degraded_total`
 //! with labels `service`, `route` and `path` (rule C14).
+//!
+//! See the example on [`Degrade`].
 
 use std::future::Future;
 use std::sync::Arc;
@@ -17,6 +19,8 @@ use tracing::Instrument;
 use crate::context::RequestBudget;
 
 /// Which path a [`Degrade`] chose.
+///
+/// See the [example](Degrade#examples).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Choice {
     /// The budget covers the full path's cost.
@@ -27,6 +31,8 @@ pub enum Choice {
 
 impl Choice {
     /// `full` or `cheap`, as recorded in the `degrade.choice` span field.
+    ///
+    /// See the [example](Degrade#examples).
     pub const fn as_str(self) -> &'static str {
         match self {
             Choice::Full => "full",
@@ -39,6 +45,8 @@ impl Choice {
 ///
 /// Build it once (per route and path) and share it: the metric key is prepared at
 /// construction, so a decision costs one clock read and, when it degrades, one counter update.
+///
+/// # Examples
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
@@ -60,6 +68,13 @@ impl Choice {
 ///     )
 ///     .await;
 /// assert_eq!((choice, scores), (Choice::Cheap, "stale scores"));
+/// assert_eq!((stale_model.path(), choice.as_str()), ("stale-model", "cheap"));
+///
+/// // Deciding without running: with the budget, or with the ambient one.
+/// assert_eq!(stale_model.choose(&budget, Duration::from_millis(100)), Choice::Full);
+/// let ambient = budget.scope(async { stale_model.choose_current(Duration::from_millis(180)) });
+/// assert_eq!(ambient.await, Choice::Cheap);
+/// assert_eq!(stale_model.choose_current(Duration::from_millis(180)), Choice::Full); // no budget
 /// # }
 /// ```
 #[derive(Clone, Debug)]
@@ -75,6 +90,8 @@ impl Degrade {
     /// A degradation point of `service` on `route` whose cheaper path is called `path`
     /// (`stale-model`). All three become metric labels: keep them to a bounded set (rule C20),
     /// never a raw request path or an id.
+    ///
+    /// See the [example](Degrade#examples).
     pub fn new(
         service: impl Into<Arc<str>>,
         route: impl Into<Arc<str>>,
@@ -91,6 +108,8 @@ impl Degrade {
     }
 
     /// The name of the cheaper path.
+    ///
+    /// See the [example](Degrade#examples).
     pub fn path(&self) -> &str {
         &self.path
     }
@@ -98,6 +117,8 @@ impl Degrade {
     /// Decide between the paths: [`Choice::Full`] when the remaining budget covers
     /// `full_cost`, [`Choice::Cheap`] otherwise (also when the budget has already ended).
     /// A cheap choice is counted and logged as an event in the current span.
+    ///
+    /// See the [example](Degrade#examples).
     pub fn choose(&self, budget: &RequestBudget, full_cost: Duration) -> Choice {
         let remaining = budget.remaining();
         let choice = decide(budget, full_cost);
@@ -115,6 +136,8 @@ impl Degrade {
 
     /// Like [`choose`](Self::choose) with the ambient budget ([`RequestBudget::current`]);
     /// with no budget in scope there is nothing to save time for, and the full path is chosen.
+    ///
+    /// See the [example](Degrade#examples).
     pub fn choose_current(&self, full_cost: Duration) -> Choice {
         match RequestBudget::current() {
             Some(budget) => self.choose(&budget, full_cost),
@@ -128,6 +151,8 @@ impl Degrade {
     ///
     /// The chosen path runs as given: bound it with [`RequestBudget::run`] if it should stop
     /// at the deadline.
+    ///
+    /// See the [example](Degrade#examples).
     pub async fn run<T, F, FF, C, CF>(
         &self,
         budget: &RequestBudget,

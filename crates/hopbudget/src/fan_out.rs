@@ -4,6 +4,8 @@
 //! deadline fires every sibling stops; with [`FanOutPolicy::CancelOnError`] the first sibling
 //! to fail cancels the rest, which is the sideways cancellation hand-rolled fan-out tends to
 //! forget.
+//!
+//! See the example on [`FanOut`].
 
 use std::collections::HashMap;
 use std::fmt;

@@ -13,6 +13,9 @@
 //! the quantile is recomputed at most once per slice. Until the window holds `min_samples`
 //! latencies (cold start, or a route so starved that nothing ran for a whole window) the
 //! static value applies alone.
+//!
+//! See the example on [`LearnedThreshold`]; a profile turns it on per route with `learn:`
+//! (the example on [`Profile`](crate::Profile) reads a route's rule).
 
 use std::fmt;
 use std::sync::Mutex;
@@ -22,6 +25,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 /// Time slices in the sliding window: the learned value moves once per `window / SLICES`.
+///
+/// See the example on [`LearnedThreshold`], which waits one slice.
 pub const SLICES: usize = 8;
 
 /// Below this many microseconds every value has its own bucket.
@@ -34,6 +39,21 @@ const FIRST_EXP: u32 = 4; // log2(EXACT)
 const BUCKETS: usize = EXACT as usize + (((MAX_EXP - FIRST_EXP + 1) as usize) << SUB_BITS);
 
 /// How a route learns its threshold: which quantile, over how long, from how many samples.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use hopbudget::learned::LearnConfig;
+///
+/// assert_eq!(LearnConfig::default(), LearnConfig::P50);
+/// assert_eq!(LearnConfig::STRICT.quantile, 0.99);
+/// // p90 over 30 s: a profile's `learn: {quantile: 0.9, window_ms: 30000}`.
+/// let p90 = LearnConfig { quantile: 0.9, window: Duration::from_secs(30), ..LearnConfig::P50 };
+/// assert_eq!(p90.min_samples, 20);
+/// ```
+///
+/// A threshold learning with it: see the example on [`LearnedThreshold`].
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct LearnConfig {
     /// The quantile of recent latencies to refuse below, in `(0, 1]`: 0.5 for p50.
@@ -47,6 +67,8 @@ pub struct LearnConfig {
 impl LearnConfig {
     /// p50 over one minute, from at least 20 samples: refuse work that would more likely than
     /// not miss its deadline.
+    ///
+    /// See the [example](LearnConfig#examples).
     pub const P50: LearnConfig = LearnConfig {
         quantile: 0.5,
         window: Duration::from_secs(60),
@@ -54,6 +76,8 @@ impl LearnConfig {
     };
 
     /// p99 over one minute, for strict routes: start only work that nearly always fits.
+    ///
+    /// See the [example](LearnConfig#examples).
     pub const STRICT: LearnConfig = LearnConfig {
         quantile: 0.99,
         ..Self::P50
@@ -87,21 +111,28 @@ impl Slice {
 /// [`record`](Self::record) with each completed request's own latency and
 /// [`threshold`](Self::threshold) when admitting the next one.
 ///
+/// # Examples
+///
 /// ```
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() {
 /// use std::time::Duration;
-/// use hopbudget::learned::{LearnConfig, LearnedThreshold};
+/// use hopbudget::learned::{LearnConfig, LearnedThreshold, SLICES};
+/// use tokio::time::Instant;
 ///
 /// let ms = Duration::from_millis;
 /// let learned = LearnedThreshold::new(ms(50), LearnConfig::P50);
+/// assert_eq!((learned.static_min(), learned.config()), (ms(50), &LearnConfig::P50));
 /// assert_eq!(learned.threshold(), ms(50), "cold start: the static value");
+/// assert_eq!(learned.learned(), None);
 /// for _ in 0..100 {
 ///     learned.record(ms(200));
 /// }
+/// learned.record_at(Instant::now(), ms(210)); // a caller that has read the clock already
 /// // The learned value shows once the slice in which it was recorded has closed.
-/// tokio::time::advance(LearnConfig::P50.window / 8).await;
+/// tokio::time::advance(LearnConfig::P50.window / SLICES as u32).await;
 /// assert!(learned.threshold() >= ms(200) && learned.threshold() < ms(230));
+/// assert_eq!(learned.learned_at(Instant::now()).map(|l| l.max(ms(50))), Some(learned.threshold_at(Instant::now())));
 /// # }
 /// ```
 pub struct LearnedThreshold {
@@ -123,6 +154,8 @@ const NONE: u64 = u64::MAX;
 impl LearnedThreshold {
     /// A threshold that never goes below `static_min` and learns as `config` says.
     /// A window shorter than [`SLICES`] microseconds is lengthened to that.
+    ///
+    /// See the [example](Self#examples).
     pub fn new(static_min: Duration, config: LearnConfig) -> Self {
         let slice_nanos =
             (config.window.as_nanos() / SLICES as u128).clamp(1_000, u64::MAX as u128) as u64;
@@ -139,22 +172,30 @@ impl LearnedThreshold {
     }
 
     /// The static threshold (the route's `min_budget_ms`).
+    ///
+    /// See the [example](Self#examples).
     pub fn static_min(&self) -> Duration {
         self.static_min
     }
 
     /// How this threshold learns.
+    ///
+    /// See the [example](Self#examples).
     pub fn config(&self) -> &LearnConfig {
         &self.config
     }
 
     /// Record one completed request's own latency (its handler time, not its queueing).
+    ///
+    /// See the [example](Self#examples).
     #[inline]
     pub fn record(&self, latency: Duration) {
         self.record_at(Instant::now(), latency);
     }
 
     /// Record a latency observed at `now` (for callers that have read the clock already).
+    ///
+    /// See the [example](Self#examples).
     pub fn record_at(&self, now: Instant, latency: Duration) {
         let n = self.slice_no(now);
         let row = &self.slices[(n % SLICES as u64) as usize];
@@ -185,12 +226,16 @@ impl LearnedThreshold {
     }
 
     /// The threshold now: `max(static, learned)`, or the static value on a cold start.
+    ///
+    /// See the [example](Self#examples).
     #[inline]
     pub fn threshold(&self) -> Duration {
         self.threshold_at(Instant::now())
     }
 
     /// The threshold as of `now`.
+    ///
+    /// See the [example](Self#examples).
     pub fn threshold_at(&self, now: Instant) -> Duration {
         match self.learned_at(now) {
             Some(learned) => learned.max(self.static_min),
@@ -199,11 +244,15 @@ impl LearnedThreshold {
     }
 
     /// The learned quantile alone, `None` while the window holds fewer than `min_samples`.
+    ///
+    /// See the [example](Self#examples).
     pub fn learned(&self) -> Option<Duration> {
         self.learned_at(Instant::now())
     }
 
     /// The learned quantile as of `now`.
+    ///
+    /// See the [example](Self#examples).
     pub fn learned_at(&self, now: Instant) -> Option<Duration> {
         let n = self.slice_no(now);
         let us = if self.cached_at.load(Ordering::Acquire) == n + 1 {

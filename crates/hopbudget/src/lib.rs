@@ -73,15 +73,15 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod admission;
-pub mod budget;
+mod budget;
 pub mod cache;
 pub mod clock;
 pub mod codec;
 pub mod config;
-pub mod context;
+mod context;
 pub mod degrade;
 mod downstream;
-pub mod error;
+mod error;
 pub mod fan_out;
 #[cfg(feature = "grpc")]
 #[cfg_attr(docsrs, doc(cfg(feature = "grpc")))]
@@ -92,6 +92,7 @@ pub mod http;
 pub mod learned;
 pub mod lifecycle;
 pub mod observe;
+mod outcome;
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub mod postgres;
@@ -102,12 +103,14 @@ pub mod queue;
 pub mod redis;
 pub mod retry;
 pub mod status;
-pub mod task;
+mod task;
 
 pub use budget::Deadline;
 pub use context::{BudgetId, HopPolicy, RequestBudget, Source};
 pub use downstream::DownstreamError;
 pub use error::{BudgetError, EndCause, Refused};
-pub use profile::Profile;
-pub use status::Outcome;
-pub use task::{FutureExt, TaskHandle, spawn, spawn_blocking, spawn_detached, spawn_with};
+pub use outcome::Outcome;
+pub use profile::validated::Profile;
+pub use task::{
+    FutureExt, TaskHandle, WithBudget, spawn, spawn_blocking, spawn_detached, spawn_with,
+};

@@ -57,6 +57,8 @@ pub use deadpool_postgres::Transaction;
 const DEFAULT_CANCEL_GRACE: Duration = Duration::from_secs(2);
 
 /// Why a budgeted query did not return rows.
+///
+/// See the [example](BudgetPool#examples).
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum QueryError {
@@ -73,6 +75,8 @@ pub enum QueryError {
 
 impl QueryError {
     /// The budget error, if that is why the query failed.
+    ///
+    /// See the [example](BudgetPool#examples).
     pub fn budget(&self) -> Option<BudgetError> {
         match self {
             QueryError::Budget(e) => Some(*e),
@@ -112,6 +116,42 @@ impl From<BudgetError> for QueryError {
 /// A `deadpool-postgres` pool whose queries run under the request's budget.
 ///
 /// Cloning is cheap and shares the pool.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn example() -> Result<(), hopbudget::postgres::QueryError> {
+/// use std::time::Duration;
+/// use hopbudget::postgres::{BudgetPool, QueryError, Transaction};
+/// use hopbudget::{BudgetError, HopPolicy, RequestBudget};
+///
+/// let ms = Duration::from_millis;
+/// let pool = BudgetPool::connect("postgres://postgres@127.0.0.1:5432/test", 4)?
+///     .with_cancel_grace(ms(500));
+/// println!("{} connections open", pool.pool().status().size);
+/// // Or wrap a pool you built: `BudgetPool::new(deadpool_pool)`.
+/// let budget = RequestBudget::local(ms(300), HopPolicy::DEFAULT);
+///
+/// let changed = pool
+///     .execute(&budget, ms(20), "UPDATE stock SET n = n - 1 WHERE sku = $1", &[&"sku-1"])
+///     .await?;
+/// // Two statements, one statement timeout, one commit.
+/// let total: i64 = pool
+///     .transaction(&budget, ms(40), async |tx: &Transaction<'_>| {
+///         tx.execute("INSERT INTO orders (sku) VALUES ($1)", &[&"sku-1"]).await?;
+///         let row = tx.query_one("SELECT count(*) FROM orders", &[]).await?;
+///         Ok(row.get(0))
+///     })
+///     .await?;
+///
+/// // A 4 s report inside a 300 ms budget is refused before anything is sent.
+/// match pool.query(&budget, ms(4_000), "SELECT * FROM report()", &[]).await {
+///     Err(e @ QueryError::Budget(_)) => assert!(matches!(e.budget(), Some(BudgetError::Refused(_)))),
+///     other => panic!("{other:?}"),
+/// }
+/// # let _ = (changed, total);
+/// # Ok(()) }
+/// ```
 #[derive(Clone, Debug)]
 pub struct BudgetPool {
     pool: Pool,
@@ -120,6 +160,8 @@ pub struct BudgetPool {
 
 impl BudgetPool {
     /// Wrap an existing pool.
+    ///
+    /// See the [example](BudgetPool#examples).
     pub fn new(pool: Pool) -> Self {
         Self {
             pool,
@@ -129,6 +171,8 @@ impl BudgetPool {
 
     /// A pool of at most `max_size` plain-TCP connections to `url`
     /// (`postgres://user@host:port/db`). Connections open lazily, on first use.
+    ///
+    /// See the [example](BudgetPool#examples).
     pub fn connect(url: &str, max_size: usize) -> Result<Self, QueryError> {
         let config: tokio_postgres::Config = url.parse().map_err(QueryError::Db)?;
         let manager = Manager::new(config, NoTls);
@@ -141,17 +185,23 @@ impl BudgetPool {
 
     /// How long a call whose budget ended waits for the server to acknowledge its cancel
     /// request (default 2 s); past it the connection is closed instead of reused.
+    ///
+    /// See the [example](BudgetPool#examples).
     pub fn with_cancel_grace(mut self, grace: Duration) -> Self {
         self.cancel_grace = grace;
         self
     }
 
     /// The pool underneath, for its status or for work outside any budget.
+    ///
+    /// See the [example](BudgetPool#examples).
     pub fn pool(&self) -> &Pool {
         &self.pool
     }
 
     /// Run one statement returning rows, under `budget`; `cost` is what it usually needs.
+    ///
+    /// See the [example](BudgetPool#examples).
     pub async fn query(
         &self,
         budget: &RequestBudget,
@@ -166,6 +216,8 @@ impl BudgetPool {
     }
 
     /// Run one statement returning the number of rows it changed, under `budget`.
+    ///
+    /// See the [example](BudgetPool#examples).
     pub async fn execute(
         &self,
         budget: &RequestBudget,
@@ -183,6 +235,8 @@ impl BudgetPool {
     /// budget is below `cost`, committed when `work` succeeds, rolled back otherwise. Every
     /// statement inside carries the statement timeout set at the start, and the budget's own
     /// deadline bounds the whole transaction.
+    ///
+    /// See the [example](BudgetPool#examples).
     pub async fn transaction<T, F>(
         &self,
         budget: &RequestBudget,

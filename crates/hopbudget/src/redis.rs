@@ -32,6 +32,20 @@
 //!     })
 //!     .await?;
 //! println!("{} ({})", price.value, price.choice.as_str());
+//! if price.is_stale() {
+//!     // Served past its freshness: the page may say "prices as of ..."
+//! }
+//!
+//! // With nothing cached and no time to recompute, the read is refused before any work.
+//! let short = RequestBudget::local(Duration::from_millis(5), HopPolicy::DEFAULT);
+//! let miss = cache
+//!     .get(&short, "price:sku-43", Duration::from_millis(250), async || {
+//!         Ok::<_, std::convert::Infallible>("9.90".to_string())
+//!     })
+//!     .await;
+//! if let Err(e) = miss {
+//!     assert!(e.budget().is_some(), "{e}");
+//! }
 //! # Ok(()) }
 //! ```
 
@@ -48,6 +62,8 @@ use crate::context::RequestBudget;
 use crate::error::BudgetError;
 
 /// A value read through the cache, with what the read did to get it.
+///
+/// See the [module example](crate::redis).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Cached<V> {
     /// The value.
@@ -58,12 +74,16 @@ pub struct Cached<V> {
 
 impl<V> Cached<V> {
     /// Whether the value is stale: served past its freshness because the budget was short.
+    ///
+    /// See the [module example](crate::redis).
     pub fn is_stale(&self) -> bool {
         self.choice == CacheChoice::Stale
     }
 }
 
 /// Why a read returned no value.
+///
+/// See the [module example](crate::redis).
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum CacheError<E> {
@@ -77,6 +97,8 @@ pub enum CacheError<E> {
 
 impl<E> CacheError<E> {
     /// The budget error, if that is why the read failed.
+    ///
+    /// See the [module example](crate::redis).
     pub fn budget(&self) -> Option<BudgetError> {
         match self {
             CacheError::Budget(e) => Some(*e),
@@ -115,6 +137,8 @@ impl<E> From<BudgetError> for CacheError<E> {
 ///
 /// `C` is any async Redis connection that can be cloned for each read, such as
 /// `redis::aio::MultiplexedConnection` or `redis::aio::ConnectionManager`.
+///
+/// See the [module example](crate::redis).
 #[derive(Clone, Debug)]
 pub struct StaleCache<C> {
     conn: C,
@@ -129,6 +153,8 @@ where
 {
     /// A cache named `cache` of `service` over `conn`: values fresh for 60 s, then servable
     /// stale for 10 minutes more. The names label the `cache.read` span and the metric.
+    ///
+    /// See the [module example](crate::redis).
     pub fn new(conn: C, service: &str, cache: &str) -> Self {
         Self {
             conn,
@@ -139,12 +165,16 @@ where
     }
 
     /// How long a written value is fresh (at least 1 ms).
+    ///
+    /// See the [module example](crate::redis).
     pub fn fresh_for(mut self, fresh_for: Duration) -> Self {
         self.fresh_for = fresh_for.max(Duration::from_millis(1));
         self
     }
 
     /// How long after its freshness a value may still be served stale.
+    ///
+    /// See the [module example](crate::redis).
     pub fn stale_for(mut self, stale_for: Duration) -> Self {
         self.stale_for = stale_for;
         self
@@ -155,6 +185,8 @@ where
     ///
     /// A recomputed value is written back with the fresh-plus-stale TTL; a failed write-back
     /// is logged and the value still returned.
+    ///
+    /// See the [module example](crate::redis).
     pub async fn get<V, E, F>(
         &self,
         budget: &RequestBudget,

@@ -7,6 +7,8 @@
 //! - Any other failure is retried only while the forward budget is above the refuse
 //!   threshold, and each attempt spends the *remaining* budget: the client layer stamps every
 //!   attempt from the same shrinking deadline, never a fresh one.
+//!
+//! See the example on [`DeadlineRetry`].
 
 use std::future::{Ready, ready};
 use std::time::Duration;

@@ -3,81 +3,12 @@
 //! Four ways a hop ends, kept distinct everywhere: on the wire, in traces and in metrics.
 //! Expiry (the budget ran out) is never reported as cancellation (the caller left), and neither
 //! is ever spelled 429 / RESOURCE_EXHAUSTED, which mean quota, not time.
-
-use std::fmt;
+//!
+//! See the example on [`Outcome`](crate::Outcome#examples), which spells each outcome with these maps.
 
 use serde::{Deserialize, Serialize};
 
-/// How a hop ended.
-///
-/// # Examples
-///
-/// ```
-/// use hopbudget::Outcome;
-/// use hopbudget::status::{GrpcCode, GrpcStatusMap, HttpStatusMap};
-///
-/// assert_eq!(Outcome::Expired.as_str(), "expired");
-/// assert!(Outcome::Refused.may_retry() && !Outcome::Expired.may_retry());
-///
-/// // The contract's spelling (a profile may change the codes, never to 429).
-/// let http = HttpStatusMap::default();
-/// assert_eq!(http.for_outcome(Outcome::Refused), Some(503));
-/// assert_eq!(http.for_outcome(Outcome::Completed), None);
-/// assert_eq!(http.classify(504), Outcome::Expired); // a downstream 504 is expiry here too
-/// assert_eq!(http.classify(500), Outcome::Completed); // an application error, on time
-/// let grpc = GrpcStatusMap::default();
-/// assert_eq!(grpc.for_outcome(Outcome::Cancelled), Some(GrpcCode::Cancelled));
-/// assert_eq!(GrpcCode::DeadlineExceeded.as_i32(), 4);
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Outcome {
-    /// The work finished within its budget (whatever the application result was).
-    Completed,
-    /// The work was not started: the budget was below what it needs (rule C3).
-    Refused,
-    /// The budget reached zero while the work was in flight (rule C4).
-    Expired,
-    /// The caller went away while budget remained (rule C5).
-    Cancelled,
-}
-
-impl Outcome {
-    /// All four, for exhaustive reporting.
-    pub const ALL: [Outcome; 4] = [
-        Outcome::Completed,
-        Outcome::Refused,
-        Outcome::Expired,
-        Outcome::Cancelled,
-    ];
-
-    /// The name used in traces (`deadline.outcome`) and metric labels.
-    ///
-    /// See the [example](Outcome#examples).
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Completed => "completed",
-            Outcome::Refused => "refused",
-            Outcome::Expired => "expired",
-            Outcome::Cancelled => "cancelled",
-        }
-    }
-
-    /// Whether a caller may retry automatically after this outcome (rule C6). Only a refusal
-    /// may be retried, and only when the caller's forward budget covers the refuser's
-    /// requirement; that check belongs to the [retry policy](crate::retry::DeadlineRetry).
-    ///
-    /// See the [example](Outcome#examples).
-    pub const fn may_retry(self) -> bool {
-        matches!(self, Outcome::Refused)
-    }
-}
-
-impl fmt::Display for Outcome {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+pub(crate) use crate::Outcome;
 
 /// gRPC status codes, as the gRPC spec numbers them. Defined here so the core needs no tonic.
 ///
@@ -175,7 +106,7 @@ impl HttpStatusMap {
 }
 
 /// gRPC codes per terminal status. Refusal shares DEADLINE_EXCEEDED with expiry and is told
-/// apart by the [`REFUSED_METADATA`] entry.
+/// apart by the [`OUTCOME_METADATA`] entry.
 ///
 /// See the [example](Outcome#examples).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -217,11 +148,43 @@ impl GrpcStatusMap {
 }
 
 /// Response header / gRPC metadata naming the budget a refuser needed, in ms.
+///
+/// See the [example](OUTCOME_METADATA#examples).
 pub const REQUIRED_MS_HEADER: &str = "x-deadline-required-ms";
 /// Response header / gRPC metadata naming the budget a refuser was given, in ms.
+///
+/// See the [example](OUTCOME_METADATA#examples).
 pub const REMAINING_MS_HEADER: &str = "x-deadline-remaining-ms";
-/// gRPC metadata marking a DEADLINE_EXCEEDED as a refusal before start: value `refused`.
-pub const REFUSED_METADATA: &str = "x-deadline-outcome";
+/// Response header / gRPC metadata naming how the hop ended, on every answer a hopbudget
+/// layer makes itself: `refused`, `expired` or `cancelled`. A client reads it before the status
+/// code, so a refusal (which shares 503 / DEADLINE_EXCEEDED with other causes) and a proxy's
+/// 504 are told apart from hopbudget's own answers. A refusal adds [`REQUIRED_MS_HEADER`] and
+/// [`REMAINING_MS_HEADER`].
+///
+/// # Examples
+///
+/// A refusal as a hopbudget server sends it, read back by hand (the client layers and
+/// `grpc::refusal` do this for you):
+///
+/// ```
+/// use std::time::Duration;
+/// use hopbudget::Refused;
+/// use hopbudget::status::{OUTCOME_METADATA, REMAINING_MS_HEADER, REQUIRED_MS_HEADER};
+///
+/// let mut headers = http::HeaderMap::new();
+/// headers.insert(OUTCOME_METADATA, "refused".parse().unwrap());
+/// headers.insert(REQUIRED_MS_HEADER, "200".parse().unwrap());
+/// headers.insert(REMAINING_MS_HEADER, "120".parse().unwrap());
+///
+/// let ms = |name: &str| headers[name].to_str().ok()?.parse().ok().map(Duration::from_millis);
+/// let refused = match headers.get(OUTCOME_METADATA).map(|v| v.as_bytes()) {
+///     Some(b"refused") => ms(REQUIRED_MS_HEADER).zip(ms(REMAINING_MS_HEADER)),
+///     _ => None,
+/// };
+/// let (required, remaining) = refused.expect("a refusal");
+/// assert_eq!(Refused::new(required, remaining).required(), Duration::from_millis(200));
+/// ```
+pub const OUTCOME_METADATA: &str = "x-deadline-outcome";
 
 #[cfg(test)]
 mod tests {

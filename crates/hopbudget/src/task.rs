@@ -264,34 +264,42 @@ impl<T> Future for TaskHandle<T> {
 }
 
 pin_project! {
-    /// A future that carries a budget into whatever polls it: see [`FutureExt`].
+    /// A future that carries a budget into whatever polls it: what [`FutureExt`]'s methods
+    /// return.
     ///
     /// See the [example](FutureExt#examples).
-    #[project = BoundProj]
     #[must_use = "futures do nothing unless polled"]
-    #[allow(missing_docs)]
-    pub enum Bound<F: Future> {
+    pub struct WithBudget<F: Future> {
+        #[pin]
+        inner: Carried<F>,
+    }
+}
+
+pin_project! {
+    // Private so the two ways of carrying are not part of the API.
+    #[project = CarriedProj]
+    enum Carried<F: Future> {
         Scoped { #[pin] fut: TaskLocalFuture<RequestBudget, F> },
         Plain { #[pin] fut: F },
     }
 }
 
-impl<F: Future> std::fmt::Debug for Bound<F> {
+impl<F: Future> std::fmt::Debug for WithBudget<F> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Bound::Scoped { .. } => "Bound::Scoped",
-            Bound::Plain { .. } => "Bound::Plain",
+        f.write_str(match self.inner {
+            Carried::Scoped { .. } => "WithBudget::Scoped",
+            Carried::Plain { .. } => "WithBudget::Plain",
         })
     }
 }
 
-impl<F: Future> Future for Bound<F> {
+impl<F: Future> Future for WithBudget<F> {
     type Output = F::Output;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match self.project() {
-            BoundProj::Scoped { fut } => fut.poll(cx),
-            BoundProj::Plain { fut } => fut.poll(cx),
+        match self.project().inner.project() {
+            CarriedProj::Scoped { fut } => fut.poll(cx),
+            CarriedProj::Plain { fut } => fut.poll(cx),
         }
     }
 }
@@ -322,19 +330,23 @@ pub trait FutureExt: Future + Sized {
     /// Poll this future with `budget` as the ambient budget.
     ///
     /// See the [example](FutureExt#examples).
-    fn with_budget(self, budget: &RequestBudget) -> Bound<Self> {
-        Bound::Scoped {
-            fut: budget.scope(self),
+    fn with_budget(self, budget: &RequestBudget) -> WithBudget<Self> {
+        WithBudget {
+            inner: Carried::Scoped {
+                fut: budget.scope(self),
+            },
         }
     }
 
     /// Capture the ambient budget now and carry it into wherever this future is polled.
     ///
     /// See the [example](FutureExt#examples).
-    fn with_current_budget(self) -> Bound<Self> {
+    fn with_current_budget(self) -> WithBudget<Self> {
         match RequestBudget::current() {
             Some(budget) => self.with_budget(&budget),
-            None => Bound::Plain { fut: self },
+            None => WithBudget {
+                inner: Carried::Plain { fut: self },
+            },
         }
     }
 }

@@ -46,7 +46,7 @@ pub struct GroupStats {
     pub evicted: u64,
     /// Traces finished without a root span.
     pub rootless: u64,
-    /// Spans that arrived after their trace was finished (raise `--settle`).
+    /// Spans that arrived after their trace was finished (raise `--settle-spans`).
     pub late_spans: u64,
     /// The most spans held open at once.
     pub peak_open_spans: u64,

@@ -19,7 +19,7 @@ use hopbudget::grpc::client::{GrpcClient, GrpcClientLayer};
 use hopbudget::grpc::server::GrpcServerLayer;
 use hopbudget::http::reqwest::{BudgetMiddleware, budget_error};
 use hopbudget::http::server::ServerBudgetLayer;
-use hopbudget::status::{REFUSED_METADATA, REMAINING_MS_HEADER, REQUIRED_MS_HEADER};
+use hopbudget::status::{OUTCOME_METADATA, REMAINING_MS_HEADER, REQUIRED_MS_HEADER};
 use hopbudget::{BudgetError, Outcome, Profile, Refused};
 use reqwest_middleware::ClientWithMiddleware;
 use tokio::net::TcpListener;
@@ -198,7 +198,7 @@ pub fn http_response(node: &Node, e: &HopError) -> Response {
             let mut resp = (status(Outcome::Refused, 503), "refused before start").into_response();
             let h = resp.headers_mut();
             h.insert("retry-after", HeaderValue::from_static("0"));
-            h.insert(REFUSED_METADATA, HeaderValue::from_static("refused"));
+            h.insert(OUTCOME_METADATA, HeaderValue::from_static("refused"));
             h.insert(
                 REQUIRED_MS_HEADER,
                 HeaderValue::from(r.required().as_millis() as u64),
@@ -213,7 +213,7 @@ pub fn http_response(node: &Node, e: &HopError) -> Response {
             let o = b.outcome();
             let mut resp = (status(o, 504), b.to_string()).into_response();
             resp.headers_mut()
-                .insert(REFUSED_METADATA, HeaderValue::from_static(o.as_str()));
+                .insert(OUTCOME_METADATA, HeaderValue::from_static(o.as_str()));
             resp
         }
         HopError::TimedOut => (StatusCode::GATEWAY_TIMEOUT, "timeout").into_response(),

@@ -8,7 +8,7 @@ use http::{HeaderName, HeaderValue, Response, StatusCode};
 use crate::codec::millis;
 use crate::error::{BudgetError, Refused};
 use crate::status::{
-    HttpStatusMap, Outcome, REFUSED_METADATA, REMAINING_MS_HEADER, REQUIRED_MS_HEADER,
+    HttpStatusMap, OUTCOME_METADATA, Outcome, REMAINING_MS_HEADER, REQUIRED_MS_HEADER,
 };
 
 /// Turns a dropped waiter's [`BudgetError`] into what the wrapped service returns.
@@ -59,7 +59,7 @@ where
             HeaderValue::from_static("text/plain; charset=utf-8"),
         );
         headers.insert(
-            HeaderName::from_static(REFUSED_METADATA),
+            HeaderName::from_static(OUTCOME_METADATA),
             HeaderValue::from_static(outcome.as_str()),
         );
         if let BudgetError::Refused(refused) = error {

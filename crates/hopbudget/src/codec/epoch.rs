@@ -6,13 +6,16 @@
 //! relative milliseconds are the HTTP default, and absolute time is used where a message can
 //! wait longer than any skew (a queue). The wall clock is read once, by the caller, at
 //! conversion (rule C1); from then on the budget lives on the monotonic clock.
+//!
+//! See the examples on [`decode`] and [`encode`].
 
 use std::time::Duration;
 
-pub use super::Decimal as Encoded;
-use super::{InvalidValue, parse_digits, trim};
+use super::{Encoded, InvalidValue, parse_digits, trim};
 
 /// More digits than any plausible epoch-millisecond timestamp (13 today) but bounded.
+///
+/// See the example on [`decode`].
 pub const MAX_DIGITS: u8 = 16;
 
 /// Decode an absolute deadline, given the wall clock's "now" in Unix milliseconds.
@@ -25,6 +28,8 @@ pub const MAX_DIGITS: u8 = 16;
 /// let now = 1_800_000_000_000;
 /// assert_eq!(epoch::decode(b"1800000000400", now), Ok(Duration::from_millis(400)));
 /// assert_eq!(epoch::decode(b"1799999999000", now), Ok(Duration::ZERO));
+/// // At most `MAX_DIGITS` digits: anything longer is not a timestamp.
+/// assert!(epoch::decode(&[b'9'; epoch::MAX_DIGITS as usize + 1], now).is_err());
 /// ```
 pub fn decode(value: &[u8], now_unix_ms: u64) -> Result<Duration, InvalidValue> {
     let at = parse_digits(trim(value), MAX_DIGITS)?;
@@ -45,7 +50,7 @@ pub fn encode(budget: Duration, now_unix_ms: u64) -> Encoded {
     let at = now_unix_ms
         .saturating_add(ms)
         .min(10u64.pow(MAX_DIGITS as u32) - 1);
-    Encoded::new(at)
+    Encoded::decimal(at)
 }
 
 #[cfg(test)]

@@ -21,15 +21,20 @@
 //! Encoding picks the most precise unit whose value fits in 8 digits and rounds *down*, so
 //! what goes on the wire is never more than the budget (rule C2). Budgets beyond the largest
 //! encodable value (`99999999H`) are sent as that value.
+//!
+//! See the examples on [`decode`] and [`encode`].
 
-use std::fmt;
 use std::time::Duration;
 
-use super::{InvalidValue, parse_digits, trim};
+use super::{Encoded, InvalidValue, parse_digits, trim};
 
 /// The largest value the header may carry in any unit.
+///
+/// See the example on [`decode`].
 pub const MAX_VALUE: u64 = 99_999_999;
 /// The spec's digit limit.
+///
+/// See the example on [`decode`].
 pub const MAX_DIGITS: u8 = 8;
 
 /// Decode a `grpc-timeout` value.
@@ -41,6 +46,9 @@ pub const MAX_DIGITS: u8 = 8;
 /// assert_eq!(grpc_timeout::decode(b"100m"), Ok(Duration::from_millis(100)));
 /// assert_eq!(grpc_timeout::decode(b"2M"), Ok(Duration::from_secs(120)));
 /// assert!(grpc_timeout::decode(b"100s").is_err()); // units are case-sensitive
+/// // The spec's limits: at most `MAX_DIGITS` digits, so at most `MAX_VALUE` in any unit.
+/// assert_eq!(grpc_timeout::MAX_VALUE.to_string().len(), usize::from(grpc_timeout::MAX_DIGITS));
+/// assert_eq!(grpc_timeout::decode(b"99999999H"), Ok(Duration::from_secs(grpc_timeout::MAX_VALUE * 3600)));
 /// ```
 pub fn decode(value: &[u8]) -> Result<Duration, InvalidValue> {
     let value = trim(value);
@@ -68,64 +76,6 @@ pub fn decode(value: &[u8]) -> Result<Duration, InvalidValue> {
     })
 }
 
-/// An encoded `grpc-timeout` value held on the stack: at most 8 digits and a unit.
-///
-/// # Examples
-///
-/// ```
-/// use std::time::Duration;
-/// use hopbudget::codec::grpc_timeout;
-///
-/// let encoded = grpc_timeout::encode(Duration::from_millis(480));
-/// assert_eq!(encoded.as_str(), "480000u");
-/// assert_eq!(encoded.as_bytes(), b"480000u");
-/// let mut request = http::Request::new(());
-/// request.headers_mut().insert("grpc-timeout", encoded.to_header_value());
-/// ```
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub struct Encoded {
-    buf: [u8; 9],
-    len: u8,
-}
-
-impl Encoded {
-    /// The value as text, e.g. `"480m"`.
-    ///
-    /// See the [example](Self#examples).
-    pub fn as_str(&self) -> &str {
-        // Only ASCII digits and a unit letter are ever written.
-        std::str::from_utf8(self.as_bytes()).unwrap_or("0n")
-    }
-
-    /// The value as bytes, ready for a header.
-    ///
-    /// See the [example](Self#examples).
-    pub fn as_bytes(&self) -> &[u8] {
-        &self.buf[..self.len as usize]
-    }
-
-    /// As an HTTP header value.
-    ///
-    /// See the [example](Self#examples).
-    pub fn to_header_value(&self) -> http::HeaderValue {
-        // Digits and a letter are always a valid header value.
-        http::HeaderValue::from_bytes(self.as_bytes())
-            .unwrap_or_else(|_| http::HeaderValue::from_static("0n"))
-    }
-}
-
-impl fmt::Debug for Encoded {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Encoded({:?})", self.as_str())
-    }
-}
-
-impl fmt::Display for Encoded {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
 /// Encode a budget as a `grpc-timeout` value: the most precise unit that fits, rounded down.
 ///
 /// ```
@@ -151,26 +101,7 @@ pub fn encode(budget: Duration) -> Encoded {
     } else {
         ((secs / 3600).min(MAX_VALUE), b'H')
     };
-    let mut buf = [0u8; 9];
-    // Write digits right to left into the first 8 bytes, then shift to the front.
-    let mut tmp = [0u8; 8];
-    let mut i = tmp.len();
-    let mut n = value;
-    loop {
-        i -= 1;
-        tmp[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    let digits = tmp.len() - i;
-    buf[..digits].copy_from_slice(&tmp[i..]);
-    buf[digits] = unit;
-    Encoded {
-        buf,
-        len: (digits + 1) as u8,
-    }
+    Encoded::with_unit(value, unit)
 }
 
 #[cfg(test)]

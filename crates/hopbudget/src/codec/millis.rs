@@ -6,20 +6,29 @@
 //! is expired (rule C9). Values are read saturating, so a huge header becomes a huge budget that
 //! the server then clamps to its profile maximum; it never overflows. Connect allows 1 to 10
 //! digits and no sign, and that limit is enforced both ways.
+//!
+//! See the examples on [`decode`], [`encode`] and their Connect forms.
 
 use std::time::Duration;
 
-pub use super::Decimal as Encoded;
-use super::{InvalidValue, parse_digits, trim};
+use super::{Encoded, InvalidValue, parse_digits, trim};
 
 /// Digit limit for hopbudget's own relative header: anything longer is not a budget.
+///
+/// See the example on [`decode`].
 pub const MAX_DIGITS: u8 = 19;
 /// The largest value the relative header can carry: nineteen nines, so that what the encoder
 /// writes the decoder reads back (a `u64` can need 20 digits).
+///
+/// See the example on [`decode`].
 pub const MAX_MS: u64 = 9_999_999_999_999_999_999;
 /// Connect's digit limit.
+///
+/// See the example on [`decode_connect`].
 pub const CONNECT_MAX_DIGITS: u8 = 10;
 /// The largest value Connect can carry: ten nines.
+///
+/// See the example on [`decode_connect`].
 pub const CONNECT_MAX_MS: u64 = 9_999_999_999;
 
 /// Decode relative milliseconds (`x-request-timeout-ms`, Envoy's header).
@@ -31,6 +40,9 @@ pub const CONNECT_MAX_MS: u64 = 9_999_999_999;
 /// assert_eq!(millis::decode(b"480"), Ok(Duration::from_millis(480)));
 /// assert_eq!(millis::decode(b"-20"), Ok(Duration::ZERO)); // already expired
 /// assert!(millis::decode(b"1.5").is_err());
+/// // The limits, which the encoder respects too: what it writes, the decoder reads back.
+/// assert_eq!(millis::MAX_MS.to_string().len(), usize::from(millis::MAX_DIGITS));
+/// assert_eq!(millis::decode(millis::encode(Duration::MAX).as_bytes()), Ok(Duration::from_millis(millis::MAX_MS)));
 /// ```
 pub fn decode(value: &[u8]) -> Result<Duration, InvalidValue> {
     let value = trim(value);
@@ -48,6 +60,7 @@ pub fn decode(value: &[u8]) -> Result<Duration, InvalidValue> {
 ///
 /// assert_eq!(millis::decode_connect(b"250"), Ok(Duration::from_millis(250)));
 /// assert!(millis::decode_connect(b"12345678901").is_err()); // more than 10 digits
+/// assert_eq!(millis::CONNECT_MAX_MS.to_string().len(), usize::from(millis::CONNECT_MAX_DIGITS));
 /// ```
 pub fn decode_connect(value: &[u8]) -> Result<Duration, InvalidValue> {
     parse_digits(trim(value), CONNECT_MAX_DIGITS).map(Duration::from_millis)
@@ -64,7 +77,7 @@ pub fn decode_connect(value: &[u8]) -> Result<Duration, InvalidValue> {
 /// ```
 pub fn encode(budget: Duration) -> Encoded {
     let ms = u64::try_from(budget.as_millis()).map_or(MAX_MS, |ms| ms.min(MAX_MS));
-    Encoded::new(ms)
+    Encoded::decimal(ms)
 }
 
 /// Encode for Connect: rounded down and capped at ten digits.

@@ -4,31 +4,76 @@
 //! Codecs are pure functions over bytes. They never panic, enforce the carrier's length limits
 //! in both directions, round *down* when encoding (rule C2: the downstream must never be told it
 //! has more time than the caller had), and report a typed [`InvalidValue`] that says what was
-//! wrong. [`inbound`] combines them: it reads every carrier a profile enables and lets the
+//! wrong. [`read_inbound`] combines them: it reads every carrier a profile enables and lets the
 //! tightest win (rule C9).
+//!
+//! # Example
+//!
+//! The header names, one constant per carrier, and a budget read from them:
+//!
+//! ```
+//! use std::time::Duration;
+//! use http::HeaderMap;
+//! use hopbudget::clock::SystemClock;
+//! use hopbudget::codec::{self, Carrier, InboundCarriers, read_inbound};
+//!
+//! assert_eq!(codec::GRPC_TIMEOUT, Carrier::GrpcTimeout.default_header());
+//! assert_eq!(codec::REQUEST_TIMEOUT_MS, Carrier::RelativeMs.default_header());
+//! assert_eq!(codec::REQUEST_DEADLINE, Carrier::EpochMs.default_header());
+//! assert_eq!(codec::CONNECT_TIMEOUT_MS, Carrier::Connect.default_header());
+//! assert_eq!(codec::ENVOY_EXPECTED_RQ_TIMEOUT_MS, Carrier::Envoy.default_header());
+//! assert_eq!(codec::QUEUE_DEADLINE_EPOCH_MS, Carrier::Queue.default_header());
+//! assert_eq!(codec::QUEUE_ORIGIN_BUDGET_MS, "deadline-origin-ms"); // the queue's second header
+//!
+//! // A gRPC call behind Envoy: both carriers arrive, the tightest wins (C9).
+//! let mut headers = HeaderMap::new();
+//! headers.insert(codec::GRPC_TIMEOUT, "900m".parse().unwrap());
+//! headers.insert(codec::ENVOY_EXPECTED_RQ_TIMEOUT_MS, "250".parse().unwrap());
+//! let carriers = InboundCarriers::new([Carrier::GrpcTimeout, Carrier::Envoy]);
+//! let inbound = read_inbound(&headers, &carriers, Duration::from_secs(30), &SystemClock)
+//!     .unwrap()
+//!     .expect("a carrier arrived");
+//! assert_eq!((inbound.carrier, inbound.budget), (Carrier::Envoy, Duration::from_millis(250)));
+//! ```
 
+mod encoded;
 pub mod epoch;
 pub mod grpc_timeout;
-pub mod inbound;
+mod inbound;
 pub mod millis;
 
 use std::fmt;
 
+pub use encoded::Encoded;
 pub use inbound::{Inbound, InboundCarriers, MalformedHeader, read_inbound};
 
 /// Header carrying the gRPC relative timeout (`100m`, `2S`, ...).
+///
+/// See the [module example](self#example).
 pub const GRPC_TIMEOUT: &str = "grpc-timeout";
 /// hopbudget's default HTTP header: the remaining budget in relative milliseconds.
+///
+/// See the [module example](self#example).
 pub const REQUEST_TIMEOUT_MS: &str = "x-request-timeout-ms";
 /// HTTP header for trusted clocks: the deadline as absolute Unix epoch milliseconds.
+///
+/// See the [module example](self#example).
 pub const REQUEST_DEADLINE: &str = "x-request-deadline";
 /// Connect protocol timeout header: relative milliseconds, at most 10 digits.
+///
+/// See the [module example](self#example).
 pub const CONNECT_TIMEOUT_MS: &str = "connect-timeout-ms";
 /// Set by Envoy on requests it forwards: the route timeout in relative milliseconds.
+///
+/// See the [module example](self#example).
 pub const ENVOY_EXPECTED_RQ_TIMEOUT_MS: &str = "x-envoy-expected-rq-timeout-ms";
 /// Queue message header: the deadline as absolute Unix epoch milliseconds.
+///
+/// See the [module example](self#example).
 pub const QUEUE_DEADLINE_EPOCH_MS: &str = "deadline-epoch-ms";
 /// Queue message header: the budget the producer's request started with, in milliseconds.
+///
+/// See the [module example](self#example).
 pub const QUEUE_ORIGIN_BUDGET_MS: &str = "deadline-origin-ms";
 
 /// Where a budget came from: one of the wire carriers in the contract's table.
@@ -67,6 +112,13 @@ pub enum Carrier {
 
 impl Carrier {
     /// Every carrier, in the contract's order.
+    ///
+    /// ```
+    /// use hopbudget::codec::Carrier;
+    ///
+    /// let names: Vec<_> = Carrier::ALL.iter().map(|c| c.name()).collect();
+    /// assert_eq!(names, ["grpc-timeout", "relative-ms", "epoch-ms", "connect", "envoy", "queue"]);
+    /// ```
     pub const ALL: [Carrier; 6] = [
         Carrier::GrpcTimeout,
         Carrier::RelativeMs,
@@ -217,50 +269,6 @@ pub(crate) fn trim(value: &[u8]) -> &[u8] {
     value.trim_ascii()
 }
 
-/// A decimal number encoded on the stack, ready to go into a header: what the millisecond and
-/// epoch encoders return.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Decimal {
-    buf: [u8; 20],
-    start: u8,
-}
-
-impl Decimal {
-    /// `n` in decimal; a `u64` never needs more than 20 digits.
-    pub fn new(mut n: u64) -> Self {
-        let mut buf = [0u8; 20];
-        let mut i = buf.len();
-        loop {
-            i -= 1;
-            buf[i] = b'0' + (n % 10) as u8;
-            n /= 10;
-            if n == 0 {
-                return Self {
-                    buf,
-                    start: i as u8,
-                };
-            }
-        }
-    }
-
-    /// The digits as text.
-    pub fn as_str(&self) -> &str {
-        std::str::from_utf8(self.as_bytes()).unwrap_or("0")
-    }
-
-    /// The digits as bytes.
-    pub fn as_bytes(&self) -> &[u8] {
-        &self.buf[self.start as usize..]
-    }
-
-    /// As an HTTP header value.
-    pub fn to_header_value(&self) -> http::HeaderValue {
-        // Only ASCII digits are ever written, which is always a valid header value.
-        http::HeaderValue::from_bytes(self.as_bytes())
-            .unwrap_or_else(|_| http::HeaderValue::from_static("0"))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -276,12 +284,5 @@ mod tests {
         assert_eq!(parse_digits(b"12a", 8), Err(InvalidValue::NotADigit));
         assert_eq!(parse_digits(b"", 8), Err(InvalidValue::Empty));
         assert_eq!(parse_digits(b"99999999999999999999", 20), Ok(u64::MAX));
-    }
-
-    #[test]
-    fn decimal_round_trips() {
-        for n in [0u64, 7, 10, 12_345, u64::MAX] {
-            assert_eq!(Decimal::new(n).as_str(), n.to_string());
-        }
     }
 }

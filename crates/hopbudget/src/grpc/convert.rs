@@ -81,7 +81,7 @@ mod tests {
     fn a_bare_refusal_mark_is_still_a_refusal_and_other_codes_are_not_deadline_outcomes() {
         let mut status = tonic::Status::deadline_exceeded("refused");
         status.metadata_mut().insert(
-            crate::status::REFUSED_METADATA,
+            crate::status::OUTCOME_METADATA,
             tonic::metadata::AsciiMetadataValue::from_static("refused"),
         );
         assert_eq!(

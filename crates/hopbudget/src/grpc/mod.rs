@@ -20,7 +20,7 @@
 //! Every status these layers produce is a trailers-only gRPC response (HTTP 200 with
 //! `grpc-status` and `grpc-message` in the headers), built with `tonic::Status::into_http`,
 //! with the codes of the profile's [`GrpcStatusMap`]. Each also carries the
-//! [`REFUSED_METADATA`] entry `x-deadline-outcome`
+//! [`OUTCOME_METADATA`] entry `x-deadline-outcome`
 //! (`refused`, `expired` or `cancelled`); a refusal adds `x-deadline-required-ms` and
 //! `x-deadline-remaining-ms`. [`outcome`] and [`refusal`] read them back from a
 //! `tonic::Status`, and [`BudgetError::from_grpc`](crate::BudgetError::from_grpc) (or
@@ -49,6 +49,8 @@
 //! Both sides use the task-local budget, so an HTTP handler calling a gRPC downstream, or a
 //! gRPC handler calling an HTTP downstream, needs no code beyond the call itself: the server
 //! layer of one protocol installs the budget, the client layer of the other reads it.
+//!
+//! See the examples on [`GrpcServerLayer`](server#example) and [`GrpcClientLayer`](client#example).
 
 pub mod client;
 mod convert;
@@ -58,7 +60,7 @@ use std::time::Duration;
 
 use crate::error::{BudgetError, Refused};
 use crate::status::{
-    GrpcCode, GrpcStatusMap, Outcome, REFUSED_METADATA, REMAINING_MS_HEADER, REQUIRED_MS_HEADER,
+    GrpcCode, GrpcStatusMap, OUTCOME_METADATA, Outcome, REMAINING_MS_HEADER, REQUIRED_MS_HEADER,
 };
 
 /// The tonic code for a profile's [`GrpcCode`].
@@ -108,7 +110,7 @@ fn err_refused(err: &BudgetError) -> Option<Refused> {
 fn mark(status: &mut tonic::Status, outcome: Outcome, refused: Option<Refused>) {
     let md = status.metadata_mut();
     md.insert(
-        REFUSED_METADATA,
+        OUTCOME_METADATA,
         tonic::metadata::AsciiMetadataValue::from_static(outcome.as_str()),
     );
     if let Some(r) = refused {
@@ -133,7 +135,7 @@ impl From<BudgetError> for tonic::Status {
 pub fn outcome(status: &tonic::Status) -> Option<Outcome> {
     let marked = status
         .metadata()
-        .get(REFUSED_METADATA)
+        .get(OUTCOME_METADATA)
         .and_then(|v| v.to_str().ok());
     match status.code() {
         tonic::Code::DeadlineExceeded if marked == Some("refused") => Some(Outcome::Refused),

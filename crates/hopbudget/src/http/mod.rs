@@ -14,8 +14,10 @@
 //!   for any status map).
 //!
 //! Responses a layer produces itself (refusal, expiry, malformed header) carry the header
-//! [`x-deadline-outcome`](crate::status::REFUSED_METADATA) naming the outcome, so that a
+//! [`x-deadline-outcome`](crate::status::OUTCOME_METADATA) naming the outcome, so that a
 //! caller can tell them apart even when a profile maps two outcomes to one status code.
+//!
+//! See the examples on [`ServerBudgetLayer`](server#example) and [`ClientBudgetLayer`](client#example).
 
 mod answer;
 pub mod client;
@@ -35,7 +37,7 @@ use http::HeaderName;
 
 /// `x-deadline-outcome`: the outcome named by a response the layers made themselves.
 pub(crate) static OUTCOME_HEADER: HeaderName =
-    HeaderName::from_static(crate::status::REFUSED_METADATA);
+    HeaderName::from_static(crate::status::OUTCOME_METADATA);
 /// `x-deadline-required-ms` on a refusal.
 pub(crate) static REQUIRED_HEADER: HeaderName =
     HeaderName::from_static(crate::status::REQUIRED_MS_HEADER);

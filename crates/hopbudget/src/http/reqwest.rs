@@ -37,6 +37,15 @@
 //!     Err(e) if BudgetError::find(&e) == Some(&BudgetError::Expired) => println!("out of time"),
 //!     Err(e) => return Err(e.into()),
 //! }
+//!
+//! // A client for a third-party API sends no deadline header (C19, S16); one that only ever
+//! // calls internal services may send it everywhere with `trust_all()`.
+//! let payments = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
+//!     .with(BudgetMiddleware::new(Profile::default()).untrusted())
+//!     .build();
+//! let internal = BudgetMiddleware::new(Profile::default()).trust_all();
+//! assert_eq!(internal.profile().service(), Profile::default().service());
+//! # let _ = payments;
 //! # Ok(())
 //! # }
 //! ```
@@ -69,8 +78,17 @@ impl BudgetMiddleware {
         }
     }
 
+    /// The profile this middleware follows.
+    ///
+    /// See the [module example](crate::http::reqwest#example).
+    pub fn profile(&self) -> &Profile {
+        &self.shared.profile
+    }
+
     /// Send deadline headers to every host this client calls, whatever the profile's
     /// `outbound.trusted_hosts` says.
+    ///
+    /// See the [module example](crate::http::reqwest#example).
     pub fn trust_all(self) -> Self {
         Self {
             shared: Shared::with_trust(&self.shared, Trust::All),
@@ -79,6 +97,8 @@ impl BudgetMiddleware {
 
     /// Send no deadline header from this client (C19, S16: a third-party API client). The wait
     /// is still bounded by the budget.
+    ///
+    /// See the [module example](crate::http::reqwest#example).
     pub fn untrusted(self) -> Self {
         Self {
             shared: Shared::with_trust(&self.shared, Trust::Nobody),

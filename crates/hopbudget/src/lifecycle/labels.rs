@@ -8,6 +8,8 @@ use std::sync::{Arc, RwLock};
 
 /// The route label every request shares when its route is not known: a path no router
 /// matched, a path no profile rule names, a gRPC method past the cap of distinct methods.
+///
+/// See the [example](super#example-a-custom-protocol-adapter).
 pub const OTHER_ROUTE: &str = "other";
 
 /// How many distinct gRPC method paths one server labels before the rest share

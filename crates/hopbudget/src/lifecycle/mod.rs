@@ -41,6 +41,8 @@
 //!     }
 //!     other => panic!("{other:?}"),
 //! }
+//! // A path no profile rule names is labelled `other` in metrics and traces (C20).
+//! assert_eq!(config.route_label(RouteLabel::Path("/orders/7")), hopbudget::lifecycle::OTHER_ROUTE);
 //! # }
 //! ```
 

@@ -16,33 +16,81 @@ use crate::context::Source;
 use crate::status::Outcome;
 
 /// Counter: hops by terminal status. Labels: `service`, `route`, `outcome`.
+///
+/// See the [example](METRICS#examples).
 pub const HOPS_TOTAL: &str = "hopbudget_hops_total";
 /// Counter: requests refused before any work. Labels: `service`, `route`.
+///
+/// See the [example](METRICS#examples).
 pub const REFUSED_BEFORE_WORK_TOTAL: &str = "hopbudget_refused_before_work_total";
 /// Counter: arrivals with no deadline, given the edge total. Labels: `service`, `route`.
+///
+/// See the [example](METRICS#examples).
 pub const DEADLINE_MISSING_TOTAL: &str = "hopbudget_deadline_missing_total";
 /// Counter: malformed deadline headers. Labels: `service`, `route`, `header`.
+///
+/// See the [example](METRICS#examples).
 pub const MALFORMED_HEADERS_TOTAL: &str = "hopbudget_malformed_headers_total";
 /// Histogram: remaining budget at arrival, ms. Labels: `service`, `route`.
+///
+/// See the [example](METRICS#examples).
 pub const REMAINING_AT_ARRIVAL_MS: &str = "hopbudget_remaining_at_arrival_ms";
 /// Counter: arrivals. Labels: `service`, `route`.
+///
+/// See the [example](METRICS#examples).
 pub const ARRIVALS_TOTAL: &str = "hopbudget_arrivals_total";
 /// Counter: arrivals with less than the profile's `low_budget_ms`. Labels: `service`, `route`.
+///
+/// See the [example](METRICS#examples).
 pub const LOW_BUDGET_ARRIVALS_TOTAL: &str = "hopbudget_low_budget_arrivals_total";
 /// Counter: work that finished after its deadline. Labels: `service`, `route`.
+///
+/// See the [example](METRICS#examples).
 pub const LATE_WORK_TOTAL: &str = "hopbudget_late_work_total";
 /// Histogram: how long after the deadline late work finished, ms. Labels: `service`, `route`.
+///
+/// See the [example](METRICS#examples).
 pub const LATE_WORK_OVERRUN_MS: &str = "hopbudget_late_work_overrun_ms";
 /// Counter: queue messages dropped as expired. Labels: `service`, `queue`.
+///
+/// See the [example](METRICS#examples).
 pub const QUEUE_EXPIRED_TOTAL: &str = "hopbudget_queue_expired_total";
 /// Counter: a cheaper path taken because the budget was below the full path's cost.
 /// Labels: `service`, `route`, `path` (the cheaper path's name).
+///
+/// See the [example](METRICS#examples).
 pub const DEGRADED_TOTAL: &str = "hopbudget_degraded_total";
 /// Counter: read-through cache reads by the choice made (`fresh`, `recomputed`, `stale`,
 /// `refused`). Labels: `service`, `cache`, `choice`.
+///
+/// See the [example](METRICS#examples).
 pub const CACHE_READS_TOTAL: &str = "hopbudget_cache_reads_total";
 
 /// Every metric hopbudget records: name, Prometheus type, labels.
+///
+/// # Examples
+///
+/// ```
+/// use hopbudget::observe::{
+///     ARRIVALS_TOTAL, CACHE_READS_TOTAL, DEADLINE_MISSING_TOTAL, DEGRADED_TOTAL, HOPS_TOTAL,
+///     LATE_WORK_OVERRUN_MS, LATE_WORK_TOTAL, LOW_BUDGET_ARRIVALS_TOTAL, MALFORMED_HEADERS_TOTAL,
+///     METRICS, QUEUE_EXPIRED_TOTAL, REFUSED_BEFORE_WORK_TOTAL, REMAINING_AT_ARRIVAL_MS,
+/// };
+///
+/// // One row per metric: the name to query, its type and its labels.
+/// assert_eq!(METRICS[0], (HOPS_TOTAL, "counter", &["service", "route", "outcome"][..]));
+/// let names: Vec<&str> = METRICS.iter().map(|(name, _, _)| *name).collect();
+/// for name in [
+///     HOPS_TOTAL, REFUSED_BEFORE_WORK_TOTAL, DEADLINE_MISSING_TOTAL, MALFORMED_HEADERS_TOTAL,
+///     REMAINING_AT_ARRIVAL_MS, ARRIVALS_TOTAL, LOW_BUDGET_ARRIVALS_TOTAL, LATE_WORK_TOTAL,
+///     LATE_WORK_OVERRUN_MS, QUEUE_EXPIRED_TOTAL, DEGRADED_TOTAL, CACHE_READS_TOTAL,
+/// ] {
+///     assert!(names.contains(&name) && name.starts_with("hopbudget_"));
+/// }
+/// // A PromQL query built from the names, not from hand-typed strings:
+/// let refused_ratio = format!("rate({REFUSED_BEFORE_WORK_TOTAL}[5m]) / rate({ARRIVALS_TOTAL}[5m])");
+/// assert!(refused_ratio.contains("hopbudget_arrivals_total"));
+/// ```
 pub const METRICS: [(&str, &str, &[&str]); 12] = [
     (HOPS_TOTAL, "counter", &["service", "route", "outcome"]),
     (REFUSED_BEFORE_WORK_TOTAL, "counter", &["service", "route"]),

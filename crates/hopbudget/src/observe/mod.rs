@@ -23,6 +23,8 @@
 //! Exporters: [`prometheus`] (feature `prometheus`) builds a Prometheus recorder with
 //! hopbudget's histogram buckets and carries the recording rules; [`otlp`] (feature `otlp`)
 //! writes spans to a file as OTLP JSON.
+//!
+//! See the example on [`Hop`].
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -169,6 +171,8 @@ impl HopLabels {
 }
 
 /// The default low-budget threshold (the profile's `low_budget_ms` default).
+///
+/// See the [example](Hop#examples).
 pub const DEFAULT_LOW_BUDGET: Duration = Duration::from_millis(50);
 
 /// One hop, from arrival to terminal status.
@@ -187,8 +191,10 @@ pub const DEFAULT_LOW_BUDGET: Duration = Duration::from_millis(50);
 /// use hopbudget::{HopPolicy, Outcome, RequestBudget};
 ///
 /// // Labels once per route; the low-budget threshold usually comes from the profile.
-/// let labels = HopLabels::new("tax", "/tax", Protocol::Http)
-///     .with_low_budget(Duration::from_millis(80));
+/// use hopbudget::observe::DEFAULT_LOW_BUDGET;
+/// let labels = HopLabels::new("tax", "/tax", Protocol::Http);
+/// assert_eq!(labels.low_budget(), DEFAULT_LOW_BUDGET);
+/// let labels = labels.with_low_budget(Duration::from_millis(80));
 /// assert_eq!(labels.low_budget(), Duration::from_millis(80));
 /// assert_eq!((Protocol::Http.as_str(), Protocol::Queue.span_kind()), ("http", "consumer"));
 ///

@@ -123,6 +123,8 @@ pub mod proto {
 
 /// Crates whose spans describe their own machinery (HTTP/2 frames, connection pools, polls of
 /// a service), not a hop: left out by [`default_filter`].
+///
+/// See the [example](default_filter#examples), which builds a filter of its own from them.
 pub const TRANSPORT_TARGETS: &[&str] = &[
     "h2",
     "hyper",
@@ -432,6 +434,8 @@ pub fn read(path: impl AsRef<Path>) -> Result<Vec<ExportTraceServiceRequest>, Ot
 /// own, a `tower_http` trace layer you added), except those of the [`TRANSPORT_TARGETS`],
 /// whose internals would otherwise outnumber the hops a hundred to one.
 ///
+/// # Examples
+///
 /// ```
 /// use tracing::Level;
 /// use hopbudget::observe::otlp::default_filter;
@@ -441,6 +445,15 @@ pub fn read(path: impl AsRef<Path>) -> Result<Vec<ExportTraceServiceRequest>, Ot
 /// assert!(filter.would_enable("my_service::orders", &Level::TRACE));
 /// assert!(!filter.would_enable("h2::proto::connection", &Level::TRACE));
 /// assert!(!filter.would_enable("hyper_util::client::legacy", &Level::DEBUG));
+///
+/// // Your own filter for `install_with`: the same, with one more crate left out.
+/// use hopbudget::observe::otlp::TRANSPORT_TARGETS;
+/// use tracing_subscriber::filter::{LevelFilter, Targets};
+/// let mine = TRANSPORT_TARGETS
+///     .iter()
+///     .chain(&["sqlx"])
+///     .fold(Targets::new().with_default(LevelFilter::TRACE), |f, t| f.with_target(*t, LevelFilter::OFF));
+/// assert!(!mine.would_enable("sqlx::query", &Level::INFO));
 /// ```
 pub fn default_filter() -> Targets {
     TRANSPORT_TARGETS

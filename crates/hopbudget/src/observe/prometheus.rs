@@ -31,6 +31,11 @@
 //! // Or the buckets added to a builder you configured already.
 //! let custom = metrics_exporter_prometheus::PrometheusBuilder::new().add_global_label("zone", "a");
 //! let _recorder = observe::prometheus::with_buckets(custom)?.build_recorder();
+//!
+//! // The bucket bounds, and the recording rules to load into Prometheus.
+//! use observe::prometheus::{OVERRUN_BUCKETS_MS, RECORDING_RULES, REMAINING_BUCKETS_MS};
+//! assert!(REMAINING_BUCKETS_MS.contains(&30.0) && OVERRUN_BUCKETS_MS.contains(&250.0));
+//! std::fs::write(std::env::temp_dir().join("hopbudget.rules.yml"), RECORDING_RULES).unwrap();
 //! # Ok::<(), metrics_exporter_prometheus::BuildError>(())
 //! ```
 
@@ -40,12 +45,16 @@ use super::{LATE_WORK_OVERRUN_MS, REMAINING_AT_ARRIVAL_MS};
 
 /// Bucket bounds (ms) of `hopbudget_remaining_at_arrival_ms`: every 5 ms up to 50, then
 /// coarser up to a minute.
+///
+/// See the [module example](crate::observe::prometheus#examples).
 pub const REMAINING_BUCKETS_MS: &[f64] = &[
     1.0, 2.0, 5.0, 10.0, 15.0, 20.0, 25.0, 30.0, 35.0, 40.0, 45.0, 50.0, 75.0, 100.0, 150.0, 200.0,
     300.0, 500.0, 750.0, 1000.0, 2000.0, 5000.0, 10000.0, 30000.0, 60000.0,
 ];
 
 /// Bucket bounds (ms) of `hopbudget_late_work_overrun_ms`.
+///
+/// See the [module example](crate::observe::prometheus#examples).
 pub const OVERRUN_BUCKETS_MS: &[f64] = &[
     1.0, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0, 10000.0,
 ];
@@ -53,6 +62,8 @@ pub const OVERRUN_BUCKETS_MS: &[f64] = &[
 /// Prometheus recording rules (a rule file, YAML): the fraction of arrivals with less than
 /// the low-budget threshold left, and the fraction refused before any work, per service and
 /// route over five minutes.
+///
+/// See the [module example](crate::observe::prometheus#examples).
 pub const RECORDING_RULES: &str = r#"groups:
   - name: hopbudget
     rules:

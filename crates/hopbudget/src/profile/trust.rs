@@ -47,6 +47,25 @@ enum Pattern {
 }
 
 /// The resolved trusted-host patterns of a profile.
+///
+/// # Examples
+///
+/// ```
+/// use hopbudget::Profile;
+/// use hopbudget::profile::TrustedHosts;
+///
+/// // The default: internal hosts only (loopback, private addresses, single-label names,
+/// // `*.internal`, `*.local`, `*.svc`, `*.cluster.local`).
+/// let trusted = Profile::default().trusted_hosts().clone();
+/// assert!(trusted.allows("orders.svc") && trusted.allows("10.0.3.7") && trusted.allows("[::1]"));
+/// assert!(!trusted.allows("api.stripe.com"));
+///
+/// let mine = TrustedHosts::parse(&["loopback".into(), "*.corp.example".into()]).unwrap();
+/// assert!(mine.allows("billing.corp.example") && !mine.allows("10.0.3.7"));
+/// assert_eq!(TrustedHosts::parse(&["*.".into()]).unwrap_err().0, 0); // index of the bad one
+/// assert!(TrustedHosts::all().allows("api.stripe.com"));
+/// assert!(!TrustedHosts::none().allows("localhost"));
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TrustedHosts {
     patterns: Vec<Pattern>,
@@ -62,6 +81,8 @@ impl Default for TrustedHosts {
 
 impl TrustedHosts {
     /// Every host is trusted (the pattern `*`).
+    ///
+    /// See the [example](TrustedHosts#examples).
     pub fn all() -> Self {
         Self {
             patterns: vec![Pattern::Any],
@@ -69,6 +90,8 @@ impl TrustedHosts {
     }
 
     /// No host is trusted: nothing outbound carries a deadline header.
+    ///
+    /// See the [example](TrustedHosts#examples).
     pub fn none() -> Self {
         Self {
             patterns: Vec::new(),
@@ -78,6 +101,8 @@ impl TrustedHosts {
     /// Parse patterns: `*`, the keywords `loopback`, `private`, `single-label`, a suffix
     /// `*.example.internal`, or one exact host name or IP address. Fails with the index and
     /// the reason of the first bad pattern.
+    ///
+    /// See the [example](TrustedHosts#examples).
     pub fn parse(patterns: &[String]) -> Result<Self, (usize, String)> {
         let mut out = Vec::with_capacity(patterns.len());
         for (i, raw) in patterns.iter().enumerate() {
@@ -88,6 +113,8 @@ impl TrustedHosts {
 
     /// Whether `host` (as in a URI: a name, an IPv4 address or a bracketed IPv6 address) may
     /// receive deadline headers.
+    ///
+    /// See the [example](TrustedHosts#examples).
     pub fn allows(&self, host: &str) -> bool {
         let host = host
             .strip_prefix('[')

@@ -38,12 +38,12 @@ use crate::{EndCause, Profile, Refused};
 /// # async fn main() {
 /// use std::collections::HashMap;
 /// use std::sync::Arc;
-/// use hopbudget::clock::SkewedClock;
+/// use hopbudget::clock::SystemClock;
 /// use hopbudget::queue::{Decision, Gate, Processed, Reason};
 /// use hopbudget::Profile;
 ///
 /// let profile = Profile::default().with_service("billing");
-/// let clock = Arc::new(SkewedClock::new(0));
+/// let clock = Arc::new(SystemClock); // or a clock of your own (`clock::WallClock`)
 /// let gate = Gate::new(&profile, "orders").with_clock(clock.clone());
 ///
 /// // A message whose deadline passed an hour ago is never processed.

@@ -36,12 +36,12 @@ pub struct Stamp {
 /// use std::collections::HashMap;
 /// use std::sync::Arc;
 /// use std::time::Duration;
-/// use hopbudget::clock::SkewedClock;
+/// use hopbudget::clock::SystemClock;
 /// use hopbudget::queue::Stamper;
 /// use hopbudget::{Profile, RequestBudget};
 ///
 /// let profile = Profile::default();
-/// let clock = Arc::new(SkewedClock::new(0));
+/// let clock = Arc::new(SystemClock); // or a clock of your own (`clock::WallClock`)
 /// let stamper = Stamper::new(&profile).with_clock(clock);
 /// let request = RequestBudget::local(Duration::from_millis(500), profile.policy());
 /// let mut headers = HashMap::<String, String>::new();

@@ -7,7 +7,7 @@ use pin_project_lite::pin_project;
 
 use super::future::Watch;
 use crate::http::client::Bound;
-use crate::status::{GrpcCode, Outcome, REFUSED_METADATA};
+use crate::status::{GrpcCode, OUTCOME_METADATA, Outcome};
 
 /// Rewrite a CANCELLED that arrived after the deadline as DEADLINE_EXCEEDED (rule C4).
 pub(super) fn relabel_late_cancel(headers: &mut http::HeaderMap, watch: &Watch) {
@@ -17,7 +17,7 @@ pub(super) fn relabel_late_cancel(headers: &mut http::HeaderMap, watch: &Watch) 
         return;
     }
     let code = watch.shared.profile.grpc_status().expired.as_i32();
-    let code = crate::codec::Decimal::new(u64::try_from(code).unwrap_or(4));
+    let code = crate::codec::Encoded::decimal(u64::try_from(code).unwrap_or(4));
     headers.insert("grpc-status", code.to_header_value());
     headers.insert(
         "grpc-message",
@@ -26,7 +26,7 @@ pub(super) fn relabel_late_cancel(headers: &mut http::HeaderMap, watch: &Watch) 
         ),
     );
     headers.insert(
-        REFUSED_METADATA,
+        OUTCOME_METADATA,
         HeaderValue::from_static(Outcome::Expired.as_str()),
     );
 }

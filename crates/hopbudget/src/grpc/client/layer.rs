@@ -3,8 +3,8 @@ use std::sync::Arc;
 use tower_layer::Layer;
 
 use super::GrpcClient;
+use crate::Profile;
 use crate::http::client::{Shared, Trust};
-use crate::profile::Profile;
 
 /// Applies [`GrpcClient`] to a tonic `Channel` or any tower gRPC client service. See the
 /// [module docs](super).
@@ -34,6 +34,8 @@ impl GrpcClientLayer {
 
     /// Send `grpc-timeout` on every call of this channel, whatever the profile's
     /// `outbound.trusted_hosts` says about a host in the request URI.
+    ///
+    /// See the [module example](super#example).
     pub fn trust_all(self) -> Self {
         Self {
             shared: Shared::with_trust(&self.shared, Trust::All),
@@ -44,6 +46,8 @@ impl GrpcClientLayer {
     /// `x-deadline-*` metadata go out, not even a per-call timeout the application set, but
     /// the wait is still bounded by the budget (and by that per-call timeout), and a call is
     /// still refused locally when too little is left (C2, C3, C16).
+    ///
+    /// See the [module example](super#example).
     pub fn untrusted(self) -> Self {
         Self {
             shared: Shared::with_trust(&self.shared, Trust::Nobody),

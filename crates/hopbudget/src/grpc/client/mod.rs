@@ -84,6 +84,20 @@
 //! let response = short.scope(client.oneshot(call)).await.unwrap();
 //! assert_eq!(response.headers()["grpc-status"], "4");
 //! assert_eq!(response.headers()["x-deadline-outcome"], "refused");
+//!
+//! // A channel to a third party: no `grpc-timeout` leaves, the wait is still bounded (C19).
+//! // `trust_all()` is the opposite: the header goes to every host of the channel.
+//! let external = ServiceBuilder::new()
+//!     .layer(GrpcClientLayer::new(Profile::default()).untrusted())
+//!     .service(service_fn(|req: http::Request<()>| async move {
+//!         let sent = req.headers().contains_key("grpc-timeout").to_string();
+//!         Ok::<_, Infallible>(http::Response::builder().header("seen", sent).body(()).unwrap())
+//!     }));
+//! let call = http::Request::builder().uri("https://api.example.com/geo.Geo/Lookup").body(()).unwrap();
+//! let response = budget.scope(external.oneshot(call)).await.unwrap();
+//! assert_eq!(response.headers()["seen"], "false");
+//! let all = GrpcClientLayer::new(Profile::default()).trust_all();
+//! assert_eq!(all.profile().service(), Profile::default().service());
 //! # }
 //! ```
 

@@ -5,8 +5,9 @@ use http::header::HeaderName;
 use http::{Request, Response};
 use tower_service::Service;
 
-use super::ResponseBody;
 use super::future::ResponseFuture;
+use super::{GrpcClientLayer, ResponseBody};
+use crate::Profile;
 use crate::budget::Deadline;
 use crate::codec::grpc_timeout;
 use crate::context::RequestBudget;
@@ -27,14 +28,21 @@ pub struct GrpcClient<S> {
 }
 
 impl<S> GrpcClient<S> {
-    /// Wrap `inner` with the rules of `layer`'s profile.
+    /// Wrap `inner` with the behaviour `profile` describes.
     ///
     /// See the [module example](super#example).
-    pub fn new(inner: S, layer: &super::GrpcClientLayer) -> Self {
+    pub fn new(inner: S, profile: Profile) -> Self {
         Self {
             inner,
-            shared: layer.shared.clone(),
+            shared: GrpcClientLayer::new(profile).shared,
         }
+    }
+
+    /// A layer for this middleware.
+    ///
+    /// See the [module example](super#example).
+    pub fn layer(profile: Profile) -> GrpcClientLayer {
+        GrpcClientLayer::new(profile)
     }
 
     /// The wrapped service.
@@ -42,6 +50,13 @@ impl<S> GrpcClient<S> {
     /// See the [module example](super#example).
     pub fn get_ref(&self) -> &S {
         &self.inner
+    }
+
+    /// The wrapped service, mutably.
+    ///
+    /// See the [module example](super#example).
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
     }
 
     /// Unwrap the inner service.

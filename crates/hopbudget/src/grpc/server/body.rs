@@ -10,7 +10,7 @@ use tokio::time::Sleep;
 use crate::error::BudgetError;
 use crate::grpc::{budget_status, note_answer, status_parts};
 use crate::lifecycle::{HopConfig, HopGuard};
-use crate::status::REFUSED_METADATA;
+use crate::status::OUTCOME_METADATA;
 
 pin_project! {
     /// Response body of [`GrpcServer`](super::GrpcServer): the handler's body, polled inside
@@ -156,7 +156,7 @@ impl<B: Body> Body for ResponseBody<B> {
 /// The trailers of a body the layer ended: `grpc-status` and `grpc-message` as a
 /// trailers-only response would carry them, plus the outcome mark.
 fn expired_trailers(parts: http::response::Parts, trailers: &mut HeaderMap) {
-    for name in ["grpc-status", "grpc-message", REFUSED_METADATA] {
+    for name in ["grpc-status", "grpc-message", OUTCOME_METADATA] {
         if let Some(v) = parts.headers.get(name) {
             trailers.insert(name, v.clone());
         }

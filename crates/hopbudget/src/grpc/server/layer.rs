@@ -3,10 +3,10 @@ use std::sync::Arc;
 use tower_layer::Layer;
 
 use super::GrpcServer;
+use crate::Profile;
 use crate::clock::WallClock;
 use crate::lifecycle::HopConfig;
 use crate::observe::Protocol;
-use crate::profile::Profile;
 
 /// Applies [`GrpcServer`] to a tonic server's services. See the [module docs](super).
 ///

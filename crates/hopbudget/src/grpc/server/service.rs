@@ -4,8 +4,9 @@ use std::task::{Context, Poll};
 use http::{Request, Response};
 use tower_service::Service;
 
-use super::ResponseBody;
 use super::future::ResponseFuture;
+use super::{GrpcServerLayer, ResponseBody};
+use crate::Profile;
 use crate::error::BudgetError;
 use crate::grpc::{budget_status, status_parts, tonic_code};
 use crate::lifecycle::{HopConfig, RouteLabel, Verdict, strip_internal_markers};
@@ -21,14 +22,21 @@ pub struct GrpcServer<S> {
 }
 
 impl<S> GrpcServer<S> {
-    /// Wrap `inner` with the budget rules of `layer`'s profile.
+    /// Wrap `inner` with the behaviour `profile` describes.
     ///
     /// See the [module example](super#example).
-    pub fn new(inner: S, layer: &super::GrpcServerLayer) -> Self {
+    pub fn new(inner: S, profile: Profile) -> Self {
         Self {
             inner,
-            config: layer.config.clone(),
+            config: GrpcServerLayer::new(profile).config,
         }
+    }
+
+    /// A layer for this middleware.
+    ///
+    /// See the [module example](super#example).
+    pub fn layer(profile: Profile) -> GrpcServerLayer {
+        GrpcServerLayer::new(profile)
     }
 
     /// The wrapped service.
@@ -36,6 +44,13 @@ impl<S> GrpcServer<S> {
     /// See the [module example](super#example).
     pub fn get_ref(&self) -> &S {
         &self.inner
+    }
+
+    /// The wrapped service, mutably.
+    ///
+    /// See the [module example](super#example).
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
     }
 
     /// Unwrap the inner service.

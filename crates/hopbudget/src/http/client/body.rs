@@ -18,6 +18,8 @@ pin_project! {
     /// Response body of [`ClientBudget`](super::ClientBudget) and of the reqwest middleware:
     /// the callee's body, cut off with a boxed [`BudgetError`](crate::BudgetError) when the
     /// call's wait ends before the body does.
+    ///
+    /// See the [module example](super#example), which reads one with `into_inner`.
     pub struct ResponseBody<B> {
         #[pin]
         inner: B,
@@ -42,6 +44,8 @@ impl<B> ResponseBody<B> {
     }
 
     /// The callee's body, unbounded from here on.
+    ///
+    /// See the [module example](super#example).
     pub fn into_inner(self) -> B {
         self.inner
     }

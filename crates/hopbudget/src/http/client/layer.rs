@@ -25,8 +25,17 @@ impl ClientBudgetLayer {
         }
     }
 
+    /// The profile this layer follows.
+    ///
+    /// See the [module example](super#example).
+    pub fn profile(&self) -> &Profile {
+        &self.shared.profile
+    }
+
     /// Send deadline headers to every destination of this client, whatever the profile's
     /// `outbound.trusted_hosts` says (for a client that only ever calls internal services).
+    ///
+    /// See the [module example](super#example).
     pub fn trust_all(self) -> Self {
         Self {
             shared: Shared::with_trust(&self.shared, Trust::All),
@@ -36,6 +45,8 @@ impl ClientBudgetLayer {
     /// Send no deadline header from this client (rule C19, S16): a third-party API client.
     /// The wait is still bounded by the budget, and a call is still refused locally when too
     /// little is left (C2, C3).
+    ///
+    /// See the [module example](super#example).
     pub fn untrusted(self) -> Self {
         Self {
             shared: Shared::with_trust(&self.shared, Trust::Nobody),

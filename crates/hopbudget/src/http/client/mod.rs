@@ -69,6 +69,20 @@
 //! let short = RequestBudget::local(Duration::from_millis(12), profile.policy());
 //! let err = short.scope(client.oneshot(Request::new(()))).await.unwrap_err();
 //! assert!(matches!(BudgetError::find(&*err), Some(BudgetError::Refused(_))));
+//!
+//! // A third-party API: no deadline header leaves this client, though the wait is still
+//! // bounded by the budget (C19, S16). `trust_all()` is the opposite: headers to every host.
+//! let external = ServiceBuilder::new()
+//!     .layer(ClientBudgetLayer::new(profile.clone()).untrusted())
+//!     .service_fn(|req: Request<()>| async move {
+//!         let sent = req.headers().contains_key("x-request-timeout-ms");
+//!         Ok::<_, Infallible>(Response::new(sent.to_string()))
+//!     });
+//! let call = Request::get("https://api.example.com/v1/rates").body(()).unwrap();
+//! let res = budget.scope(external.oneshot(call)).await.unwrap();
+//! assert_eq!(res.into_body().into_inner(), "false");
+//! let internal_only = ClientBudgetLayer::new(profile.clone()).trust_all();
+//! assert_eq!(internal_only.profile().service(), profile.service());
 //! # }
 //! ```
 

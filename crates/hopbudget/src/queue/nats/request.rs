@@ -12,7 +12,7 @@ use crate::lifecycle::{HopConfig, RouteLabel, Verdict};
 use crate::observe::Protocol;
 use crate::queue::HeaderCarrier;
 use crate::queue::gate::run_guarded;
-use crate::status::{REFUSED_METADATA, REMAINING_MS_HEADER, REQUIRED_MS_HEADER};
+use crate::status::{OUTCOME_METADATA, REMAINING_MS_HEADER, REQUIRED_MS_HEADER};
 use crate::{BudgetError, Deadline, EndCause, Profile, Refused, RequestBudget, Source};
 
 /// Core NATS requests carrying the caller's budget, like an outbound HTTP call.
@@ -80,7 +80,7 @@ pub enum RequestError {
 
 /// Header on a responder's answer naming the outcome it made itself (`refused`, `expired`,
 /// `malformed`), as the HTTP layers do.
-pub const OUTCOME_HEADER: &str = REFUSED_METADATA;
+pub const OUTCOME_HEADER: &str = OUTCOME_METADATA;
 /// Header on a `malformed` answer: which header and why.
 const DETAIL_HEADER: &str = "x-deadline-detail";
 

@@ -1,0 +1,82 @@
+//! How a hop ended: the four terminal outcomes (rules C4, C5, C10).
+//!
+//! See the example on [`Outcome`].
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// How a hop ended.
+///
+/// # Examples
+///
+/// ```
+/// use hopbudget::Outcome;
+/// use hopbudget::status::{GrpcCode, GrpcStatusMap, HttpStatusMap};
+///
+/// assert_eq!(Outcome::Expired.as_str(), "expired");
+/// assert!(Outcome::Refused.may_retry() && !Outcome::Expired.may_retry());
+/// let names: Vec<String> = Outcome::ALL.iter().map(|o| o.to_string()).collect();
+/// assert_eq!(names, ["completed", "refused", "expired", "cancelled"]);
+///
+/// // The contract's spelling (a profile may change the codes, never to 429).
+/// let http = HttpStatusMap::default();
+/// assert_eq!(http.for_outcome(Outcome::Refused), Some(503));
+/// assert_eq!(http.for_outcome(Outcome::Completed), None);
+/// assert_eq!(http.classify(504), Outcome::Expired); // a downstream 504 is expiry here too
+/// assert_eq!(http.classify(500), Outcome::Completed); // an application error, on time
+/// let grpc = GrpcStatusMap::default();
+/// assert_eq!(grpc.for_outcome(Outcome::Cancelled), Some(GrpcCode::Cancelled));
+/// assert_eq!(GrpcCode::DeadlineExceeded.as_i32(), 4);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// The work finished within its budget (whatever the application result was).
+    Completed,
+    /// The work was not started: the budget was below what it needs (rule C3).
+    Refused,
+    /// The budget reached zero while the work was in flight (rule C4).
+    Expired,
+    /// The caller went away while budget remained (rule C5).
+    Cancelled,
+}
+
+impl Outcome {
+    /// All four, for exhaustive reporting.
+    ///
+    /// See the [example](Outcome#examples).
+    pub const ALL: [Outcome; 4] = [
+        Outcome::Completed,
+        Outcome::Refused,
+        Outcome::Expired,
+        Outcome::Cancelled,
+    ];
+
+    /// The name used in traces (`deadline.outcome`) and metric labels.
+    ///
+    /// See the [example](Outcome#examples).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Completed => "completed",
+            Outcome::Refused => "refused",
+            Outcome::Expired => "expired",
+            Outcome::Cancelled => "cancelled",
+        }
+    }
+
+    /// Whether a caller may retry automatically after this outcome (rule C6). Only a refusal
+    /// may be retried, and only when the caller's forward budget covers the refuser's
+    /// requirement; that check belongs to the [retry policy](crate::retry::DeadlineRetry).
+    ///
+    /// See the [example](Outcome#examples).
+    pub const fn may_retry(self) -> bool {
+        matches!(self, Outcome::Refused)
+    }
+}
+
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
