@@ -56,6 +56,9 @@ pub struct DemoOptions {
     pub drain_limit: Duration,
     /// Show progress bars (drawn only when stdout is a terminal).
     pub progress: bool,
+    /// Export each mode's spans to `traces-<mode>.otlp.jsonl` in this directory
+    /// ([`traces`]); the sweep's runs are not traced.
+    pub traces: Option<PathBuf>,
 }
 
 impl DemoOptions {
@@ -71,6 +74,7 @@ impl DemoOptions {
             forgetful: None,
             drain_limit: Duration::from_secs(6),
             progress: false,
+            traces: None,
         }
     }
 }
@@ -153,7 +157,8 @@ pub fn run(opts: &DemoOptions) -> Result<(DemoResults, Vec<runner::RunData>), St
             progress: opts.progress,
             label: format!("{} mode", mode.as_str()),
         };
-        let data = runner::run(topo, &spec)?;
+        let trace_file = opts.traces.as_deref().map(|d| traces::path_for(d, mode));
+        let data = runner::run_traced(topo, &spec, trace_file.as_deref())?;
         modes.push(results::summarise(
             topo,
             mode,
