@@ -109,8 +109,8 @@ async fn a_served_leaf_refuses_short_budgets_and_serves_long_ones() {
         .await
         .unwrap();
 
-    // 100 ms left, reco-scorer needs 180 ms (its stale-model path): refused before work (C3).
-    let status = client.call(call(1, "100m")).await.unwrap_err();
+    // 5 ms left, reco-scorer needs 10 ms even for its cheaper path: refused before work (C3).
+    let status = client.call(call(1, "5m")).await.unwrap_err();
     assert_eq!(status.code(), tonic::Code::DeadlineExceeded, "{status:?}");
     assert_eq!(
         hopbudget::grpc::outcome(&status),
@@ -118,9 +118,13 @@ async fn a_served_leaf_refuses_short_budgets_and_serves_long_ones() {
         "{status:?}"
     );
     let refusal = hopbudget::grpc::refusal(&status).unwrap();
-    assert_eq!(refusal.required(), Duration::from_millis(180));
+    assert_eq!(refusal.required(), Duration::from_millis(10));
 
-    // 2 s left: it does its work and answers.
+    // 100 ms left, less than its model costs: it degrades and answers (hopbudget::degrade).
+    let reply = client.call(call(3, "100m")).await.unwrap().into_inner();
+    assert_eq!((reply.service.as_str(), reply.degraded), ("reco-scorer", 1));
+
+    // 2 s left: it does its full work and answers.
     let reply = client.call(call(2, "2S")).await.unwrap().into_inner();
     assert_eq!(reply.service, "reco-scorer");
 }
@@ -201,17 +205,19 @@ async fn an_operator_gets_metrics_a_log_line_per_hop_and_a_clean_sigterm_stop() 
     let mut client = HopClient::connect(format!("http://{}", reco.addr))
         .await
         .unwrap();
-    let status = client.call(call(1, "100m")).await.unwrap_err();
+    let status = client.call(call(1, "5m")).await.unwrap_err();
     assert_eq!(
         hopbudget::grpc::outcome(&status),
         Some(hopbudget::Outcome::Refused)
     );
     client.call(call(2, "2S")).await.unwrap();
+    // Less than its model costs: the cheaper path, counted.
+    assert_eq!(client.call(call(3, "100m")).await.unwrap().into_inner().degraded, 1);
 
     // One line per hop, from the library's hop span, refusals by the layer included.
     let refused = reco.line_with(&["hop service=reco-scorer", "outcome=refused"]);
-    assert!(refused.contains("budget_ms=100"), "{refused}");
-    assert!(refused.contains("required_ms=180"), "{refused}");
+    assert!(refused.contains("budget_ms=5"), "{refused}");
+    assert!(refused.contains("required_ms=10"), "{refused}");
     assert!(refused.contains("source=grpc-timeout"), "{refused}");
     reco.line_with(&["hop service=reco-scorer", "outcome=completed"]);
 
@@ -227,6 +233,12 @@ async fn an_operator_gets_metrics_a_log_line_per_hop_and_a_clean_sigterm_stop() 
         "{text}"
     );
     assert!(text.contains("outcome=\"completed\""), "{text}");
+    assert!(
+        text.contains(
+            "hopbudget_degraded_total{service=\"reco-scorer\",route=\"/hopbudget.demo.Hop/Call\",path=\"precomputed\"} 1"
+        ),
+        "{text}"
+    );
     assert!(
         text.contains("hopbudget_remaining_at_arrival_ms_bucket"),
         "{text}"

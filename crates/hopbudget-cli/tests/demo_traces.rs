@@ -120,6 +120,19 @@ fn reco_scorer_degrades_instead_of_refusing_and_says_so() {
         assert!(common::int(s, "deadline.remaining_ms").unwrap() < 240);
     }
 
+    // ... no refusal while the cheap path could still answer (reco-scorer's minimum budget
+    // is the cheap path's cost, not the model's) ...
+    let reco_spec = opts.topology.service("reco-scorer").unwrap();
+    let cheap_cost = reco_spec.degrade.as_ref().unwrap().latency.p99_ms as i64;
+    for s in common::hops(&spans) {
+        if common::text(s, "service.name") == Some("reco-scorer")
+            && common::text(s, "deadline.outcome") == Some("refused")
+        {
+            let required = common::int(s, "deadline.required_ms").unwrap();
+            assert!(required <= cheap_cost, "refused needing {required} ms\n{table}");
+        }
+    }
+
     // ... and in the answers: degraded, not refused, and not counted as complete.
     let reco = p.hops.iter().find(|h| h.service == "reco-scorer").unwrap();
     assert!(
