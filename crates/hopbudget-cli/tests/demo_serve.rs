@@ -212,7 +212,15 @@ async fn an_operator_gets_metrics_a_log_line_per_hop_and_a_clean_sigterm_stop() 
     );
     client.call(call(2, "2S")).await.unwrap();
     // Less than its model costs: the cheaper path, counted.
-    assert_eq!(client.call(call(3, "100m")).await.unwrap().into_inner().degraded, 1);
+    assert_eq!(
+        client
+            .call(call(3, "100m"))
+            .await
+            .unwrap()
+            .into_inner()
+            .degraded,
+        1
+    );
 
     // One line per hop, from the library's hop span, refusals by the layer included.
     let refused = reco.line_with(&["hop service=reco-scorer", "outcome=refused"]);

@@ -89,7 +89,7 @@ fn reco_scorer_degrades_instead_of_refusing_and_says_so() {
         .install_recorder()
         .unwrap();
     let (opts, dir) = options(vec![Mode::Propagated], "demo-degrade");
-    let (results, _raw) = demo::run(&opts).unwrap();
+    let (results, raw) = demo::run(&opts).unwrap();
     let p = results.mode(Mode::Propagated).unwrap();
     let table = demo::report::table(&results);
 
@@ -113,7 +113,11 @@ fn reco_scorer_degrades_instead_of_refusing_and_says_so() {
         .iter()
         .filter(|s| s.name == "degrade" && common::text(s, "degrade.choice") == Some("cheap"))
         .collect();
-    assert_eq!(cheap.len() as f64, counted, "every cheap choice is on a span");
+    assert_eq!(
+        cheap.len() as f64,
+        counted,
+        "every cheap choice is on a span"
+    );
     for s in &cheap {
         let hop = by_id[&s.parent_span_id];
         assert_eq!(common::text(hop, "service.name"), Some("reco-scorer"));
@@ -129,17 +133,37 @@ fn reco_scorer_degrades_instead_of_refusing_and_says_so() {
             && common::text(s, "deadline.outcome") == Some("refused")
         {
             let required = common::int(s, "deadline.required_ms").unwrap();
-            assert!(required <= cheap_cost, "refused needing {required} ms\n{table}");
+            assert!(
+                required <= cheap_cost,
+                "refused needing {required} ms\n{table}"
+            );
         }
     }
 
-    // ... and in the answers: degraded, not refused, and not counted as complete.
-    let reco = p.hops.iter().find(|h| h.service == "reco-scorer").unwrap();
-    assert!(
-        (reco.refused as f64) < counted,
-        "reco-scorer refused {} and degraded {counted}\n{table}",
-        reco.refused
+    // ... and in the answers: a request reco-scorer answered from its cheaper path reaches
+    // the client (when it does: on a loaded machine it may have expired above) marked
+    // degraded, and the complete-answer goodput leaves it out.
+    let clients = raw[0].collector.clients();
+    let mut checked = 0;
+    for s in &cheap {
+        let id = common::int(by_id[&s.parent_span_id], "demo.request_id").unwrap() as u64;
+        if let Some(c) = clients.get(&id).filter(|c| c.ok) {
+            assert!(c.degraded, "request {id} took the cheaper path\n{table}");
+            checked += 1;
+        }
+    }
+    println!(
+        "{checked} of {} cheap answers reached the client",
+        cheap.len()
     );
-    assert!(p.degraded > 0, "{table}");
-    assert!(p.full_goodput_per_s < p.goodput_per_s, "{table}");
+    let budget = Duration::from_millis(results.budget_ms);
+    let complete_in_budget = clients
+        .values()
+        .filter(|c| c.ok && !c.degraded && c.end.is_some_and(|e| e - c.start <= budget))
+        .count();
+    let secs = opts.duration.unwrap().as_secs_f64();
+    assert!(
+        (p.full_goodput_per_s - complete_in_budget as f64 / secs).abs() < 1e-9,
+        "{table}"
+    );
 }

@@ -105,9 +105,9 @@ pub fn run_traced(
     let wall = std::time::Instant::now();
     // `block_on` polls the client on this thread: the run's subscriber here too.
     let result = match &traces {
-        Some(t) => tracing::dispatcher::with_default(t.dispatch(), || {
-            rt.block_on(run_async(topo, spec))
-        }),
+        Some(t) => {
+            tracing::dispatcher::with_default(t.dispatch(), || rt.block_on(run_async(topo, spec)))
+        }
         None => rt.block_on(run_async(topo, spec)),
     };
     // Dropping the runtime stops detached work that outlived the drain limit; its work

@@ -350,7 +350,10 @@ impl Topology {
                 {
                     issue(
                         format!("{dat}.path"),
-                        format!("`{}` is not a path name (letters, digits, `-`, `_`)", d.path),
+                        format!(
+                            "`{}` is not a path name (letters, digits, `-`, `_`)",
+                            d.path
+                        ),
                     );
                 }
                 if s.min_budget_ms >= d.full_cost_ms {

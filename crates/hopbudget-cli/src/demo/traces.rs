@@ -72,8 +72,8 @@ impl RunTraces {
     pub fn create(path: &Path) -> Result<Self, String> {
         opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
         let otlp = OtlpFile::create(path, "hopbudget-demo").map_err(|e| e.to_string())?;
-        let subscriber = tracing_subscriber::registry()
-            .with(otlp.layer().with_filter(otlp::default_filter()));
+        let subscriber =
+            tracing_subscriber::registry().with(otlp.layer().with_filter(otlp::default_filter()));
         Ok(Self {
             dispatch: Dispatch::new(subscriber),
             otlp,
