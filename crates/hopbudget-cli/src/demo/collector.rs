@@ -44,7 +44,8 @@ pub struct WorkRec {
     pub end: Instant,
 }
 
-/// One hop of one request, for traces.
+/// One hop of one request, for the report's timeline (the trace files come from the
+/// services' own spans, see [`traces`](super::traces)).
 #[derive(Clone, Copy, Debug)]
 pub struct SpanRec {
     /// Request id.

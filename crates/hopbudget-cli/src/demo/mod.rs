@@ -10,6 +10,8 @@
 //! - [`runner`]: one mode's run: services up, open-loop arrivals, drain, stop.
 //! - [`collector`], [`results`]: what is measured and how it is summarised.
 //! - [`report`]: the side-by-side table, the HTML report with charts, the JSON.
+//! - [`traces`]: each mode's spans exported by the library as OTLP JSON, trace context on
+//!   the wire.
 //!
 //! [`run`] is the whole demo as a library call (the integration tests use it).
 
