@@ -597,6 +597,25 @@ mod tests {
     }
 
     #[test]
+    fn a_cheaper_path_the_hop_would_refuse_before_is_named() {
+        let text = CHECKOUT_YAML
+            .replace("full_cost_ms: 240", "full_cost_ms: 10")
+            .replace("path: precomputed", "path: pre computed");
+        let err = Topology::from_yaml(&text, "t.yaml").unwrap_err();
+        let shown = err.to_string();
+        assert!(
+            shown.contains(
+                "field `services[7].degrade.full_cost_ms`: must be above min_budget_ms 10 (got 10)"
+            ),
+            "{shown}"
+        );
+        assert!(
+            shown.contains("field `services[7].degrade.path`: `pre computed` is not a path name"),
+            "{shown}"
+        );
+    }
+
+    #[test]
     fn structural_errors_name_the_path() {
         let text = CHECKOUT_YAML.replace("concurrency: 6\n", "concurrency: six\n");
         let err = Topology::from_yaml(&text, "t.yaml").unwrap_err();
