@@ -45,7 +45,7 @@ pub struct WorkRec {
 }
 
 /// One hop of one request, for the report's timeline (the trace files come from the
-/// services' own spans, see [`traces`](super::traces)).
+/// services' own spans, see [`traces`]).
 #[derive(Clone, Copy, Debug)]
 pub struct SpanRec {
     /// Request id.
