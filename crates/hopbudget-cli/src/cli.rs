@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
@@ -226,25 +226,16 @@ fn run_demo(args: DemoArgs) -> Result<(), String> {
     opts.sweep_duration = Duration::from_secs_f64(args.sweep_duration);
     opts.forgetful = args.forgetful.clone();
     opts.progress = std::io::stdout().is_terminal();
-    let (results, raw) = demo::run(&opts)?;
+    if args.traces || args.forgetful.is_some() {
+        opts.traces = Some(args.out.clone());
+        std::fs::create_dir_all(&args.out)
+            .map_err(|e| format!("cannot create {}: {e}", args.out.display()))?;
+    }
+    let (results, _raw) = demo::run(&opts)?;
     print!("{}", demo::report::table(&results));
     let mut written = demo::report::write_all(&results, &args.out)?;
-    if args.traces || args.forgetful.is_some() {
-        for (m, data) in results.modes.iter().zip(&raw) {
-            let anchor = (tokio::time::Instant::now(), SystemTime::now());
-            let doc = demo::traces::otlp_json(
-                &results.topology,
-                &data.collector.spans(),
-                m.mode.as_str(),
-                anchor,
-            );
-            let path = args
-                .out
-                .join(format!("traces-{}.otlp.jsonl", m.mode.as_str()));
-            std::fs::write(&path, format!("{doc}\n"))
-                .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-            written.push(path);
-        }
+    if let Some(dir) = &opts.traces {
+        written.extend(opts.modes.iter().map(|&m| demo::traces::path_for(dir, m)));
     }
     println!();
     for p in written {

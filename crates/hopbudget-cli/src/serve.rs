@@ -242,6 +242,7 @@ pub fn run(opts: &ServeOptions) -> Result<(), String> {
             collector: collector.clone(),
             profile: profile.clone(),
             seed: topo.client.seed,
+            degrade: services::degrade_for(&spec),
             queue: spec
                 .background
                 .as_ref()

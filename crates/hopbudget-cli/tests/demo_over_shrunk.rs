@@ -8,8 +8,15 @@ use hopbudget_cli::demo::{self, DemoOptions, Mode, Topology};
 #[test]
 fn a_budget_too_small_for_the_chain_depth_is_reported_as_such() {
     let mut topology = Topology::builtin().unwrap();
-    // reco-scorer, four hops down, needs 180 ms; with 250 ms at the client, about 90 ms
-    // reach it.
+    // reco-scorer, four hops down, without its cheaper path needs 180 ms (its model); with
+    // 250 ms at the client, about 90 ms reach it.
+    let reco = topology
+        .services
+        .iter_mut()
+        .find(|s| s.name == "reco-scorer")
+        .unwrap();
+    reco.degrade = None;
+    reco.min_budget_ms = 180;
     topology.client.budget_ms = 250;
     topology.client.rate_per_s = 20.0;
     let mut opts = DemoOptions::new(topology);

@@ -102,15 +102,47 @@ fn call(id: u64, timeout: &'static str) -> tonic::Request<HopRequest> {
     req
 }
 
+/// A profile that makes reco-scorer refuse below its model's cost (180 ms) instead of taking
+/// its cheaper path there: an operator's choice, and a refusal a test can reach with a budget
+/// long enough for the round trip on a loaded machine.
+fn strict_profile(name: &str) -> std::path::PathBuf {
+    let path = std::env::temp_dir().join(format!("serve-{name}-{}.yaml", std::process::id()));
+    std::fs::write(
+        &path,
+        "service: reco-scorer\nroutes:\n  - path: /hopbudget.demo.Hop/Call\n    min_budget_ms: 180\n",
+    )
+    .unwrap();
+    path
+}
+
 #[tokio::test]
-async fn a_served_leaf_refuses_short_budgets_and_serves_long_ones() {
+async fn a_served_leaf_degrades_or_refuses_short_budgets_and_serves_long_ones() {
+    // With the topology alone, 100 ms left is less than its model costs: it takes its cheaper
+    // path and answers, degraded (hopbudget::degrade).
     let reco = serve(&["reco-scorer", "--port", "0"]);
     let mut client = HopClient::connect(format!("http://{}", reco.addr))
         .await
         .unwrap();
+    let reply = client.call(call(3, "100m")).await.unwrap().into_inner();
+    assert_eq!((reply.service.as_str(), reply.degraded), ("reco-scorer", 1));
+    // 2 s left: it does its full work and answers.
+    let reply = client.call(call(2, "2S")).await.unwrap().into_inner();
+    assert_eq!((reply.service.as_str(), reply.degraded), ("reco-scorer", 0));
 
-    // 100 ms left, reco-scorer needs 180 ms (its stale-model path): refused before work (C3).
+    // With a profile asking 180 ms: 100 ms left is refused before work (C3).
+    let profile = strict_profile("strict-leaf");
+    let reco = serve(&[
+        "reco-scorer",
+        "--port",
+        "0",
+        "--profile",
+        profile.to_str().unwrap(),
+    ]);
+    let mut client = HopClient::connect(format!("http://{}", reco.addr))
+        .await
+        .unwrap();
     let status = client.call(call(1, "100m")).await.unwrap_err();
+    let _ = std::fs::remove_file(&profile);
     assert_eq!(status.code(), tonic::Code::DeadlineExceeded, "{status:?}");
     assert_eq!(
         hopbudget::grpc::outcome(&status),
@@ -119,10 +151,6 @@ async fn a_served_leaf_refuses_short_budgets_and_serves_long_ones() {
     );
     let refusal = hopbudget::grpc::refusal(&status).unwrap();
     assert_eq!(refusal.required(), Duration::from_millis(180));
-
-    // 2 s left: it does its work and answers.
-    let reply = client.call(call(2, "2S")).await.unwrap().into_inner();
-    assert_eq!(reply.service, "reco-scorer");
 }
 
 #[tokio::test]
@@ -192,7 +220,14 @@ fn serve_names_what_is_missing() {
 
 #[tokio::test]
 async fn an_operator_gets_metrics_a_log_line_per_hop_and_a_clean_sigterm_stop() {
-    let mut reco = serve(&["reco-scorer", "--port", "0"]);
+    let profile = strict_profile("operator");
+    let mut reco = serve(&[
+        "reco-scorer",
+        "--port",
+        "0",
+        "--profile",
+        profile.to_str().unwrap(),
+    ]);
     reco.line_with(&[
         "reads the budget from",
         "grpc-timeout",
@@ -202,11 +237,22 @@ async fn an_operator_gets_metrics_a_log_line_per_hop_and_a_clean_sigterm_stop() 
         .await
         .unwrap();
     let status = client.call(call(1, "100m")).await.unwrap_err();
+    let _ = std::fs::remove_file(&profile);
     assert_eq!(
         hopbudget::grpc::outcome(&status),
         Some(hopbudget::Outcome::Refused)
     );
     client.call(call(2, "2S")).await.unwrap();
+    // Enough to start, less than its model costs (240 ms): the cheaper path, counted.
+    assert_eq!(
+        client
+            .call(call(3, "210m"))
+            .await
+            .unwrap()
+            .into_inner()
+            .degraded,
+        1
+    );
 
     // One line per hop, from the library's hop span, refusals by the layer included.
     let refused = reco.line_with(&["hop service=reco-scorer", "outcome=refused"]);
@@ -227,6 +273,12 @@ async fn an_operator_gets_metrics_a_log_line_per_hop_and_a_clean_sigterm_stop() 
         "{text}"
     );
     assert!(text.contains("outcome=\"completed\""), "{text}");
+    assert!(
+        text.contains(
+            "hopbudget_degraded_total{service=\"reco-scorer\",route=\"/hopbudget.demo.Hop/Call\",path=\"precomputed\"} 1"
+        ),
+        "{text}"
+    );
     assert!(
         text.contains("hopbudget_remaining_at_arrival_ms_bucket"),
         "{text}"
@@ -251,7 +303,7 @@ async fn an_operator_gets_metrics_a_log_line_per_hop_and_a_clean_sigterm_stop() 
 #[tokio::test]
 async fn a_profile_file_sets_the_layers_rules() {
     // The operator's profile asks 1 s for the gRPC method: a 500 ms call is refused with that
-    // requirement, where the topology alone (180 ms) would have let it start.
+    // requirement, where the topology alone (10 ms) would have let it start.
     let path = std::env::temp_dir().join(format!("serve-profile-{}.yaml", std::process::id()));
     std::fs::write(
         &path,

@@ -7,7 +7,8 @@
 //!   cancels the hops below it; but no hop knows the user's budget, so nothing refuses and
 //!   the client still waits for its own timeout.
 //! - `propagated`: the edge answers within the budget, so the client gives up far less often,
-//!   and reco-scorer refuses work it cannot finish in time (C3).
+//!   and reco-scorer takes its cheaper path when its model cannot finish in time
+//!   (`hopbudget::degrade`), so some answers are degraded rather than late.
 //!
 //! Figures that depend on how promptly a loaded machine fires timers (the p99.9 against the
 //! budget, how much work each mode leaves behind) are measured in release for the README,
@@ -40,11 +41,13 @@ fn three_modes_on_one_schedule() {
     assert_eq!(t.requests, p.requests, "{table}");
     assert!(p.requests > 100, "{table}");
 
-    // Without a budget nothing refuses; only hopbudget's reco-scorer does (C3).
+    // Without a budget nothing refuses; with one, reco-scorer degrades when its model cannot
+    // finish in time, and those answers are counted as degraded, not complete.
     for m in [d, t] {
         assert!(m.hops.iter().all(|h| h.refused == 0), "{table}");
     }
-    assert!(hop(p, "reco-scorer").refused > 0, "{table}");
+    assert!(p.degraded > 0, "{table}");
+    assert!(p.full_goodput_per_s < p.goodput_per_s, "{table}");
 
     // Detached work is never cancelled; with drop-cancellation the client's giving up
     // reaches the edge's handler and below.

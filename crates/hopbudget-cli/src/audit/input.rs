@@ -341,10 +341,8 @@ fn convert(
                     service = Some(names.intern(s));
                 }
             }
-            "deadline.remaining_ms" => {
-                is_hop = true;
-                hop.remaining_ms = v.as_i64();
-            }
+            // Not a hop by itself: a `degrade` or `cache.read` span inside a hop has it too.
+            "deadline.remaining_ms" => hop.remaining_ms = v.as_i64(),
             "deadline.source" => {
                 is_hop = true;
                 hop.source = v.as_str().map(|s| names.intern(s));
@@ -599,6 +597,22 @@ mod tests {
         assert_eq!(hop.required_ms, Some(200));
         assert_eq!(hop.outcome, Outcome::Refused);
         assert_eq!(names.name(hop.source.unwrap()), "epoch-ms");
+    }
+
+    #[test]
+    fn a_span_with_only_a_remaining_budget_is_not_a_hop() {
+        // The library's `degrade` span (inside reco-scorer's hop) records the budget left
+        // when it chose, but it is not a hop of its own.
+        let degrade = GOOD
+            .replace(
+                r#"{"key":"deadline.source","value":{"stringValue":"epoch-ms"}},{"key":"deadline.outcome","value":{"stringValue":"refused"}},"#,
+                r#"{"key":"degrade.choice","value":{"stringValue":"cheap"}},"#,
+            )
+            .replace(r#""name":"/tax""#, r#""name":"degrade""#);
+        assert_ne!(degrade, GOOD);
+        let (sink, problems, _) = read(degrade.as_bytes(), 1 << 20);
+        assert_eq!(problems.total, 0, "{:?}", problems.shown);
+        assert!(sink.0[0].hop.is_none());
     }
 
     #[test]

@@ -81,7 +81,9 @@ impl Outcome {
     }
 }
 
-/// The `deadline.*` attributes of a hop span. A span with any of them is a hop.
+/// The `deadline.*` attributes of a hop span. A span with a `deadline.source` or a
+/// `deadline.outcome` is a hop; `deadline.remaining_ms` alone is not (the library's
+/// `degrade` and `cache.read` spans inside a hop record it too).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct HopAttrs {
     /// `deadline.remaining_ms`: budget left on arrival.

@@ -14,6 +14,8 @@ use std::time::Duration;
 use hopbudget::{Outcome, RequestBudget};
 use tokio::time::Instant;
 
+use super::traces;
+
 /// One client request as the client saw it.
 #[derive(Clone, Copy, Debug)]
 pub struct ClientRec {
@@ -42,7 +44,8 @@ pub struct WorkRec {
     pub end: Instant,
 }
 
-/// One hop of one request, for traces.
+/// One hop of one request, for the report's timeline (the trace files come from the
+/// services' own spans, see [`traces`]).
 #[derive(Clone, Copy, Debug)]
 pub struct SpanRec {
     /// Request id.
@@ -213,6 +216,20 @@ impl Collector {
             h.budget_at_arrival_ms.push(left);
         }
         self.in_flight.fetch_add(1, Ordering::AcqRel);
+        // A hop without hopbudget's server layer runs in the demo's own span: record on it
+        // what the hop knew, in the library's field names (C14). hopbudget's own hop span
+        // records these itself.
+        let span = Some(tracing::Span::current()).filter(traces::is_own);
+        if let Some(span) = &span {
+            if let Some(d) = known {
+                span.record(
+                    "deadline.remaining_ms",
+                    i64::try_from(d.as_millis()).unwrap_or(i64::MAX),
+                );
+            }
+            let source = budget.as_ref().map_or("none", |b| b.source().as_str());
+            span.record("deadline.source", source);
+        }
         HopGuard {
             collector: Arc::clone(self),
             service,
@@ -220,6 +237,7 @@ impl Collector {
             start: now,
             remaining_ms: known.map(|d| d.as_millis() as u64),
             budget,
+            span,
             done: false,
         }
     }
@@ -327,6 +345,7 @@ pub struct HopGuard {
     start: Instant,
     remaining_ms: Option<u64>,
     budget: Option<RequestBudget>,
+    span: Option<tracing::Span>,
     done: bool,
 }
 
@@ -342,6 +361,9 @@ impl HopGuard {
         }
         self.done = true;
         self.collector.in_flight.fetch_sub(1, Ordering::AcqRel);
+        if let Some(span) = self.span.take() {
+            span.record("deadline.outcome", outcome.as_str());
+        }
         if let Keep::Nothing {
             log_as: Some(service),
         } = &self.collector.keep

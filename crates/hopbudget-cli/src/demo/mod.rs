@@ -10,6 +10,8 @@
 //! - [`runner`]: one mode's run: services up, open-loop arrivals, drain, stop.
 //! - [`collector`], [`results`]: what is measured and how it is summarised.
 //! - [`report`]: the side-by-side table, the HTML report with charts, the JSON.
+//! - [`traces`]: each mode's spans exported by the library as OTLP JSON, trace context on
+//!   the wire.
 //!
 //! [`run`] is the whole demo as a library call (the integration tests use it).
 
@@ -56,6 +58,9 @@ pub struct DemoOptions {
     pub drain_limit: Duration,
     /// Show progress bars (drawn only when stdout is a terminal).
     pub progress: bool,
+    /// Export each mode's spans to `traces-<mode>.otlp.jsonl` in this directory
+    /// ([`traces`]); the sweep's runs are not traced.
+    pub traces: Option<PathBuf>,
 }
 
 impl DemoOptions {
@@ -71,6 +76,7 @@ impl DemoOptions {
             forgetful: None,
             drain_limit: Duration::from_secs(6),
             progress: false,
+            traces: None,
         }
     }
 }
@@ -153,7 +159,8 @@ pub fn run(opts: &DemoOptions) -> Result<(DemoResults, Vec<runner::RunData>), St
             progress: opts.progress,
             label: format!("{} mode", mode.as_str()),
         };
-        let data = runner::run(topo, &spec)?;
+        let trace_file = opts.traces.as_deref().map(|d| traces::path_for(d, mode));
+        let data = runner::run_traced(topo, &spec, trace_file.as_deref())?;
         modes.push(results::summarise(
             topo,
             mode,

@@ -531,8 +531,8 @@ pub fn html(r: &DemoResults) -> Result<String, String> {
         let _ = writeln!(
             h,
             "<h2 id=\"sweep\">Load sweep</h2><p>Offered load from 0.5x to 3x the graph's capacity (its \
-             bottleneck's). Goodput counts answers within the budget, degraded ones (no \
-             recommendations) included; the thin lines count complete answers only.</p>\
+             bottleneck's). Goodput counts answers within the budget, degraded ones (precomputed \
+             or no recommendations) included; the thin lines count complete answers only.</p>\
              <figure>{}</figure>",
             sweep_chart(r)?
         );

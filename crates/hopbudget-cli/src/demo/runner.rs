@@ -7,6 +7,7 @@
 
 use std::io::IsTerminal;
 use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,6 +22,7 @@ use super::mode::Mode;
 use super::queue;
 use super::services::{self, Node, REQUEST_ID};
 use super::topology::{Protocol, Topology};
+use super::traces::RunTraces;
 use super::wiring::{self, HopError};
 use crate::proto::HopRequest;
 use crate::proto::hop_client::HopClient;
@@ -77,16 +79,43 @@ pub fn schedule(seed: u64, rate: f64, duration: Duration) -> Vec<Duration> {
 
 /// Run one mode to completion.
 pub fn run(topo: &Topology, spec: &RunSpec) -> Result<RunData, String> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
+    run_traced(topo, spec, None)
+}
+
+/// Run one mode to completion; with `traces`, the services' spans are exported to that file
+/// as OTLP JSON by the library's exporter (see [`traces`](super::traces)).
+pub fn run_traced(
+    topo: &Topology,
+    spec: &RunSpec,
+    traces: Option<&Path>,
+) -> Result<RunData, String> {
+    let traces = traces.map(RunTraces::create).transpose()?;
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder.worker_threads(2).enable_all();
+    if let Some(t) = &traces {
+        // This run's subscriber on every thread of its runtime, and on no other thread.
+        let dispatch = t.dispatch().clone();
+        builder
+            .on_thread_start(move || super::traces::enter_thread(&dispatch))
+            .on_thread_stop(super::traces::leave_thread);
+    }
+    let rt = builder
         .build()
         .map_err(|e| format!("cannot start the tokio runtime: {e}"))?;
     let wall = std::time::Instant::now();
-    let result = rt.block_on(run_async(topo, spec));
+    // `block_on` polls the client on this thread: the run's subscriber here too.
+    let result = match &traces {
+        Some(t) => {
+            tracing::dispatcher::with_default(t.dispatch(), || rt.block_on(run_async(topo, spec)))
+        }
+        None => rt.block_on(run_async(topo, spec)),
+    };
     // Dropping the runtime stops detached work that outlived the drain limit; its work
     // guards record the moment it stopped.
     rt.shutdown_timeout(Duration::from_millis(500));
+    if let Some(t) = traces {
+        t.finish()?;
+    }
     result.map(|mut d| {
         d.wall_s = wall.elapsed().as_secs_f64();
         d
@@ -118,6 +147,7 @@ async fn run_async(topo: &Topology, spec: &RunSpec) -> Result<RunData, String> {
             collector: collector.clone(),
             profile,
             seed: topo.client.seed,
+            degrade: services::degrade_for(s),
             queue: s
                 .background
                 .as_ref()

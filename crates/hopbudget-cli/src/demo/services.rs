@@ -15,16 +15,19 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use futures_util::future::join_all;
-use hopbudget::Profile;
+use hopbudget::degrade::{Choice, Degrade};
 use hopbudget::profile::{ProfileSpec, RouteSpec};
+use hopbudget::{Profile, RequestBudget};
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
+use tracing::Instrument as _;
 
 use super::collector::Collector;
 use super::mode::HopMode;
 use super::queue::Producer;
 use super::topology::{LatencySpec, Protocol, ServiceSpec, Topology};
+use super::traces;
 use super::wiring::{self, HopError, Peer};
 use crate::proto::hop_server::Hop;
 use crate::proto::{HopReply, HopRequest};
@@ -57,6 +60,8 @@ pub struct Node {
     pub seed: u64,
     /// Where this service hands its background work (S11), if it has any.
     pub queue: Option<Producer>,
+    /// Its cheaper path, if the topology gives it one ([`degrade_for`]).
+    pub degrade: Option<Degrade>,
 }
 
 impl Node {
@@ -78,6 +83,17 @@ impl Node {
             }
         }
         sample(&mut rng, &latency)
+    }
+
+    /// The work of this service's cheaper path for request `id`, if it has one (seeded like
+    /// [`Node::work_for`]).
+    pub fn cheap_work_for(&self, id: u64) -> Duration {
+        let Some(d) = &self.spec.degrade else {
+            return Duration::ZERO;
+        };
+        let mut h = DefaultHasher::new();
+        (self.seed, &self.spec.name, &d.path, id).hash(&mut h);
+        sample(&mut StdRng::seed_from_u64(h.finish()), &d.latency)
     }
 
     /// This service's background work for request `id` (seeded like [`Node::work_for`]).
@@ -103,9 +119,11 @@ fn sample(rng: &mut StdRng, latency: &LatencySpec) -> Duration {
 }
 
 /// The mode-independent body of a hop: queue for a work slot, do this service's own work,
-/// then call every downstream service in parallel. Returns how many optional calls failed.
+/// then call every downstream service in parallel. Returns how many parts of the answer are
+/// degraded: optional calls that failed, and cheaper paths taken here or below.
 pub async fn body(node: Arc<Node>, id: u64) -> Result<u32, HopError> {
     let cost = node.work_for(id);
+    let mut degraded = 0;
     {
         let _permit = node
             .sem
@@ -115,14 +133,31 @@ pub async fn body(node: Arc<Node>, id: u64) -> Result<u32, HopError> {
         // After queueing, check again that the work still fits (C3, S2).
         node.behaviour.before_work(&node)?;
         let _work = node.collector.work(node.idx, id);
-        node.behaviour.own_work(&node, cost).await?;
+        // With a cheaper path and a budget, the budget left picks the path (the choice is on
+        // a `degrade` span and in `hopbudget_degraded_total`); without a budget nothing is
+        // known to save time for, and the full path runs.
+        match (&node.degrade, &node.spec.degrade, RequestBudget::current()) {
+            (Some(d), Some(spec), Some(budget)) => {
+                let cheap = node.cheap_work_for(id);
+                let (choice, result) = d
+                    .run(
+                        &budget,
+                        spec.full_cost(),
+                        || node.behaviour.own_work(&node, cost),
+                        || node.behaviour.own_work(&node, cheap),
+                    )
+                    .await;
+                result?;
+                degraded += u32::from(choice == Choice::Cheap);
+            }
+            _ => node.behaviour.own_work(&node, cost).await?,
+        }
     }
     let calls = node
         .peers
         .iter()
         .map(|(callee, peer)| node.behaviour.call(&node, *callee, peer, id));
     let results = join_all(calls).await;
-    let mut degraded = 0;
     for (result, call) in results.into_iter().zip(&node.spec.calls) {
         match result {
             Ok(d) => degraded += d,
@@ -136,13 +171,41 @@ pub async fn body(node: Arc<Node>, id: u64) -> Result<u32, HopError> {
     Ok(degraded)
 }
 
+/// The route a service serves: its gRPC method or its HTTP path.
+pub fn route_of(spec: &ServiceSpec) -> &'static str {
+    match spec.protocol {
+        Protocol::Grpc => GRPC_PATH,
+        Protocol::Http => HTTP_PATH,
+    }
+}
+
+/// The [`Degrade`] of a service whose topology gives it a cheaper path.
+pub fn degrade_for(spec: &ServiceSpec) -> Option<Degrade> {
+    let d = spec.degrade.as_ref()?;
+    Some(Degrade::new(
+        spec.name.clone(),
+        route_of(spec),
+        d.path.clone(),
+    ))
+}
+
+/// Serve one inbound request with its `headers`, in the hop's span: hopbudget's, opened by
+/// the server layer around this handler, or the demo's own where the mode has no server
+/// layer (see [`traces`]).
+async fn handle(node: Arc<Node>, id: u64, headers: &HeaderMap) -> Result<u32, HopError> {
+    if node.behaviour.layers().server {
+        traces::annotate(&tracing::Span::current(), id, headers);
+        return wiring::serve(node, id).await;
+    }
+    let span = traces::own_span(&node.spec, route_of(&node.spec), headers);
+    traces::annotate(&span, id, headers);
+    wiring::serve(node, id).instrument(span).await
+}
+
 /// The profile a service's hopbudget layers run with: its name, and its minimum budget as a
 /// route rule on the path it serves.
 pub fn profile_for(spec: &ServiceSpec) -> Result<Profile, String> {
-    let path = match spec.protocol {
-        Protocol::Grpc => GRPC_PATH,
-        Protocol::Http => HTTP_PATH,
-    };
+    let path = route_of(spec);
     let routes = if spec.min_budget_ms > 0 {
         vec![RouteSpec {
             path: path.into(),
@@ -197,7 +260,8 @@ impl Hop for GrpcNode {
         request: tonic::Request<HopRequest>,
     ) -> Result<tonic::Response<HopReply>, tonic::Status> {
         let id = request.get_ref().request_id;
-        match wiring::serve(self.0.clone(), id).await {
+        let headers = request.metadata().clone().into_headers();
+        match handle(self.0.clone(), id, &headers).await {
             Ok(degraded) => Ok(tonic::Response::new(HopReply {
                 service: self.0.spec.name.clone(),
                 degraded,
@@ -220,7 +284,7 @@ pub async fn http_call(State(node): State<Arc<Node>>, headers: HeaderMap) -> Res
         )
             .into_response();
     };
-    match wiring::serve(node.clone(), id).await {
+    match handle(node.clone(), id, &headers).await {
         Ok(degraded) => (
             StatusCode::OK,
             axum::Json(serde_json::json!({ "service": node.spec.name, "degraded": degraded })),

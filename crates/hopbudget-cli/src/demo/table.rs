@@ -30,10 +30,12 @@ const SUMMARY: &[(&str, Figure)] = &[
     ("goodput (ok within budget, req/s)", |m| {
         format!("{:.1}", m.goodput_per_s)
     }),
-    ("  of which complete (with reco), req/s", |m| {
+    ("  of which complete (model reco), req/s", |m| {
         format!("{:.1}", m.full_goodput_per_s)
     }),
-    ("answers degraded (no reco)", |m| m.degraded.to_string()),
+    ("answers degraded (precomputed/no reco)", |m| {
+        m.degraded.to_string()
+    }),
     ("client gave up", |m| m.gave_up.to_string()),
     ("edge hop duration p99.9 (ms)", |m| {
         cell(m.edge_latency_ms.p999)

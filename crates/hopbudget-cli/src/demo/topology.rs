@@ -71,6 +71,28 @@ pub struct FaultSpec {
     pub latency: LatencySpec,
 }
 
+/// A cheaper path a service takes when the budget left cannot pay for its full work
+/// (`hopbudget::degrade::Degrade`). Only a hop that knows its budget can choose it, so only
+/// `propagated` mode degrades; without a budget the full path always runs.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DegradeSpec {
+    /// The cheaper path's name (`precomputed`): the `path` label of `hopbudget_degraded_total`.
+    pub path: String,
+    /// What the full path is taken to cost, ms: with less budget left than this when its work
+    /// would start, the hop takes the cheaper path.
+    pub full_cost_ms: u64,
+    /// The cheaper path's own work.
+    pub latency: LatencySpec,
+}
+
+impl DegradeSpec {
+    /// What the full path is taken to cost.
+    pub fn full_cost(&self) -> Duration {
+        Duration::from_millis(self.full_cost_ms)
+    }
+}
+
 /// Background work a service hands over a queue after answering (S11): it runs under its own
 /// deadline, rooted when it is scheduled, and is not cancelled when the response goes out.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -151,6 +173,9 @@ pub struct ServiceSpec {
     /// Background work handed over a queue after a successful answer (S11).
     #[serde(default)]
     pub background: Option<BackgroundSpec>,
+    /// A cheaper path taken when the budget cannot pay for the full one.
+    #[serde(default)]
+    pub degrade: Option<DegradeSpec>,
 }
 
 impl ServiceSpec {
@@ -314,6 +339,34 @@ impl Topology {
                     );
                 }
             }
+            if let Some(d) = &s.degrade {
+                let dat = format!("{at}.degrade");
+                check_latency(&mut issue, &format!("{dat}.latency"), &d.latency);
+                if d.path.is_empty()
+                    || !d
+                        .path
+                        .chars()
+                        .all(|ch| ch.is_ascii_alphanumeric() || ch == '-' || ch == '_')
+                {
+                    issue(
+                        format!("{dat}.path"),
+                        format!(
+                            "`{}` is not a path name (letters, digits, `-`, `_`)",
+                            d.path
+                        ),
+                    );
+                }
+                if s.min_budget_ms >= d.full_cost_ms {
+                    issue(
+                        format!("{dat}.full_cost_ms"),
+                        format!(
+                            "must be above min_budget_ms {} (got {}): the hop would refuse \
+                             before it could degrade",
+                            s.min_budget_ms, d.full_cost_ms
+                        ),
+                    );
+                }
+            }
             if share > 1.0 + 1e-9 {
                 issue(
                     format!("{at}.faults"),
@@ -471,6 +524,11 @@ mod tests {
         );
         let reco = t.service("reco-scorer").unwrap();
         assert_eq!(reco.faults[0].latency.p50_ms, 180.0);
+        // It degrades rather than refuses: its minimum budget is the cheap path's cost.
+        let degrade = reco.degrade.as_ref().unwrap();
+        assert_eq!(degrade.path, "precomputed");
+        assert!(reco.min_budget_ms < degrade.full_cost_ms);
+        assert_eq!(reco.min_budget_ms as f64, degrade.latency.p99_ms);
         assert_eq!(t.bottleneck().name, "reco-scorer");
         let order: Vec<_> = t.in_call_order().iter().map(|s| s.name.clone()).collect();
         assert_eq!(
@@ -534,6 +592,25 @@ mod tests {
         // tax-calc now has no caller, so two services face the client.
         assert!(
             shown.contains("exactly one service may face the client"),
+            "{shown}"
+        );
+    }
+
+    #[test]
+    fn a_cheaper_path_the_hop_would_refuse_before_is_named() {
+        let text = CHECKOUT_YAML
+            .replace("full_cost_ms: 240", "full_cost_ms: 10")
+            .replace("path: precomputed", "path: pre computed");
+        let err = Topology::from_yaml(&text, "t.yaml").unwrap_err();
+        let shown = err.to_string();
+        assert!(
+            shown.contains(
+                "field `services[7].degrade.full_cost_ms`: must be above min_budget_ms 10 (got 10)"
+            ),
+            "{shown}"
+        );
+        assert!(
+            shown.contains("field `services[7].degrade.path`: `pre computed` is not a path name"),
             "{shown}"
         );
     }

@@ -31,6 +31,7 @@ use super::collector::BackgroundOutcome;
 use super::queue::{Job, Producer};
 use super::services::{self, GrpcNode, HTTP_PATH, Node, REQUEST_ID};
 use super::topology::{Protocol, ServiceSpec, Topology};
+use super::traces;
 use crate::proto::hop_client::HopClient;
 use crate::proto::hop_server::HopServer;
 use crate::proto::{HopReply, HopRequest};
@@ -90,13 +91,33 @@ pub async fn serve(node: Arc<Node>, id: u64) -> Result<u32, HopError> {
     node.behaviour.admit(node.clone(), id).await
 }
 
-/// Send one call through `peer`, with no bound of its own: the mode bounds it.
+/// Send one call through `peer`, with no bound of its own: the mode bounds it. The trace
+/// context goes with it: written by hopbudget's client layers where the peer has them, by
+/// the plain OpenTelemetry glue ([`traces::inject`]) where it has not.
 pub async fn send(peer: &Peer, id: u64) -> Result<u32, HopError> {
     match peer {
-        Peer::Grpc(client) => grpc_reply(client.clone().call(grpc_request(id)).await),
+        Peer::Grpc(client) => {
+            let mut req = grpc_request(id);
+            traces::inject_grpc(req.metadata_mut());
+            grpc_reply(client.clone().call(req).await)
+        }
         Peer::GrpcBudget(client) => grpc_reply(client.clone().call(grpc_request(id)).await),
-        Peer::Http { client, url } => {
-            let resp = match client.post(url).header(REQUEST_ID, id).send().await {
+        Peer::Http {
+            client,
+            url,
+            layered,
+        } => {
+            let mut headers = HeaderMap::new();
+            if !layered {
+                traces::inject(&mut headers);
+            }
+            let sent = client
+                .post(url)
+                .header(REQUEST_ID, id)
+                .headers(headers)
+                .send()
+                .await;
+            let resp = match sent {
                 Ok(r) => r,
                 Err(e) => {
                     return Err(match budget_error(&e) {
@@ -235,6 +256,8 @@ pub enum Peer {
         client: ClientWithMiddleware,
         /// `http://addr/call`.
         url: String,
+        /// Whether `client` has `BudgetMiddleware`, which writes the trace context itself.
+        layered: bool,
     },
 }
 
@@ -289,6 +312,7 @@ pub fn peers_for(
             Protocol::Http => Peer::Http {
                 client: http.clone(),
                 url: format!("http://{addr}{HTTP_PATH}"),
+                layered: budget_layers,
             },
         };
         peers.push((idx, peer));

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use http::HeaderMap;
+use tracing::Instrument as _;
 
 use super::{HopMode, Layers, Mode, Timeouts};
 use crate::demo::collector::BackgroundOutcome;
@@ -37,12 +38,16 @@ impl HopMode for Detached {
     fn admit(&self, node: Arc<Node>, id: u64) -> BoxFuture<'static, Result<u32, HopError>> {
         Box::pin(async move {
             let guard = node.collector.arrive(node.idx, id, None, None);
-            // Detached: dropping the awaiting future below does not stop this task.
-            let handle = tokio::spawn(async move {
-                let result = services::body(node, id).await;
-                guard.finish(wiring::outcome_of(&result), wiring::failed(&result));
-                result
-            });
+            // Detached: dropping the awaiting future below does not stop this task. It keeps
+            // the hop's span (the trace context), as an instrumented executor would.
+            let handle = tokio::spawn(
+                async move {
+                    let result = services::body(node, id).await;
+                    guard.finish(wiring::outcome_of(&result), wiring::failed(&result));
+                    result
+                }
+                .in_current_span(),
+            );
             handle
                 .await
                 .unwrap_or_else(|e| Err(HopError::Failed(format!("handler task failed: {e}"))))

@@ -11,6 +11,7 @@ use std::time::Duration;
 use futures_util::future::BoxFuture;
 use hopbudget::{Deadline, RequestBudget, Source};
 use http::HeaderMap;
+use tracing::Instrument as _;
 
 use super::{HopMode, Layers, Mode, Propagated};
 use crate::demo::collector::BackgroundOutcome;
@@ -47,15 +48,19 @@ impl HopMode for Forgetful {
             let guard =
                 node.collector
                     .arrive(node.idx, id, Some(budget.remaining()), Some(budget.clone()));
-            // Detached: nothing stops this work when the caller goes away.
-            let handle = tokio::spawn(async move {
-                let result = match budget.run(services::body(node, id)).await {
-                    Ok(r) => r,
-                    Err(e) => Err(HopError::Budget(e)),
-                };
-                guard.finish(wiring::outcome_of(&result), wiring::failed(&result));
-                result
-            });
+            // Detached: nothing stops this work when the caller goes away. It keeps the hop's
+            // span (the trace context).
+            let handle = tokio::spawn(
+                async move {
+                    let result = match budget.run(services::body(node, id)).await {
+                        Ok(r) => r,
+                        Err(e) => Err(HopError::Budget(e)),
+                    };
+                    guard.finish(wiring::outcome_of(&result), wiring::failed(&result));
+                    result
+                }
+                .in_current_span(),
+            );
             handle
                 .await
                 .unwrap_or_else(|e| Err(HopError::Failed(format!("handler task failed: {e}"))))
