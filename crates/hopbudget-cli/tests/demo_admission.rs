@@ -1,11 +1,15 @@
 //! In propagated mode a leaf service runs hopbudget's admission layer (C21, S17): its slots
 //! are the topology's `concurrency`, and the requests waiting for one are served
-//! earliest-deadline-first, not first come first served. Checked on `hopbudget serve`, over a
-//! real socket, with a leaf of one slot.
+//! earliest-deadline-first, not first come first served, and a request whose budget cannot
+//! cover the work's p99 is refused (marked, with the budget it needed). Checked on
+//! `hopbudget serve`, over a real socket, with a leaf of one slot.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
+
+use hopbudget_cli::proto::HopRequest;
+use hopbudget_cli::proto::hop_client::HopClient;
 
 /// One HTTP leaf, one slot, exactly 300 ms of work per request.
 const TOPOLOGY: &str =
@@ -28,10 +32,10 @@ impl Drop for Served {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_propagated_leaf_serves_its_waiters_earliest_deadline_first() {
-    let file = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("demo-admission.yaml");
-    std::fs::write(&file, TOPOLOGY).unwrap();
+/// Start `hopbudget serve` on the one service of `topology`; its address.
+fn serve(name: &str, topology: &str) -> (Served, String) {
+    let file = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}.yaml"));
+    std::fs::write(&file, topology).unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_hopbudget"))
         .args(["serve", "one-slot", "--port", "0", "--mode", "propagated"])
         .arg("--topology")
@@ -45,13 +49,18 @@ async fn a_propagated_leaf_serves_its_waiters_earliest_deadline_first() {
     stdout.read_line(&mut line).unwrap();
     // Keep reading its log lines (one per hop), or it would write into a closed pipe.
     std::thread::spawn(move || for _ in stdout.lines() {});
-    let _served = Served(child);
     let addr = line
         .split("listening on ")
         .nth(1)
         .and_then(|rest| rest.split(';').next())
         .unwrap_or_else(|| panic!("unexpected first line: {line:?}"))
         .to_owned();
+    (Served(child), addr)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_propagated_leaf_serves_its_waiters_earliest_deadline_first() {
+    let (_served, addr) = serve("demo-admission-http", TOPOLOGY);
     let client = reqwest::Client::builder()
         .http2_prior_knowledge()
         .build()
@@ -88,4 +97,28 @@ async fn a_propagated_leaf_serves_its_waiters_earliest_deadline_first() {
         early.1 < late.1,
         "the earlier deadline was served after the later one"
     );
+}
+
+#[tokio::test]
+async fn a_grpc_leaf_refuses_below_its_work_p99_with_a_marked_status() {
+    // The same leaf over gRPC. Its admission cost is its work's p99 (300 ms), above the
+    // server layer's minimum (50 ms): a call with 200 ms passes the server layer and is
+    // refused by admission at once, spelled like the gRPC server layer's refusals.
+    let (_served, addr) = serve(
+        "demo-admission-grpc",
+        &TOPOLOGY.replace("protocol: http", "protocol: grpc"),
+    );
+    let mut client = HopClient::connect(format!("http://{addr}")).await.unwrap();
+    let mut req = tonic::Request::new(HopRequest { request_id: 1 });
+    req.metadata_mut()
+        .insert("grpc-timeout", "200m".parse().unwrap());
+    let status = client.call(req).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::DeadlineExceeded, "{status:?}");
+    assert_eq!(
+        hopbudget::grpc::outcome(&status),
+        Some(hopbudget::Outcome::Refused),
+        "{status:?}"
+    );
+    let refusal = hopbudget::grpc::refusal(&status).unwrap();
+    assert_eq!(refusal.required(), Duration::from_millis(300), "{status:?}");
 }
