@@ -109,7 +109,8 @@ pub fn addresses(opts: &ServeOptions) -> Result<(SocketAddr, Vec<SocketAddr>), S
 }
 
 /// The profile the service's layers run with: `--profile FILE` if given, with the topology's
-/// minimum budget added as a route rule when the file has none for the service's path;
+/// minimum budget added as a route rule when the file has none for the service's path, and
+/// its concurrency as the admission section when the file has none;
 /// otherwise the built-in one ([`services::profile_for`]).
 pub fn profile(spec: &ServiceSpec, file: Option<&PathBuf>) -> Result<Profile, String> {
     let Some(file) = file else {
@@ -123,6 +124,10 @@ pub fn profile(spec: &ServiceSpec, file: Option<&PathBuf>) -> Result<Profile, St
     let mut profile_spec = loaded.spec().clone();
     if profile_spec.service.is_empty() {
         profile_spec.service = spec.name.clone();
+    }
+    if profile_spec.admission.is_none() {
+        // As the built-in profile: the service's slots as the admission limit (C21).
+        profile_spec.admission = services::profile_for(spec)?.spec().admission.clone();
     }
     if loaded.route(path).is_none() && spec.min_budget_ms > 0 {
         profile_spec.routes.push(RouteSpec {

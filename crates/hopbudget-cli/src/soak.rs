@@ -21,9 +21,11 @@
 //!
 //! With `--overload FACTOR` the mix is all good requests and the leaf gets a fixed capacity
 //! (a concurrency limit and a fixed amount of work per request); the rate is FACTOR times that
-//! capacity. A request waits for a slot only while its budget still covers the work, then is
-//! refused (C3, C21), so refusals rise with the load while goodput (answers within budget per
-//! second) holds near capacity, and memory stays bounded.
+//! capacity. The leaf runs hopbudget's admission layer inside its server layer, as the demo's
+//! propagated leaves do (`hopbudget demo --sweep`): its slots are the admission limit, waiters
+//! are served earliest-deadline-first, and each is refused the moment its budget no longer
+//! covers the work plus the answer's way back (C3, C21). So refusals rise with the load while
+//! goodput (answers within budget per second) holds near capacity, and memory stays bounded.
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
@@ -37,6 +39,7 @@ use axum::http::{HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use hopbudget::admission::AdmissionLayer;
 use hopbudget::http::reqwest::{BudgetMiddleware, budget_error};
 use hopbudget::http::server::ServerBudgetLayer;
 use hopbudget::{BudgetError, Profile, RequestBudget};
@@ -82,6 +85,18 @@ const CAPACITY_SLOTS: usize = 1;
 const CAPACITY_WORK: Duration = Duration::from_millis(50);
 /// What the leaf keeps for its answer's way back up the chain when it admits known work.
 const RETURN_ALLOWANCE: Duration = Duration::from_millis(10);
+/// The leaf's profile in overload mode: its slots as the admission limit, and the route's
+/// cost the work plus the return allowance.
+fn overload_leaf_profile() -> String {
+    format!(
+        "service: leaf\nroutes: [{{path: /, min_budget_ms: {work}}}]\n\
+         admission: {{limit: {slots}, queue_bound: 1024, routes: [{{path: /, cost_ms: {cost}}}]}}\n",
+        work = CAPACITY_WORK.as_millis(),
+        slots = CAPACITY_SLOTS,
+        cost = (CAPACITY_WORK + RETURN_ALLOWANCE).as_millis(),
+    )
+}
+
 /// The client budget of every overload request.
 const OVERLOAD_BUDGET_MS: u64 = 250;
 
@@ -281,7 +296,8 @@ async fn account(State(ledger): State<Arc<Ledger>>, req: Request, next: Next) ->
 struct HopState {
     next: Option<(ClientWithMiddleware, String)>,
     slots: Arc<Semaphore>,
-    /// Fixed leaf work in overload mode; else the request's `work` parameter.
+    /// Fixed leaf work in overload mode (the admission layer holds the slots then); else the
+    /// request's `work` parameter.
     fixed_work: Option<Duration>,
 }
 
@@ -314,32 +330,25 @@ async fn handle(
             },
         },
         None => {
-            // In overload mode the cost is known up front (a fixed amount of work): wait for a
-            // slot only while the budget still covers it, then admit it (C3, C21). In the mix
-            // the cost is unknown (a slow dependency), so the deadline alone ends the wait and
-            // the work (C4, C7).
-            let known = state.fixed_work;
-            let work = known.unwrap_or(Duration::from_millis(work_ms));
-            // The answer still has to travel back up the chain before the callers' own
-            // deadlines: a slot is worth taking only with that allowance left too.
-            let cost = known.map(|w| w + RETURN_ALLOWANCE);
-            let wait_limit =
-                cost.map_or(budget.deadline(), |c| budget.deadline().saturating_sub(c));
+            if let Some(work) = state.fixed_work {
+                // Overload mode: the admission layer around this handler gave it its slot,
+                // with the work plus the answer's way back still covered (C21).
+                tokio::time::sleep(work).await;
+                return "done".into_response();
+            }
+            // In the mix the cost is unknown (a slow dependency), so the deadline alone ends
+            // the wait and the work (C4, C7).
+            let work = Duration::from_millis(work_ms);
             let permit = tokio::select! {
                 permit = state.slots.clone().acquire_owned() => permit.ok(),
-                () = tokio::time::sleep_until(wait_limit.instant()) => None,
+                () = tokio::time::sleep_until(budget.deadline().instant()) => None,
             };
             let Some(_permit) = permit else {
                 return deadline_answer(&BudgetError::Refused(hopbudget::Refused::new(
-                    cost.unwrap_or(work),
+                    work,
                     budget.remaining(),
                 )));
             };
-            if let Some(cost) = cost {
-                if let Err(error) = budget.admit(cost) {
-                    return deadline_answer(&error);
-                }
-            }
             tokio::time::sleep(work).await;
             "done".into_response()
         }
@@ -401,10 +410,17 @@ async fn start_hop(
         slots: Arc::new(Semaphore::new(slots)),
         fixed_work,
     };
+    // Admission, when the profile has a section for it, inside the server layer: the budget
+    // exists before the request queues for a slot (C21).
+    let admission = AdmissionLayer::from_profile(&profile);
     let router = Router::new()
         .route("/", get(handle))
         .with_state(state)
-        .layer(ServerBudgetLayer::new(profile))
+        .layer(
+            tower::ServiceBuilder::new()
+                .layer(ServerBudgetLayer::new(profile))
+                .option_layer(admission),
+        )
         .layer(axum::middleware::from_fn_with_state(
             ledger.clone(),
             account,
@@ -517,20 +533,15 @@ pub fn run(opts: &SoakOptions) -> Result<SoakReport, String> {
 async fn run_async(opts: &SoakOptions) -> Result<SoakReport, String> {
     let stop = tokio_util::sync::CancellationToken::new();
     let overload = opts.overload.is_some();
-    let (slots, fixed_work) = if overload {
-        (CAPACITY_SLOTS, Some(CAPACITY_WORK))
+    let (profile, fixed_work) = if overload {
+        (overload_leaf_profile(), Some(CAPACITY_WORK))
     } else {
-        (1_024, None)
+        (
+            "service: leaf\nroutes: [{path: /, min_budget_ms: 50}]\n".to_owned(),
+            None,
+        )
     };
-    let leaf = start_hop(
-        "leaf",
-        "service: leaf\nroutes: [{path: /, min_budget_ms: 50}]\n",
-        None,
-        slots,
-        fixed_work,
-        stop.clone(),
-    )
-    .await?;
+    let leaf = start_hop("leaf", &profile, None, 1_024, fixed_work, stop.clone()).await?;
     let mid = start_hop(
         "mid",
         "service: mid\n",
@@ -576,6 +587,8 @@ async fn run_async(opts: &SoakOptions) -> Result<SoakReport, String> {
     let rss_start = rss_bytes();
 
     let tallies: Arc<[ClientTally; 5]> = Arc::new(Default::default());
+    // Client latency of every request not answered with a refusal (S17's admitted p99).
+    let admitted = Arc::new(std::sync::Mutex::new(Vec::<Duration>::new()));
     let client = reqwest_client();
     let url = format!("http://{}/", edge.addr);
     let start = tokio::time::Instant::now();
@@ -597,6 +610,7 @@ async fn run_async(opts: &SoakOptions) -> Result<SoakReport, String> {
         };
         let tally_index = Kind::ALL.iter().position(|k| *k == kind).unwrap_or(0);
         let tallies = tallies.clone();
+        let admitted = admitted.clone();
         let send = client
             .get(format!("{url}?work={work}"))
             .header("x-request-timeout-ms", header)
@@ -612,10 +626,17 @@ async fn run_async(opts: &SoakOptions) -> Result<SoakReport, String> {
                     Ok(Err(e)) => format!("error: {e}"),
                 }
             } else {
-                match send.await {
+                let began = tokio::time::Instant::now();
+                let what = match send.await {
                     Ok(res) => res.status().as_u16().to_string(),
                     Err(e) => format!("error: {e}"),
+                };
+                if what != "503"
+                    && let Ok(mut a) = admitted.lock()
+                {
+                    a.push(began.elapsed());
                 }
+                what
             };
             tally.record(what);
         });
@@ -776,9 +797,16 @@ async fn run_async(opts: &SoakOptions) -> Result<SoakReport, String> {
         let refused = edge.ledger.ended(End::Refused) as f64;
         let expired = edge.ledger.ended(End::Expired) as f64;
         let goodput = completed / load_secs;
+        let mut admitted = admitted.lock().map(|a| a.clone()).unwrap_or_default();
+        admitted.sort();
+        let p99 = admitted
+            .get((admitted.len() * 99).div_ceil(100).saturating_sub(1))
+            .map_or("-".to_owned(), |d| {
+                format!("{:.0} ms", d.as_secs_f64() * 1e3)
+            });
         let _ = writeln!(
             text,
-            "overload: goodput {goodput:.0} req/s = {:.0}% of capacity; refused {:.0}/s, expired {:.0}/s",
+            "overload: goodput {goodput:.1} req/s = {:.0}% of capacity; refused {:.1}/s, expired {:.1}/s; admitted p99 {p99} (budget {OVERLOAD_BUDGET_MS} ms)",
             100.0 * goodput / capacity_per_s(),
             refused / load_secs,
             expired / load_secs

@@ -1,5 +1,5 @@
 //! `hopbudget demo --sweep`: offered load from 0.5x to 3x the graph's capacity, every mode at
-//! every point, charted. (That the budgeted graph degrades rather than collapses, seed 003's
+//! every point, charted and tabled with the p99 of admitted requests and the refusals. (That the budgeted graph degrades rather than collapses, seed 003's
 //! claim, is measured by the release build in the README.)
 
 use std::time::Duration;
@@ -38,8 +38,37 @@ fn the_sweep_runs_every_mode_at_every_load() {
         for p in &results.sweep {
             assert!(p.goodput_per_s.iter().any(|(m, _)| *m == mode));
             assert!(p.p99_ms.iter().any(|(m, _)| *m == mode));
+            // Every request but a refusal is admitted, so every point has the figure.
+            let admitted = p.get(|p| &p.admitted_p99_ms, mode);
+            assert!(admitted.is_some_and(|ms| ms > 0.0), "{mode}: {p:?}");
+            assert!(p.get(|p| &p.refused_per_s, mode).is_some(), "{mode}: {p:?}");
         }
     }
+    // Past capacity the budgeted graph says no rather than queue: its refusals (at the
+    // bottleneck, whose admission layer drops what can no longer finish) rise with the load.
+    let refused = |factor: f64| {
+        results
+            .sweep
+            .iter()
+            .find(|p| p.load_factor == factor)
+            .and_then(|p| p.get(|p| &p.refused_per_s, Mode::Propagated))
+            .unwrap()
+    };
+    assert!(refused(3.0) > refused(0.5), "{:?}", results.sweep);
     let html = demo::report::html(&results).unwrap();
     assert!(html.contains("goodput against offered load"));
+    assert!(
+        html.contains("admitted p99 ms"),
+        "the sweep table is in the report"
+    );
+    let table = demo::report::table(&results);
+    assert!(table.contains("admitted p99 ms"), "{table}");
+    assert_eq!(
+        table
+            .lines()
+            .filter(|l| l.trim_start().starts_with("3x"))
+            .count(),
+        Mode::ALL.len(),
+        "one row per mode at 3x: {table}"
+    );
 }

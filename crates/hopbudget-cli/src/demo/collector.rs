@@ -29,6 +29,9 @@ pub struct ClientRec {
     pub gave_up: bool,
     /// Whether the answer was degraded (an optional call failed).
     pub degraded: bool,
+    /// Whether the answer was a refusal (C3, C21): the graph said no at once instead of
+    /// admitting the request.
+    pub refused: bool,
 }
 
 /// One interval of a service's own work for one request.
@@ -179,8 +182,16 @@ impl Collector {
                 ok: false,
                 gave_up: false,
                 degraded: false,
+                refused: false,
             },
         );
+    }
+
+    /// The client's request `id` was answered with a refusal.
+    pub fn client_refused(&self, id: u64) {
+        if let Some(rec) = lock(&self.clients).get_mut(&id) {
+            rec.refused = true;
+        }
     }
 
     /// The client stopped waiting for request `id`.

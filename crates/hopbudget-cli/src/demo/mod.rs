@@ -9,6 +9,7 @@
 //! - [`wiring`]: what the modes share: errors and their spelling, peers, servers.
 //! - [`runner`]: one mode's run: services up, open-loop arrivals, drain, stop.
 //! - [`collector`], [`results`]: what is measured and how it is summarised.
+//! - [`sweep`]: the load sweep (0.5x to 3x capacity) and its table.
 //! - [`report`]: the side-by-side table, the HTML report with charts, the JSON.
 //! - [`traces`]: each mode's spans exported by the library as OTLP JSON, trace context on
 //!   the wire.
@@ -22,6 +23,7 @@ pub mod report;
 pub mod results;
 pub mod runner;
 pub mod services;
+pub mod sweep;
 pub mod table;
 pub mod timeline;
 pub mod topology;
@@ -35,6 +37,7 @@ use serde::{Deserialize, Serialize};
 
 pub use mode::Mode;
 pub use results::ModeResult;
+pub use sweep::SweepPoint;
 pub use topology::Topology;
 
 /// What to run.
@@ -79,21 +82,6 @@ impl DemoOptions {
             traces: None,
         }
     }
-}
-
-/// One point of the load sweep.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct SweepPoint {
-    /// Offered load as a multiple of the graph's capacity.
-    pub load_factor: f64,
-    /// Offered load, requests per second.
-    pub rate_per_s: f64,
-    /// Goodput per mode, in the order of `DemoResults::modes`.
-    pub goodput_per_s: Vec<(Mode, f64)>,
-    /// Goodput of complete (not degraded) answers per mode.
-    pub full_goodput_per_s: Vec<(Mode, f64)>,
-    /// p99 client latency per mode, ms.
-    pub p99_ms: Vec<(Mode, f64)>,
 }
 
 /// Everything the demo measured.
@@ -178,36 +166,11 @@ pub fn run(opts: &DemoOptions) -> Result<(DemoResults, Vec<runner::RunData>), St
         }
     }
     let capacity = topo.capacity_per_s();
-    let mut sweep = Vec::new();
-    if opts.sweep {
-        for factor in [0.5, 1.0, 1.5, 2.0, 3.0] {
-            let rate = capacity * factor;
-            let mut point = SweepPoint {
-                load_factor: factor,
-                rate_per_s: rate,
-                goodput_per_s: Vec::new(),
-                full_goodput_per_s: Vec::new(),
-                p99_ms: Vec::new(),
-            };
-            for &mode in &opts.modes {
-                let spec = runner::RunSpec {
-                    mode,
-                    rate_per_s: rate,
-                    duration: opts.sweep_duration,
-                    forgetful: opts.forgetful.clone(),
-                    drain_limit: Duration::from_secs(1),
-                    progress: opts.progress,
-                    label: format!("sweep {factor}x {}", mode.as_str()),
-                };
-                let data = runner::run(topo, &spec)?;
-                let r = results::summarise(topo, mode, None, rate, opts.sweep_duration, &data);
-                point.goodput_per_s.push((mode, r.goodput_per_s));
-                point.full_goodput_per_s.push((mode, r.full_goodput_per_s));
-                point.p99_ms.push((mode, r.client_latency_ms.p99));
-            }
-            sweep.push(point);
-        }
-    }
+    let sweep = if opts.sweep {
+        sweep::run(opts, capacity)?
+    } else {
+        Vec::new()
+    };
     Ok((
         DemoResults {
             budget_ms: topo.client.budget_ms,

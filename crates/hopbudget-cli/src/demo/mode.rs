@@ -96,6 +96,14 @@ pub trait HopMode: fmt::Debug + Send + Sync + 'static {
     /// Which of hopbudget's layers the service and its clients run with.
     fn layers(&self) -> Layers;
 
+    /// Whether a leaf service (one that calls nobody, so its hop is its own work) also runs
+    /// hopbudget's admission layer inside its server layer: its `concurrency` slots, waiters
+    /// served earliest-deadline-first and dropped once their budget no longer covers the
+    /// p99 of the service's work (C21, S17). Only modes with the server layer can have it.
+    fn admission(&self) -> bool {
+        false
+    }
+
     /// Admit one inbound request and run the hop body (`services::body`) under this mode's
     /// rules, recording the arrival and the terminal status in the collector. Whether the
     /// work survives a caller that goes away is decided here.

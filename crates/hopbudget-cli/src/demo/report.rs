@@ -13,7 +13,13 @@ use super::{DemoResults, timeline};
 
 /// The side-by-side table as text (see [`super::table`]).
 pub fn table(r: &DemoResults) -> String {
-    super::table::text(r)
+    let mut out = super::table::text(r);
+    let sweep = super::sweep::text(r);
+    if !sweep.is_empty() {
+        out.push('\n');
+        out.push_str(&sweep);
+    }
+    out
 }
 
 /// Write `results.json`, `report.html` and `table.txt` into `dir`; returns the paths.
@@ -533,8 +539,9 @@ pub fn html(r: &DemoResults) -> Result<String, String> {
             "<h2 id=\"sweep\">Load sweep</h2><p>Offered load from 0.5x to 3x the graph's capacity (its \
              bottleneck's). Goodput counts answers within the budget, degraded ones (precomputed \
              or no recommendations) included; the thin lines count complete answers only.</p>\
-             <figure>{}</figure>",
-            sweep_chart(r)?
+             <figure>{}</figure>{}",
+            sweep_chart(r)?,
+            super::sweep::html(r)
         );
     }
     h.push_str("</body></html>\n");

@@ -163,6 +163,17 @@ pub struct ModeResult {
     pub gave_up: u64,
     /// Client latency: until the answer, or until the client gave up.
     pub client_latency_ms: Percentiles,
+    /// Client latency of the admitted requests: every request but those answered with a
+    /// refusal (C3, C21), whatever else their answer (S17's figure).
+    #[serde(default)]
+    pub admitted_latency_ms: Percentiles,
+    /// Requests answered with a refusal.
+    #[serde(default)]
+    pub refused: u64,
+    /// Refusals per second summed over every hop (an optional call refused below the edge
+    /// degrades the answer instead of refusing it).
+    #[serde(default)]
+    pub hop_refusals_per_s: f64,
     /// Share of requests whose client latency exceeded the budget, %.
     pub over_budget_pct: f64,
     /// Successful answers within the budget, per second (degraded ones included).
@@ -246,12 +257,19 @@ pub fn summarise(
     let budget = Duration::from_millis(topo.client.budget_ms);
     let clients = data.collector.clients();
     let mut lat = histogram();
+    let mut admitted = histogram();
     let mut latencies = Vec::with_capacity(clients.len());
     let (mut ok, mut degraded, mut gave_up, mut over, mut good, mut full) = (0u64, 0, 0, 0, 0, 0);
+    let mut refused = 0u64;
     for c in clients.values() {
         let Some(end) = c.end else { continue };
         let d = end - c.start;
         let _ = lat.record(d.as_micros().max(1) as u64);
+        if c.refused {
+            refused += 1;
+        } else {
+            let _ = admitted.record(d.as_micros().max(1) as u64);
+        }
         latencies.push(d.as_secs_f64() * 1000.0);
         ok += u64::from(c.ok);
         degraded += u64::from(c.ok && c.degraded);
@@ -322,6 +340,10 @@ pub fn summarise(
         degraded,
         gave_up,
         client_latency_ms: percentiles(&lat),
+        admitted_latency_ms: percentiles(&admitted),
+        refused,
+        hop_refusals_per_s: hops.iter().map(|h| h.refused as f64).sum::<f64>()
+            / duration.as_secs_f64().max(0.001),
         over_budget_pct: 100.0 * over as f64 / n,
         goodput_per_s: good as f64 / duration.as_secs_f64().max(0.001),
         full_goodput_per_s: full as f64 / duration.as_secs_f64().max(0.001),

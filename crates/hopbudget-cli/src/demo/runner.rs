@@ -185,7 +185,10 @@ async fn run_async(topo: &Topology, spec: &RunSpec) -> Result<RunData, String> {
                 Ok(Ok(degraded)) => collector.client_end(id, true, false, degraded > 0),
                 Ok(Err(e)) => {
                     match e.outcome() {
-                        hopbudget::Outcome::Refused => collector.refused(edge),
+                        hopbudget::Outcome::Refused => {
+                            collector.refused(edge);
+                            collector.client_refused(id);
+                        }
                         hopbudget::Outcome::Expired => collector.expired(edge),
                         _ => {}
                     }

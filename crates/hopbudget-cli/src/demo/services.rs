@@ -16,7 +16,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use futures_util::future::join_all;
 use hopbudget::degrade::{Choice, Degrade};
-use hopbudget::profile::{ProfileSpec, RouteSpec};
+use hopbudget::profile::{AdmissionRouteSpec, AdmissionSpec, ProfileSpec, RouteSpec};
 use hopbudget::{Profile, RequestBudget};
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use tokio::net::TcpListener;
@@ -202,8 +202,9 @@ async fn handle(node: Arc<Node>, id: u64, headers: &HeaderMap) -> Result<u32, Ho
     wiring::serve(node, id).instrument(span).await
 }
 
-/// The profile a service's hopbudget layers run with: its name, and its minimum budget as a
-/// route rule on the path it serves.
+/// The profile a service's hopbudget layers run with: its name, its minimum budget as a
+/// route rule on the path it serves, and its concurrency as the admission limit with its
+/// work's p99 as the admission cost.
 pub fn profile_for(spec: &ServiceSpec) -> Result<Profile, String> {
     let path = route_of(spec);
     let routes = if spec.min_budget_ms > 0 {
@@ -219,6 +220,21 @@ pub fn profile_for(spec: &ServiceSpec) -> Result<Profile, String> {
     let profile_spec = ProfileSpec {
         service: spec.name.clone(),
         routes,
+        // The service's slots as an admission section (EDF), used where the mode puts the
+        // admission layer (C21). The cost is the work's p99 (`admission_cost_ms`), not the
+        // minimum budget: past
+        // capacity EDF grants a slot to the waiter closest to its refusal instant, so a
+        // request starts with little more than the cost left, and work longer than the cost
+        // expires half done (with reco-scorer's 180 ms minimum against a 180/240 ms p50/p99
+        // that was 3 admitted requests in 10, a third of its slot time, at 3x capacity).
+        admission: Some(AdmissionSpec {
+            limit: i64::from(spec.concurrency),
+            routes: vec![AdmissionRouteSpec {
+                path: path.into(),
+                cost_ms: admission_cost_ms(spec) as i64,
+            }],
+            ..AdmissionSpec::default()
+        }),
         ..ProfileSpec::default()
     };
     Profile::from_spec(profile_spec).map_err(|issues| {
@@ -228,6 +244,29 @@ pub fn profile_for(spec: &ServiceSpec) -> Result<Profile, String> {
             .collect::<Vec<_>>()
             .join("; ")
     })
+}
+
+/// What a waiter must still have left to be given a slot: the p99 of the work the hop will
+/// do. A hop with a cheaper path (`degrade`) can still answer with that path's work, so a
+/// waiter is refused only below the cheaper path's p99; with more left, the hop picks the path
+/// itself when its work starts.
+pub fn admission_cost_ms(spec: &ServiceSpec) -> u64 {
+    let work = match &spec.degrade {
+        Some(d) => d.latency.p99_ms.ceil() as u64,
+        None => work_p99_ms(spec),
+    };
+    work.max(spec.min_budget_ms)
+}
+
+/// The p99 of a service's own work, whole ms rounded up: the largest of its latency's and its
+/// faults' (an upper bound of the mixture's).
+pub fn work_p99_ms(spec: &ServiceSpec) -> u64 {
+    spec.faults
+        .iter()
+        .filter(|f| f.rate > 0.0)
+        .map(|f| f.latency.p99_ms)
+        .fold(spec.latency.p99_ms, f64::max)
+        .ceil() as u64
 }
 
 /// A bound listener per service, so every address is known before any service starts.

@@ -15,6 +15,7 @@ use std::time::Duration;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::serve::ListenerExt;
+use hopbudget::admission::AdmissionLayer;
 use hopbudget::grpc::client::{GrpcClient, GrpcClientLayer};
 use hopbudget::grpc::server::GrpcServerLayer;
 use hopbudget::http::reqwest::{BudgetMiddleware, budget_error};
@@ -329,6 +330,10 @@ pub fn spawn_server(
 ) -> tokio::task::JoinHandle<()> {
     let layered = node.behaviour.layers().server;
     let profile = node.profile.clone();
+    // Admission inside the server layer (the budget exists before the request queues), on a
+    // leaf only: there the slot is the hop's own work, while a hop that calls others would
+    // hold its slot through the calls below.
+    let admission = layered && node.behaviour.admission() && node.peers.is_empty();
     match node.spec.protocol {
         Protocol::Grpc => {
             let svc = HopServer::new(GrpcNode(node));
@@ -336,10 +341,14 @@ pub fn spawn_server(
             let mut builder = tonic::transport::Server::builder()
                 .tcp_nodelay(true)
                 .max_concurrent_streams(Some(100_000));
+            let admission = admission
+                .then(|| AdmissionLayer::grpc_from_profile(&profile))
+                .flatten();
             tokio::spawn(async move {
                 let _ = if layered {
                     builder
                         .layer(GrpcServerLayer::new(profile))
+                        .layer(tower::util::option_layer(admission))
                         .add_service(svc)
                         .serve_with_incoming_shutdown(incoming, stop.cancelled_owned())
                         .await
@@ -356,7 +365,14 @@ pub fn spawn_server(
                 .route(HTTP_PATH, axum::routing::post(services::http_call))
                 .with_state(node);
             if layered {
-                app = app.layer(ServerBudgetLayer::new(profile));
+                let admission = admission
+                    .then(|| AdmissionLayer::from_profile(&profile))
+                    .flatten();
+                app = app.layer(
+                    ServiceBuilder::new()
+                        .layer(ServerBudgetLayer::new(profile))
+                        .option_layer(admission),
+                );
             }
             // Small responses must not wait for a delayed ACK (Nagle): 40 ms stalls otherwise.
             let listener = listener.tap_io(|tcp| {

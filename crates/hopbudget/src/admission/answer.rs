@@ -1,5 +1,6 @@
 //! How [`Admission`](super::Admission) spells a waiter it drops: an HTTP refusal like the
-//! server layer's, or the [`BudgetError`] itself as the service's error.
+//! server layer's, a gRPC status like the gRPC server layer's, or the [`BudgetError`] itself
+//! as the service's error.
 
 use std::time::Duration;
 
@@ -99,5 +100,52 @@ where
 {
     fn answer(&self, error: BudgetError) -> Result<Res, E> {
         Err(E::from(error))
+    }
+}
+
+/// Answers like the gRPC server layer (`GrpcServerLayer`, feature `grpc`) does (C10): a
+/// trailers-only response whose status is the profile's code for the outcome
+/// (`DEADLINE_EXCEEDED` by default) with the `x-deadline-outcome` marker and, for a refusal,
+/// the required and remaining budget (read back by
+/// [`grpc::outcome`](crate::grpc::outcome) and [`grpc::refusal`](crate::grpc::refusal)).
+///
+/// Made by [`AdmissionLayer::grpc_from_profile`](super::AdmissionLayer::grpc_from_profile).
+///
+/// ```
+/// use std::time::Duration;
+/// use hopbudget::admission::{GrpcAnswer, RefusalAnswer};
+/// use hopbudget::status::GrpcStatusMap;
+/// use hopbudget::{BudgetError, Outcome, Refused};
+///
+/// let answer = GrpcAnswer::new(GrpcStatusMap::default());
+/// let refused = BudgetError::Refused(Refused::new(Duration::from_millis(180), Duration::from_millis(90)));
+/// let res: Result<http::Response<String>, std::convert::Infallible> = answer.answer(refused);
+/// let status = tonic::Status::from_header_map(res.unwrap().headers()).unwrap();
+/// assert_eq!(hopbudget::grpc::outcome(&status), Some(Outcome::Refused));
+/// assert_eq!(hopbudget::grpc::refusal(&status).unwrap().required(), Duration::from_millis(180));
+/// ```
+#[cfg(feature = "grpc")]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct GrpcAnswer {
+    status: crate::status::GrpcStatusMap,
+}
+
+#[cfg(feature = "grpc")]
+impl GrpcAnswer {
+    /// Answer with the codes of `status` (usually [`Profile::grpc_status`](crate::Profile::grpc_status)).
+    ///
+    /// See the [example](GrpcAnswer).
+    pub const fn new(status: crate::status::GrpcStatusMap) -> Self {
+        Self { status }
+    }
+}
+
+#[cfg(feature = "grpc")]
+impl<B, E> RefusalAnswer<Response<B>, E> for GrpcAnswer
+where
+    B: Default,
+{
+    fn answer(&self, error: BudgetError) -> Result<Response<B>, E> {
+        Ok(crate::grpc::budget_status(&error, &self.status).into_http())
     }
 }

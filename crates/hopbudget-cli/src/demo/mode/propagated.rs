@@ -11,7 +11,11 @@
 //! The wiring is hopbudget's own layers, as a service would use them: `GrpcServerLayer` /
 //! `ServerBudgetLayer` with a profile whose route minimum is the service's `min_budget_ms`,
 //! `GrpcClientLayer` and the reqwest `BudgetMiddleware` on the clients. Inside a handler the
-//! budget is the ambient `RequestBudget::current()` the server layer installed.
+//! budget is the ambient `RequestBudget::current()` the server layer installed. A leaf
+//! service (it calls nobody, so its hop is its own work) also runs `AdmissionLayer` from its
+//! profile's `admission` section inside the server layer: its `concurrency` slots, waiters
+//! earliest-deadline-first, each dropped the moment its budget no longer covers the p99 of
+//! the service's work (C21, S17; `services::profile_for`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -42,6 +46,12 @@ impl HopMode for Propagated {
             server: true,
             client: true,
         }
+    }
+
+    fn admission(&self) -> bool {
+        // The slot queue of a leaf is where an overloaded graph's requests wait: order it by
+        // deadline and drop what can no longer finish, rather than first come first served.
+        true
     }
 
     fn admit(&self, node: Arc<Node>, id: u64) -> BoxFuture<'static, Result<u32, HopError>> {
