@@ -44,17 +44,21 @@ fn the_sweep_runs_every_mode_at_every_load() {
             assert!(p.get(|p| &p.refused_per_s, mode).is_some(), "{mode}: {p:?}");
         }
     }
-    // Past capacity the budgeted graph says no rather than queue: its refusals (at the
-    // bottleneck, whose admission layer drops what can no longer finish) rise with the load.
-    let refused = |factor: f64| {
-        results
+    // Past capacity the budgeted graph sheds work rather than queue it: the bottleneck takes
+    // its cheaper path when the full one no longer fits (degraded answers), and its admission
+    // layer refuses what not even that can finish. Together they rise with the load.
+    let shed = |factor: f64| {
+        let p = results
             .sweep
             .iter()
             .find(|p| p.load_factor == factor)
-            .and_then(|p| p.get(|p| &p.refused_per_s, Mode::Propagated))
-            .unwrap()
+            .unwrap();
+        let mode = Mode::Propagated;
+        let degraded = p.get(|p| &p.goodput_per_s, mode).unwrap()
+            - p.get(|p| &p.full_goodput_per_s, mode).unwrap();
+        degraded + p.get(|p| &p.refused_per_s, mode).unwrap()
     };
-    assert!(refused(3.0) > refused(0.5), "{:?}", results.sweep);
+    assert!(shed(3.0) > shed(0.5), "{:?}", results.sweep);
     let html = demo::report::html(&results).unwrap();
     assert!(html.contains("goodput against offered load"));
     assert!(
