@@ -56,6 +56,9 @@ pub struct DemoOptions {
     pub drain_limit: Duration,
     /// Show progress bars (drawn only when stdout is a terminal).
     pub progress: bool,
+    /// Carry the background queue (the order-confirmation e-mail) over this NATS server
+    /// with JetStream (`nats://host:port`) instead of in process.
+    pub broker: Option<String>,
 }
 
 impl DemoOptions {
@@ -71,6 +74,7 @@ impl DemoOptions {
             forgetful: None,
             drain_limit: Duration::from_secs(6),
             progress: false,
+            broker: None,
         }
     }
 }
@@ -132,6 +136,16 @@ pub fn run(opts: &DemoOptions) -> Result<(DemoResults, Vec<runner::RunData>), St
                 .join(", ")
         ));
     }
+    if let Some(url) = &opts.broker
+        && !url
+            .strip_prefix("nats://")
+            .is_some_and(|rest| !rest.is_empty())
+    {
+        return Err(format!(
+            "--broker {url}: expected a NATS URL, nats://HOST:PORT (the only broker the demo \
+             speaks); leave --broker out to use the in-process queue"
+        ));
+    }
     let rate = opts.rate_per_s.unwrap_or(topo.client.rate_per_s);
     let duration = opts
         .duration
@@ -152,6 +166,7 @@ pub fn run(opts: &DemoOptions) -> Result<(DemoResults, Vec<runner::RunData>), St
             drain_limit: opts.drain_limit,
             progress: opts.progress,
             label: format!("{} mode", mode.as_str()),
+            broker: opts.broker.clone(),
         };
         let data = runner::run(topo, &spec)?;
         modes.push(results::summarise(
@@ -191,6 +206,7 @@ pub fn run(opts: &DemoOptions) -> Result<(DemoResults, Vec<runner::RunData>), St
                     drain_limit: Duration::from_secs(1),
                     progress: opts.progress,
                     label: format!("sweep {factor}x {}", mode.as_str()),
+                    broker: opts.broker.clone(),
                 };
                 let data = runner::run(topo, &spec)?;
                 let r = results::summarise(topo, mode, None, rate, opts.sweep_duration, &data);
