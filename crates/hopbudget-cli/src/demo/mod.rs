@@ -137,9 +137,7 @@ pub fn run(opts: &DemoOptions) -> Result<(DemoResults, Vec<runner::RunData>), St
         ));
     }
     if let Some(url) = &opts.broker
-        && !url
-            .strip_prefix("nats://")
-            .is_some_and(|rest| !rest.is_empty())
+        && url.strip_prefix("nats://").is_none_or(str::is_empty)
     {
         return Err(format!(
             "--broker {url}: expected a NATS URL, nats://HOST:PORT (the only broker the demo \

@@ -44,12 +44,14 @@ pub enum Producer {
     /// The in-process queue (the default).
     InProcess(mpsc::UnboundedSender<Job>),
     /// A NATS JetStream stream (`--broker`).
-    Nats(nats::Publisher),
+    Nats(Arc<nats::Publisher>),
 }
 
 impl Producer {
     /// Hand `job` to the queue. An in-process queue whose workers are gone gives the job back;
     /// on NATS a message the stream does not store is counted by the publisher itself.
+    // The same contract as the channel's own `send`, which hands the job back.
+    #[allow(clippy::result_large_err)]
     pub fn send(&self, job: Job) -> Result<(), mpsc::error::SendError<Job>> {
         match self {
             Producer::InProcess(tx) => tx.send(job),

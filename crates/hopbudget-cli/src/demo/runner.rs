@@ -117,11 +117,11 @@ async fn run_async(topo: &Topology, spec: &RunSpec) -> Result<RunData, String> {
             .mode
             .behaviour(spec.forgetful.as_deref() == Some(s.name.as_str()));
         let background = match (&s.background, &broker) {
-            (Some(bg), Some(broker)) => Some(queue::Producer::Nats(
+            (Some(bg), Some(broker)) => Some(queue::Producer::Nats(Arc::new(
                 broker
                     .start(&s.name, bg, behaviour.clone(), collector.clone(), &profile)
                     .await?,
-            )),
+            ))),
             (Some(bg), None) => Some(queue::start(bg, behaviour.clone(), collector.clone())),
             (None, _) => None,
         };
