@@ -194,7 +194,8 @@ pub async fn read_all(
     out
 }
 
-/// The group's committed offset and the topic's high watermark, partition 0.
+/// The group's committed offset and what the broker answers to ListOffsets(latest), partition 0
+/// (the high watermark on Kafka; on tansu 0.6 the newest batch's base offset + 1).
 pub fn committed_and_end(brokers: &str, group: &str, topic: &str) -> (i64, i64) {
     use rdkafka::TopicPartitionList;
     let c: BaseConsumer = config(brokers).set("group.id", group).create().unwrap();
