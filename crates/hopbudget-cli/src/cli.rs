@@ -134,6 +134,12 @@ struct DemoArgs {
     /// Output directory for report.html, results.json, table.txt and traces.
     #[arg(long, default_value = "target/hopbudget-demo")]
     out: PathBuf,
+    /// Carry the order-confirmation e-mail (background work) over this NATS server with
+    /// JetStream, e.g. nats://127.0.0.1:4222, instead of the in-process queue (the default):
+    /// stamped with its deadline in propagated mode, gated before any work, and dead-lettered
+    /// when it waited too long.
+    #[arg(long, value_name = "nats://HOST:PORT")]
+    broker: Option<String>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -225,6 +231,7 @@ fn run_demo(args: DemoArgs) -> Result<(), String> {
     opts.sweep = args.sweep;
     opts.sweep_duration = Duration::from_secs_f64(args.sweep_duration);
     opts.forgetful = args.forgetful.clone();
+    opts.broker = args.broker.clone();
     opts.progress = std::io::stdout().is_terminal();
     if args.traces || args.forgetful.is_some() {
         opts.traces = Some(args.out.clone());

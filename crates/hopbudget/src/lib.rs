@@ -73,6 +73,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod admission;
+mod answer;
 mod budget;
 pub mod cache;
 pub mod clock;

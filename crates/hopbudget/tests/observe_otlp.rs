@@ -1,5 +1,6 @@
 //! Rule C14: hop spans exported to a file as OTLP JSON, one `ExportTraceServiceRequest` per
 //! line, in the shape an OpenTelemetry Collector's file exporter writes.
+#![cfg(feature = "otlp")]
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -2,6 +2,7 @@
 //! format, checking every name, type and label, the histogram buckets and the recording rules.
 //!
 //! This binary installs the process-wide recorder, so it holds a single test.
+#![cfg(feature = "prometheus")]
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;

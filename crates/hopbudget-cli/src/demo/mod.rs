@@ -64,6 +64,9 @@ pub struct DemoOptions {
     /// Export each mode's spans to `traces-<mode>.otlp.jsonl` in this directory
     /// ([`traces`]); the sweep's runs are not traced.
     pub traces: Option<PathBuf>,
+    /// Carry the background queue (the order-confirmation e-mail) over this NATS server
+    /// with JetStream (`nats://host:port`) instead of in process.
+    pub broker: Option<String>,
 }
 
 impl DemoOptions {
@@ -80,6 +83,7 @@ impl DemoOptions {
             drain_limit: Duration::from_secs(6),
             progress: false,
             traces: None,
+            broker: None,
         }
     }
 }
@@ -126,6 +130,14 @@ pub fn run(opts: &DemoOptions) -> Result<(DemoResults, Vec<runner::RunData>), St
                 .join(", ")
         ));
     }
+    if let Some(url) = &opts.broker
+        && url.strip_prefix("nats://").is_none_or(str::is_empty)
+    {
+        return Err(format!(
+            "--broker {url}: expected a NATS URL, nats://HOST:PORT (the only broker the demo \
+             speaks); leave --broker out to use the in-process queue"
+        ));
+    }
     let rate = opts.rate_per_s.unwrap_or(topo.client.rate_per_s);
     let duration = opts
         .duration
@@ -146,6 +158,7 @@ pub fn run(opts: &DemoOptions) -> Result<(DemoResults, Vec<runner::RunData>), St
             drain_limit: opts.drain_limit,
             progress: opts.progress,
             label: format!("{} mode", mode.as_str()),
+            broker: opts.broker.clone(),
         };
         let trace_file = opts.traces.as_deref().map(|d| traces::path_for(d, mode));
         let data = runner::run_traced(topo, &spec, trace_file.as_deref())?;

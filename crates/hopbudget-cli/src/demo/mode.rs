@@ -11,6 +11,46 @@
 //! hopbudget's layers sit on the servers and clients ([`HopMode::layers`]). Each mode lives in
 //! its own file under `mode/`; [`Mode::behaviour`] is the one place that maps a name to one.
 
+/// The [`HopMode`] methods a mode takes unchanged from the mode `$base` (a `static`):
+/// everything but `mode`, `layers` and `admit`, the few in which the detached variants differ.
+macro_rules! delegate_to {
+    ($base:expr) => {
+        fn before_work(&self, node: &Node) -> Result<(), HopError> {
+            $base.before_work(node)
+        }
+
+        fn own_work<'a>(
+            &'a self,
+            node: &'a Node,
+            cost: Duration,
+        ) -> BoxFuture<'a, Result<(), HopError>> {
+            $base.own_work(node, cost)
+        }
+
+        fn call<'a>(
+            &'a self,
+            node: &'a Node,
+            callee: usize,
+            peer: &'a Peer,
+            id: u64,
+        ) -> BoxFuture<'a, Result<u32, HopError>> {
+            $base.call(node, callee, peer, id)
+        }
+
+        fn background_headers(&self, node: &Node) -> HeaderMap {
+            $base.background_headers(node)
+        }
+
+        fn consume<'a>(&'a self, job: &'a Job) -> BoxFuture<'a, BackgroundOutcome> {
+            $base.consume(job)
+        }
+
+        fn client_forward(&self, budget: Duration) -> Option<Duration> {
+            $base.client_forward(budget)
+        }
+    };
+}
+
 mod detached;
 mod forgetful;
 mod propagated;
@@ -138,4 +178,16 @@ pub trait HopMode: fmt::Debug + Send + Sync + 'static {
     /// The budget the client sends with its request, given its whole `budget`; `None` sends
     /// no deadline.
     fn client_forward(&self, budget: Duration) -> Option<Duration>;
+}
+
+/// Run a hop's handler on a task of its own: dropping the caller's future does not stop it
+/// (the detached modes' defining trait). It keeps the hop's span, the trace context, as an
+/// instrumented executor would.
+async fn run_detached(
+    handler: impl std::future::Future<Output = Result<u32, HopError>> + Send + 'static,
+) -> Result<u32, HopError> {
+    use tracing::Instrument as _;
+    tokio::spawn(handler.in_current_span())
+        .await
+        .unwrap_or_else(|e| Err(HopError::Failed(format!("handler task failed: {e}"))))
 }

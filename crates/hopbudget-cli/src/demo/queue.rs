@@ -6,8 +6,13 @@
 //! the producer from a budget rooted when the work was scheduled, *not* from the request's
 //! (C12): the e-mail is not cancelled when the response goes out. The consumer checks the
 //! deadline before any work and drops a message that waited past it (S10). How each side
-//! behaves is the mode's (`HopMode::background_headers`, `HopMode::consume`). The queue is in
-//! process so the demo needs nothing installed; a real broker is not wired in yet.
+//! behaves is the mode's (`HopMode::background_headers`, `HopMode::consume`).
+//!
+//! The queue is in process by default, so the demo needs nothing installed; with
+//! `--broker nats://…` it is a NATS JetStream stream ([`nats`]), consumed through hopbudget's
+//! JetStream consumer and its gate.
+
+pub mod nats;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,7 +39,29 @@ pub struct Job {
 }
 
 /// The producer side of one service's background queue.
-pub type Producer = mpsc::UnboundedSender<Job>;
+#[derive(Clone, Debug)]
+pub enum Producer {
+    /// The in-process queue (the default).
+    InProcess(mpsc::UnboundedSender<Job>),
+    /// A NATS JetStream stream (`--broker`).
+    Nats(Arc<nats::Publisher>),
+}
+
+impl Producer {
+    /// Hand `job` to the queue. An in-process queue whose workers are gone gives the job back;
+    /// on NATS a message the stream does not store is counted by the publisher itself.
+    // The same contract as the channel's own `send`, which hands the job back.
+    #[allow(clippy::result_large_err)]
+    pub fn send(&self, job: Job) -> Result<(), mpsc::error::SendError<Job>> {
+        match self {
+            Producer::InProcess(tx) => tx.send(job),
+            Producer::Nats(publisher) => {
+                publisher.send(job);
+                Ok(())
+            }
+        }
+    }
+}
 
 /// Start the workers of a background queue; returns the producer side.
 pub fn start(spec: &BackgroundSpec, mode: Arc<dyn HopMode>, collector: Arc<Collector>) -> Producer {
@@ -53,5 +80,5 @@ pub fn start(spec: &BackgroundSpec, mode: Arc<dyn HopMode>, collector: Arc<Colle
             });
         }
     });
-    tx
+    Producer::InProcess(tx)
 }

@@ -44,6 +44,8 @@ pub struct RunSpec {
     pub progress: bool,
     /// Label for the progress bar.
     pub label: String,
+    /// The NATS server carrying the background queue (`nats://…`); `None`: in process.
+    pub broker: Option<String>,
 }
 
 /// What one run recorded.
@@ -133,12 +135,25 @@ async fn run_async(topo: &Topology, spec: &RunSpec) -> Result<RunData, String> {
         .map_err(|e| e.to_string())?;
     let addrs: Vec<SocketAddr> = listeners.iter().map(|(_, a)| *a).collect();
     let http = wiring::reqwest_client()?;
+    let broker = match &spec.broker {
+        Some(url) => Some(queue::nats::Broker::connect(url).await?),
+        None => None,
+    };
     for (idx, (listener, _)) in listeners.into_iter().enumerate() {
         let s = &topo.services[idx];
         let profile = services::profile_for(s).map_err(|e| format!("{}: {e}", s.name))?;
         let behaviour = spec
             .mode
             .behaviour(spec.forgetful.as_deref() == Some(s.name.as_str()));
+        let background = match (&s.background, &broker) {
+            (Some(bg), Some(broker)) => Some(queue::Producer::Nats(Arc::new(
+                broker
+                    .start(&s.name, bg, behaviour.clone(), collector.clone(), &profile)
+                    .await?,
+            ))),
+            (Some(bg), None) => Some(queue::start(bg, behaviour.clone(), collector.clone())),
+            (None, _) => None,
+        };
         let node = Arc::new(Node {
             idx,
             spec: s.clone(),
@@ -148,10 +163,7 @@ async fn run_async(topo: &Topology, spec: &RunSpec) -> Result<RunData, String> {
             profile,
             seed: topo.client.seed,
             degrade: services::degrade_for(s),
-            queue: s
-                .background
-                .as_ref()
-                .map(|bg| queue::start(bg, behaviour.clone(), collector.clone())),
+            queue: background,
             behaviour,
         });
         wiring::spawn_server(node, listener, stop.clone());

@@ -74,6 +74,7 @@ pub fn run(opts: &DemoOptions, capacity: f64) -> Result<Vec<SweepPoint>, String>
                 drain_limit: Duration::from_secs(1),
                 progress: opts.progress,
                 label: format!("sweep {factor}x {}", mode.as_str()),
+                broker: opts.broker.clone(),
             };
             let data = runner::run(topo, &spec)?;
             let r = results::summarise(topo, mode, None, rate, opts.sweep_duration, &data);

@@ -2,15 +2,10 @@
 //! server layer's, a gRPC status like the gRPC server layer's, or the [`BudgetError`] itself
 //! as the service's error.
 
-use std::time::Duration;
+use http::Response;
 
-use http::{HeaderName, HeaderValue, Response, StatusCode};
-
-use crate::codec::millis;
-use crate::error::{BudgetError, Refused};
-use crate::status::{
-    HttpStatusMap, OUTCOME_METADATA, Outcome, REMAINING_MS_HEADER, REQUIRED_MS_HEADER,
-};
+use crate::error::BudgetError;
+use crate::status::HttpStatusMap;
 
 /// Turns a dropped waiter's [`BudgetError`] into what the wrapped service returns.
 ///
@@ -47,44 +42,9 @@ where
     B: From<String>,
 {
     fn answer(&self, error: BudgetError) -> Result<Response<B>, E> {
-        let outcome = error.outcome();
-        let code = self
-            .status
-            .for_outcome(outcome)
-            .unwrap_or(self.status.refused);
-        let mut res = Response::new(B::from(format!("{error}\n")));
-        *res.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
-        let headers = res.headers_mut();
-        headers.insert(
-            http::header::CONTENT_TYPE,
-            HeaderValue::from_static("text/plain; charset=utf-8"),
-        );
-        headers.insert(
-            HeaderName::from_static(OUTCOME_METADATA),
-            HeaderValue::from_static(outcome.as_str()),
-        );
-        if let BudgetError::Refused(refused) = error {
-            refusal_headers(headers, refused);
-        }
-        debug_assert!(outcome != Outcome::Completed);
-        Ok(res)
+        // Spelled as the server layer spells its own refusals.
+        Ok(crate::answer::http_answer(&error, &self.status))
     }
-}
-
-fn refusal_headers(headers: &mut http::HeaderMap, refused: Refused) {
-    headers.insert(http::header::RETRY_AFTER, HeaderValue::from_static("0"));
-    headers.insert(
-        HeaderName::from_static(REQUIRED_MS_HEADER),
-        ms(refused.required()),
-    );
-    headers.insert(
-        HeaderName::from_static(REMAINING_MS_HEADER),
-        ms(refused.remaining()),
-    );
-}
-
-fn ms(d: Duration) -> HeaderValue {
-    millis::encode(d).to_header_value()
 }
 
 /// Answers with the [`BudgetError`] as the service's error, for services that are not HTTP

@@ -10,12 +10,10 @@
 //! changes the codes answers with [`budget_response`] and `profile.http_status()` instead.
 
 use bytes::Bytes;
-use http::{HeaderValue, Response, StatusCode};
+use http::Response;
 
-use super::{OUTCOME_HEADER, REMAINING_HEADER, REQUIRED_HEADER};
 use crate::BudgetError;
-use crate::codec::millis;
-use crate::status::{HttpStatusMap, Outcome};
+use crate::status::HttpStatusMap;
 
 /// The HTTP answer for `err`: the status `map` gives its outcome, a one-line plain-text body,
 /// and the `x-deadline-outcome` header; a refusal adds `Retry-After: 0`,
@@ -45,36 +43,7 @@ use crate::status::{HttpStatusMap, Outcome};
 /// assert_eq!(res.status(), 504);
 /// ```
 pub fn budget_response(err: &BudgetError, map: &HttpStatusMap) -> Response<Bytes> {
-    let outcome = err.outcome();
-    // A profile validates its codes; the fallback only guards a hand-built invalid map.
-    let code = map
-        .for_outcome(outcome)
-        .and_then(|c| StatusCode::from_u16(c).ok())
-        .unwrap_or(StatusCode::GATEWAY_TIMEOUT);
-    let mut res = Response::new(Bytes::from(format!("{err}\n")));
-    *res.status_mut() = code;
-    let headers = res.headers_mut();
-    headers.insert(
-        http::header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    headers.insert(
-        OUTCOME_HEADER.clone(),
-        HeaderValue::from_static(outcome.as_str()),
-    );
-    if let BudgetError::Refused(r) = err {
-        headers.insert(http::header::RETRY_AFTER, HeaderValue::from_static("0"));
-        headers.insert(
-            REQUIRED_HEADER.clone(),
-            millis::encode(r.required()).to_header_value(),
-        );
-        headers.insert(
-            REMAINING_HEADER.clone(),
-            millis::encode(r.remaining()).to_header_value(),
-        );
-    }
-    debug_assert_ne!(outcome, Outcome::Completed);
-    res
+    crate::answer::http_answer(err, map)
 }
 
 #[cfg(feature = "axum")]
@@ -94,8 +63,8 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::Refused;
     use crate::http::client::classify;
+    use crate::{Outcome, Refused};
 
     fn read_back(res: &Response<Bytes>, map: &HttpStatusMap) -> Outcome {
         classify(map, res.status().as_u16(), res.headers())

@@ -33,14 +33,4 @@ mod extract;
 #[cfg(feature = "axum")]
 pub use extract::MissingBudget;
 
-use http::HeaderName;
-
-/// `x-deadline-outcome`: the outcome named by a response the layers made themselves.
-pub(crate) static OUTCOME_HEADER: HeaderName =
-    HeaderName::from_static(crate::status::OUTCOME_METADATA);
-/// `x-deadline-required-ms` on a refusal.
-pub(crate) static REQUIRED_HEADER: HeaderName =
-    HeaderName::from_static(crate::status::REQUIRED_MS_HEADER);
-/// `x-deadline-remaining-ms` on a refusal.
-pub(crate) static REMAINING_HEADER: HeaderName =
-    HeaderName::from_static(crate::status::REMAINING_MS_HEADER);
+pub(crate) use crate::answer::{OUTCOME_HEADER, REMAINING_HEADER, REQUIRED_HEADER};

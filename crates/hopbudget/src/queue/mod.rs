@@ -58,6 +58,8 @@ mod carrier;
 mod dead_letter;
 mod gate;
 mod stamp;
+#[cfg(any(feature = "nats", feature = "kafka"))]
+mod stats;
 mod trace_link;
 
 #[cfg(feature = "kafka")]
@@ -71,6 +73,9 @@ pub use carrier::HeaderCarrier;
 pub use dead_letter::{DETAIL_HEADER, DeadLetter, REASON_HEADER, Reason};
 pub use gate::{Admitted, Decision, Gate, Processed};
 pub use stamp::{Stamp, Stamper};
+#[cfg(any(feature = "nats", feature = "kafka"))]
+#[cfg_attr(docsrs, doc(cfg(any(feature = "nats", feature = "kafka"))))]
+pub use stats::ConsumerStats;
 pub use trace_link::TRACEPARENT;
 
 #[cfg(test)]

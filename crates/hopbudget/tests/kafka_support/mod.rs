@@ -139,6 +139,24 @@ pub fn producer(brokers: &str) -> FutureProducer {
         .unwrap()
 }
 
+/// A producer that sends every record in a record batch of its own, delivered at once.
+///
+/// tansu 0.6 (the release `cargo install tansu` gets; memory and other object-store engines)
+/// answers a fetch from an offset inside a batch without that batch: it selects batches by
+/// base offset alone (fixed upstream in 0.7.0-pre.1, "storage: return the batch containing a
+/// mid-batch fetch offset"). A consumer restarted from a committed offset inside a batch then
+/// never sees the rest of that batch. Kafka returns the batch whole; with one record per batch
+/// every committed offset is a batch boundary, so the tests see what a Kafka broker would
+/// serve. `broker_serves_a_fetch_from_inside_a_batch` (queue_kafka.rs) reproduces the bug.
+pub fn unbatched_producer(brokers: &str) -> FutureProducer {
+    config(brokers)
+        .set("linger.ms", "0")
+        .set("batch.num.messages", "1")
+        .set("message.timeout.ms", "30000")
+        .create()
+        .unwrap()
+}
+
 /// A consumer in `group`, reading `topic` from the start, committing by hand.
 pub fn consumer(brokers: &str, group: &str, topic: &str) -> StreamConsumer {
     let c: StreamConsumer = config(brokers)
@@ -176,7 +194,8 @@ pub async fn read_all(
     out
 }
 
-/// The group's committed offset and the topic's high watermark, partition 0.
+/// The group's committed offset and what the broker answers to ListOffsets(latest), partition 0
+/// (the high watermark on Kafka; on tansu 0.6 the newest batch's base offset + 1).
 pub fn committed_and_end(brokers: &str, group: &str, topic: &str) -> (i64, i64) {
     use rdkafka::TopicPartitionList;
     let c: BaseConsumer = config(brokers).set("group.id", group).create().unwrap();

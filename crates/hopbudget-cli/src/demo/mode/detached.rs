@@ -11,9 +11,8 @@ use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use http::HeaderMap;
-use tracing::Instrument as _;
 
-use super::{HopMode, Layers, Mode, Timeouts};
+use super::{HopMode, Layers, Mode, Timeouts, run_detached};
 use crate::demo::collector::BackgroundOutcome;
 use crate::demo::queue::Job;
 use crate::demo::services::{self, Node};
@@ -38,53 +37,15 @@ impl HopMode for Detached {
     fn admit(&self, node: Arc<Node>, id: u64) -> BoxFuture<'static, Result<u32, HopError>> {
         Box::pin(async move {
             let guard = node.collector.arrive(node.idx, id, None, None);
-            // Detached: dropping the awaiting future below does not stop this task. It keeps
-            // the hop's span (the trace context), as an instrumented executor would.
-            let handle = tokio::spawn(
-                async move {
-                    let result = services::body(node, id).await;
-                    guard.finish(wiring::outcome_of(&result), wiring::failed(&result));
-                    result
-                }
-                .in_current_span(),
-            );
-            handle
-                .await
-                .unwrap_or_else(|e| Err(HopError::Failed(format!("handler task failed: {e}"))))
+            // Dropping the awaiting future does not stop the work below.
+            run_detached(async move {
+                let result = services::body(node, id).await;
+                guard.finish(wiring::outcome_of(&result), wiring::failed(&result));
+                result
+            })
+            .await
         })
     }
 
-    fn before_work(&self, node: &Node) -> Result<(), HopError> {
-        BASE.before_work(node)
-    }
-
-    fn own_work<'a>(
-        &'a self,
-        node: &'a Node,
-        cost: Duration,
-    ) -> BoxFuture<'a, Result<(), HopError>> {
-        BASE.own_work(node, cost)
-    }
-
-    fn call<'a>(
-        &'a self,
-        node: &'a Node,
-        callee: usize,
-        peer: &'a Peer,
-        id: u64,
-    ) -> BoxFuture<'a, Result<u32, HopError>> {
-        BASE.call(node, callee, peer, id)
-    }
-
-    fn background_headers(&self, node: &Node) -> HeaderMap {
-        BASE.background_headers(node)
-    }
-
-    fn consume<'a>(&'a self, job: &'a Job) -> BoxFuture<'a, BackgroundOutcome> {
-        BASE.consume(job)
-    }
-
-    fn client_forward(&self, budget: Duration) -> Option<Duration> {
-        BASE.client_forward(budget)
-    }
+    delegate_to!(BASE);
 }

@@ -11,9 +11,8 @@ use std::time::Duration;
 use futures_util::future::BoxFuture;
 use hopbudget::{Deadline, RequestBudget, Source};
 use http::HeaderMap;
-use tracing::Instrument as _;
 
-use super::{HopMode, Layers, Mode, Propagated};
+use super::{HopMode, Layers, Mode, Propagated, run_detached};
 use crate::demo::collector::BackgroundOutcome;
 use crate::demo::queue::Job;
 use crate::demo::services::{self, Node};
@@ -48,56 +47,18 @@ impl HopMode for Forgetful {
             let guard =
                 node.collector
                     .arrive(node.idx, id, Some(budget.remaining()), Some(budget.clone()));
-            // Detached: nothing stops this work when the caller goes away. It keeps the hop's
-            // span (the trace context).
-            let handle = tokio::spawn(
-                async move {
-                    let result = match budget.run(services::body(node, id)).await {
-                        Ok(r) => r,
-                        Err(e) => Err(HopError::Budget(e)),
-                    };
-                    guard.finish(wiring::outcome_of(&result), wiring::failed(&result));
-                    result
-                }
-                .in_current_span(),
-            );
-            handle
-                .await
-                .unwrap_or_else(|e| Err(HopError::Failed(format!("handler task failed: {e}"))))
+            // Nothing stops this work when the caller goes away.
+            run_detached(async move {
+                let result = match budget.run(services::body(node, id)).await {
+                    Ok(r) => r,
+                    Err(e) => Err(HopError::Budget(e)),
+                };
+                guard.finish(wiring::outcome_of(&result), wiring::failed(&result));
+                result
+            })
+            .await
         })
     }
 
-    fn before_work(&self, node: &Node) -> Result<(), HopError> {
-        BASE.before_work(node)
-    }
-
-    fn own_work<'a>(
-        &'a self,
-        node: &'a Node,
-        cost: Duration,
-    ) -> BoxFuture<'a, Result<(), HopError>> {
-        BASE.own_work(node, cost)
-    }
-
-    fn call<'a>(
-        &'a self,
-        node: &'a Node,
-        callee: usize,
-        peer: &'a Peer,
-        id: u64,
-    ) -> BoxFuture<'a, Result<u32, HopError>> {
-        BASE.call(node, callee, peer, id)
-    }
-
-    fn background_headers(&self, node: &Node) -> HeaderMap {
-        BASE.background_headers(node)
-    }
-
-    fn consume<'a>(&'a self, job: &'a Job) -> BoxFuture<'a, BackgroundOutcome> {
-        BASE.consume(job)
-    }
-
-    fn client_forward(&self, budget: Duration) -> Option<Duration> {
-        BASE.client_forward(budget)
-    }
+    delegate_to!(BASE);
 }

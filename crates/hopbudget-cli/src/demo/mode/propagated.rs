@@ -23,6 +23,7 @@ use std::time::Duration;
 use futures_util::future::BoxFuture;
 use hopbudget::clock::{SystemClock, WallClock};
 use hopbudget::codec::{self, Carrier};
+use hopbudget::queue::Stamper;
 use hopbudget::{HopPolicy, RequestBudget};
 use http::HeaderMap;
 
@@ -125,8 +126,17 @@ impl HopMode for Propagated {
             Some(request) => request.detach(own),
             None => RequestBudget::local(own, node.profile.policy()),
         };
-        let stamp = codec::epoch::encode(budget.remaining(), SystemClock.now_unix_ms());
-        headers.insert(codec::QUEUE_DEADLINE_EPOCH_MS, stamp.to_header_value());
+        // hopbudget's stamper, as a producer on any broker uses it: what is left after the hop
+        // margin and transit allowance (C2), and the origin budget beside it. It refuses only
+        // when that is below the refuse threshold (C3); the message then carries a deadline
+        // already past, so the consumer drops it before any work.
+        let stamper = Stamper::new(&node.profile);
+        if stamper.stamp_with(&budget, &mut headers).is_err() {
+            headers.insert(
+                codec::QUEUE_DEADLINE_EPOCH_MS,
+                codec::epoch::encode(Duration::ZERO, SystemClock.now_unix_ms()).to_header_value(),
+            );
+        }
         headers
     }
 

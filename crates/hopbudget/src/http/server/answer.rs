@@ -4,7 +4,8 @@
 use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode};
 
-use crate::codec::{MalformedHeader, millis};
+use crate::BudgetError;
+use crate::codec::MalformedHeader;
 use crate::status::HttpStatusMap;
 
 /// A plain-text response with a status from the profile. The profile validates its codes, so
@@ -19,6 +20,7 @@ fn plain(code: u16, text: String) -> Response<Bytes> {
     res
 }
 
+/// The 400 (or the profile's code) for a deadline header that does not parse (C9).
 pub(super) fn malformed_response(
     status: &HttpStatusMap,
     malformed: &MalformedHeader,
@@ -32,35 +34,18 @@ pub(super) fn malformed_response(
     res
 }
 
+/// The layer's own 504 (or the profile's expiry code): the deadline passed first (C4, C7).
 pub(super) fn expired_response(status: &HttpStatusMap) -> Response<Bytes> {
-    let mut res = plain(status.expired, "deadline expired\n".to_owned());
-    res.headers_mut().insert(
-        super::super::OUTCOME_HEADER.clone(),
-        HeaderValue::from_static("expired"),
-    );
-    res
+    crate::answer::http_answer(&BudgetError::Expired, status)
 }
 
+/// The layer's own refusal before any work (C3): 503 with `Retry-After: 0` and the required
+/// and remaining budget (C10).
 pub(super) fn refused_response(
     status: &HttpStatusMap,
     required: std::time::Duration,
     remaining: std::time::Duration,
 ) -> Response<Bytes> {
-    let refused = crate::Refused::new(required, remaining);
-    let mut res = plain(status.refused, format!("{refused}\n"));
-    let headers = res.headers_mut();
-    headers.insert(http::header::RETRY_AFTER, HeaderValue::from_static("0"));
-    headers.insert(
-        super::super::OUTCOME_HEADER.clone(),
-        HeaderValue::from_static("refused"),
-    );
-    headers.insert(
-        super::super::REQUIRED_HEADER.clone(),
-        millis::encode(required).to_header_value(),
-    );
-    headers.insert(
-        super::super::REMAINING_HEADER.clone(),
-        millis::encode(remaining).to_header_value(),
-    );
-    res
+    let refused = BudgetError::Refused(crate::Refused::new(required, remaining));
+    crate::answer::http_answer(&refused, status)
 }

@@ -1,7 +1,6 @@
 use std::fmt::Display;
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use rdkafka::Message as _;
@@ -11,7 +10,8 @@ use rdkafka::message::{BorrowedMessage, OwnedMessage};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 
 use super::Received;
-use crate::queue::{DeadLetter, Gate, Processed, Reason};
+use crate::queue::stats::Counts;
+use crate::queue::{ConsumerStats, DeadLetter, Gate, Processed};
 
 /// Pause before retrying a record whose handler failed, or a dead-letter copy that was not
 /// delivered.
@@ -37,37 +37,6 @@ impl std::fmt::Debug for Consumer {
     }
 }
 
-#[derive(Debug, Default)]
-struct Counts {
-    processed: AtomicU64,
-    failed: AtomicU64,
-    expired: AtomicU64,
-    refused: AtomicU64,
-    malformed: AtomicU64,
-}
-
-/// What a [`Consumer`] has done so far, for reports and tests.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ConsumerStats {
-    /// Handled and committed.
-    pub processed: u64,
-    /// Handler failures (each retried while the deadline allows).
-    pub failed: u64,
-    /// Dead-lettered as expired: before any work, or stopped by the deadline.
-    pub expired: u64,
-    /// Dead-lettered as refused: too little budget left to start.
-    pub refused: u64,
-    /// Dead-lettered with a malformed deadline header.
-    pub malformed: u64,
-}
-
-impl ConsumerStats {
-    /// Records committed after being copied to the dead-letter topic.
-    pub fn dead_lettered(&self) -> u64 {
-        self.expired + self.refused + self.malformed
-    }
-}
-
 impl Consumer {
     /// A consumer checking records with `gate` and producing the ones it will not process to
     /// `dead_letter_topic` through `producer`.
@@ -86,14 +55,7 @@ impl Consumer {
 
     /// Counts so far; clones of this consumer share them.
     pub fn stats(&self) -> ConsumerStats {
-        let c = &self.stats;
-        ConsumerStats {
-            processed: c.processed.load(Ordering::Relaxed),
-            failed: c.failed.load(Ordering::Relaxed),
-            expired: c.expired.load(Ordering::Relaxed),
-            refused: c.refused.load(Ordering::Relaxed),
-            malformed: c.malformed.load(Ordering::Relaxed),
-        }
+        self.stats.snapshot()
     }
 
     /// Consume from `consumer` (already subscribed, auto-commit off) until it fails or this
@@ -135,11 +97,11 @@ impl Consumer {
             };
             match admitted.run(handler(record.detach())).await {
                 Processed::Completed(Ok(())) => {
-                    self.stats.processed.fetch_add(1, Ordering::Relaxed);
+                    self.stats.processed();
                     return;
                 }
                 Processed::Completed(Err(error)) => {
-                    self.stats.failed.fetch_add(1, Ordering::Relaxed);
+                    self.stats.failed();
                     tracing::warn!(%error, queue = self.gate.queue(), "handler failed; retrying while the deadline allows");
                     tokio::time::sleep(RETRY_PAUSE).await;
                 }
@@ -147,7 +109,7 @@ impl Consumer {
                 // The work cancelled its own budget: it did not finish, so it is tried again
                 // (a later commit would otherwise skip it).
                 Processed::Cancelled => {
-                    self.stats.failed.fetch_add(1, Ordering::Relaxed);
+                    self.stats.failed();
                     tokio::time::sleep(RETRY_PAUSE).await;
                 }
             }
@@ -175,12 +137,7 @@ impl Consumer {
                 }
             }
         }
-        let counter = match dead.reason() {
-            Reason::Expired => &self.stats.expired,
-            Reason::Refused => &self.stats.refused,
-            Reason::Malformed => &self.stats.malformed,
-        };
-        counter.fetch_add(1, Ordering::Relaxed);
+        self.stats.dead_lettered(dead.reason());
         tracing::debug!(queue = self.gate.queue(), "{dead}");
     }
 }

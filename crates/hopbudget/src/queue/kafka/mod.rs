@@ -53,7 +53,7 @@
 mod consumer;
 mod producer;
 
-pub use consumer::{Consumer, ConsumerStats};
+pub use consumer::Consumer;
 pub use producer::{Producer, PublishError};
 
 use rdkafka::message::{BorrowedHeaders, Header, Headers, OwnedHeaders};

@@ -1,13 +1,13 @@
 use std::fmt::Display;
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use async_nats::HeaderMap;
 use async_nats::jetstream::{self, AckKind, consumer::PullConsumer};
 use futures_util::StreamExt;
 
-use crate::queue::{DeadLetter, Gate, Processed, Reason};
+use crate::queue::stats::Counts;
+use crate::queue::{ConsumerStats, DeadLetter, Gate, Processed};
 
 /// Messages being turned away (copied to the dead-letter subject) at once, beyond the work
 /// slots.
@@ -29,38 +29,6 @@ pub struct Consumer {
 #[derive(Debug, thiserror::Error)]
 #[error("cannot read messages from the JetStream consumer: {0}")]
 pub struct ConsumeError(#[from] async_nats::jetstream::consumer::StreamError);
-
-#[derive(Debug, Default)]
-struct Counts {
-    processed: AtomicU64,
-    failed: AtomicU64,
-    expired: AtomicU64,
-    refused: AtomicU64,
-    malformed: AtomicU64,
-}
-
-/// What a [`Consumer`] has done so far, for reports and tests (the metrics say the same
-/// through `hopbudget_*`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ConsumerStats {
-    /// Handled and acknowledged.
-    pub processed: u64,
-    /// The handler failed; negatively acknowledged for redelivery.
-    pub failed: u64,
-    /// Dead-lettered as expired: before any work, or stopped by the deadline.
-    pub expired: u64,
-    /// Dead-lettered as refused: too little budget left to start.
-    pub refused: u64,
-    /// Dead-lettered with a malformed deadline header.
-    pub malformed: u64,
-}
-
-impl ConsumerStats {
-    /// Messages acknowledged after being copied to the dead-letter subject.
-    pub fn dead_lettered(&self) -> u64 {
-        self.expired + self.refused + self.malformed
-    }
-}
 
 impl Consumer {
     /// A consumer checking messages with `gate` and republishing the ones it will not process
@@ -90,14 +58,7 @@ impl Consumer {
 
     /// Counts so far; clones of this consumer share them.
     pub fn stats(&self) -> ConsumerStats {
-        let c = &self.stats;
-        ConsumerStats {
-            processed: c.processed.load(Ordering::Relaxed),
-            failed: c.failed.load(Ordering::Relaxed),
-            expired: c.expired.load(Ordering::Relaxed),
-            refused: c.refused.load(Ordering::Relaxed),
-            malformed: c.malformed.load(Ordering::Relaxed),
-        }
+        self.stats.snapshot()
     }
 
     /// Consume until the subscription ends or this future is dropped. `handler` gets each live
@@ -167,13 +128,13 @@ impl Consumer {
         };
         match admitted.run(handler(message.message.clone())).await {
             Processed::Completed(Ok(())) => {
-                self.stats.processed.fetch_add(1, Ordering::Relaxed);
+                self.stats.processed();
                 if let Err(error) = message.ack().await {
                     tracing::warn!(%error, "acknowledging a processed message failed; it may be redelivered");
                 }
             }
             Processed::Completed(Err(error)) => {
-                self.stats.failed.fetch_add(1, Ordering::Relaxed);
+                self.stats.failed();
                 tracing::warn!(%error, queue = self.gate.queue(), "handler failed; message naked for redelivery");
                 if let Err(error) = message.ack_with(AckKind::Nak(None)).await {
                     tracing::warn!(%error, "nak failed; the message returns after the ack wait");
@@ -207,12 +168,7 @@ impl Consumer {
             let _ = message.ack_with(AckKind::Nak(None)).await;
             return;
         }
-        let counter = match dead.reason() {
-            Reason::Expired => &self.stats.expired,
-            Reason::Refused => &self.stats.refused,
-            Reason::Malformed => &self.stats.malformed,
-        };
-        counter.fetch_add(1, Ordering::Relaxed);
+        self.stats.dead_lettered(dead.reason());
         tracing::debug!(queue = self.gate.queue(), "{dead}");
         if let Err(error) = message.ack().await {
             tracing::warn!(%error, "acknowledging a dead-lettered message failed; it may be dead-lettered twice");

@@ -68,7 +68,7 @@ mod consumer;
 mod publisher;
 mod request;
 
-pub use consumer::{ConsumeError, Consumer, ConsumerStats};
+pub use consumer::{ConsumeError, Consumer};
 pub use publisher::{PublishError, Publisher};
 pub use request::{OUTCOME_HEADER, RequestError, Requester, Responder};
 
