@@ -36,12 +36,16 @@ type BoxError = Box<dyn StdError + Send + Sync>;
 /// assert_eq!(err.budget_error(), Some(&BudgetError::Expired));
 /// assert_eq!(err.to_string(), "deadline expired");
 ///
-/// // A tonic call's status: a deadline outcome keeps its meaning, others stay as they are.
+///
+/// // A tonic call's status (feature `grpc`): a deadline outcome keeps its meaning, others
+/// // stay as they are.
+/// # #[cfg(feature = "grpc")] {
 /// let err = DownstreamError::from(tonic::Status::deadline_exceeded("late"));
 /// assert_eq!(err.budget_error(), Some(&BudgetError::Expired));
 /// let err = DownstreamError::from(tonic::Status::not_found("no such order"));
 /// assert_eq!(err.grpc_status().map(|s| s.code()), Some(tonic::Code::NotFound));
 /// assert_eq!(tonic::Status::from(err).code(), tonic::Code::NotFound);
+/// # }
 /// ```
 #[derive(Debug)]
 pub struct DownstreamError {

@@ -129,6 +129,56 @@ use crate::{Deadline, RequestBudget};
 mod tests;
 
 /// In which order waiters get a freed slot.
+///
+/// Set with [`AdmissionConfig::with_policy`], [`BudgetSemaphore::with_queue`] or the
+/// profile's `admission.policy` (`edf`, or `adaptive-lifo` with `admission.lifo_after_ms`).
+///
+/// # Examples
+///
+/// Three callers queue for the one permit, in the order a (3 s budget), b (1 s), c (2 s),
+/// and the permit comes back after 100 ms:
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// use std::time::Duration;
+/// use hopbudget::admission::{BudgetSemaphore, QueuePolicy};
+/// use hopbudget::{HopPolicy, RequestBudget};
+///
+/// async fn served(policy: QueuePolicy) -> Vec<&'static str> {
+///     let pool = BudgetSemaphore::with_queue(1, 16, policy);
+///     let held = pool.acquire(Duration::ZERO).await.unwrap();
+///     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+///     for (name, secs) in [("a", 3), ("b", 1), ("c", 2)] {
+///         let (pool, tx) = (pool.clone(), tx.clone());
+///         let budget = RequestBudget::local(Duration::from_secs(secs), HopPolicy::DEFAULT);
+///         tokio::spawn(async move {
+///             let _permit = pool.acquire_with(&budget, Duration::ZERO).await.unwrap();
+///             tx.send(name).unwrap();
+///         });
+///         tokio::task::yield_now().await; // let it queue before the next one arrives
+///     }
+///     assert_eq!(pool.waiting(), 3);
+///     tokio::time::sleep(Duration::from_millis(100)).await;
+///     drop(held);
+///     drop(tx);
+///     let mut order = Vec::new();
+///     while let Some(name) = rx.recv().await {
+///         order.push(name);
+///     }
+///     order
+/// }
+///
+/// // The default: the earliest deadline first.
+/// assert_eq!(served(QueuePolicy::default()).await, ["b", "c", "a"]);
+/// // Adaptive LIFO, queue non-empty for less than `after`: arrival order.
+/// let patient = QueuePolicy::AdaptiveLifo { after: Duration::from_secs(1) };
+/// assert_eq!(served(patient).await, ["a", "b", "c"]);
+/// // Queue non-empty for longer than `after`: the newest first.
+/// let overloaded = QueuePolicy::AdaptiveLifo { after: Duration::from_millis(50) };
+/// assert_eq!(served(overloaded).await, ["c", "b", "a"]);
+/// # }
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum QueuePolicy {
     /// Earliest deadline first; equal deadlines in arrival order (C21). The default.
@@ -146,6 +196,56 @@ pub enum QueuePolicy {
 /// How many requests run at once, how many may wait, in which order, and what each route's
 /// work costs. Usually from the profile's `admission` section
 /// ([`Profile::admission`](crate::Profile::admission)).
+///
+/// # Examples
+///
+/// Built in code, the same configuration as the profile's `admission` section below, then
+/// handed to [`AdmissionLayer::new`] (or [`BudgetSemaphore::with_queue`]):
+///
+/// ```
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::time::Duration;
+/// use hopbudget::Profile;
+/// use hopbudget::admission::{AdmissionConfig, AdmissionLayer, QueuePolicy};
+///
+/// let config = AdmissionConfig::new(8)
+///     .with_queue_bound(32)
+///     .with_policy(QueuePolicy::AdaptiveLifo { after: Duration::from_millis(40) })
+///     // Any route no rule names: the profile's `refuse_below_ms` (10 ms by default).
+///     .with_cost(Duration::from_millis(10))
+///     .with_route("/quote/*", Duration::from_millis(25))
+///     .with_route("/tax", Duration::from_millis(200));
+///
+/// assert_eq!(config.limit(), 8);
+/// assert_eq!(config.queue_bound(), 32);
+/// assert_eq!(config.cost_for(Some("/quote/eu")), Duration::from_millis(25));
+/// assert_eq!(config.cost_for(Some("/tax")), Duration::from_millis(200));
+/// assert_eq!(config.cost_for(Some("/other")), Duration::from_millis(10));
+/// assert_eq!(config.cost_for(None), Duration::from_millis(10));
+/// assert_eq!(AdmissionConfig::new(8).queue_bound(), AdmissionConfig::DEFAULT_QUEUE_BOUND);
+///
+/// // A route's `min_budget_ms` is its cost unless `admission.routes` names it.
+/// let profile = Profile::from_yaml(
+///     "routes: [{path: /tax, min_budget_ms: 200}]
+/// admission:
+///   limit: 8
+///   queue_bound: 32
+///   policy: adaptive-lifo
+///   lifo_after_ms: 40
+///   routes: [{path: /quote/*, cost_ms: 25}]",
+///     "inline",
+/// )?;
+/// let from_profile = profile.admission().expect("has an admission section");
+/// for route in ["/quote/eu", "/tax", "/other"] {
+///     assert_eq!(from_profile.cost_for(Some(route)), config.cost_for(Some(route)));
+/// }
+/// assert_eq!(from_profile.policy(), config.policy());
+///
+/// let layer = AdmissionLayer::new(config);
+/// assert_eq!(layer.available(), 8);
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AdmissionConfig {
     limit: usize,
@@ -157,11 +257,15 @@ pub struct AdmissionConfig {
 
 impl AdmissionConfig {
     /// The queue bound [`new`](Self::new) starts with.
+    ///
+    /// See the [example](Self#examples).
     pub const DEFAULT_QUEUE_BOUND: usize = 1024;
 
     /// `limit` requests at once, up to [`DEFAULT_QUEUE_BOUND`](Self::DEFAULT_QUEUE_BOUND)
     /// waiting, earliest-deadline-first, every route costing nothing (a waiter is then
     /// dropped only when its budget is spent).
+    ///
+    /// See the [example](Self#examples).
     pub fn new(limit: usize) -> Self {
         Self {
             limit,
@@ -173,18 +277,24 @@ impl AdmissionConfig {
     }
 
     /// At most `bound` waiters; beyond it a newcomer is refused at once.
+    ///
+    /// See the [example](Self#examples).
     pub fn with_queue_bound(mut self, bound: usize) -> Self {
         self.queue_bound = bound;
         self
     }
 
     /// Serve waiters by `policy`.
+    ///
+    /// See the [example](Self#examples).
     pub fn with_policy(mut self, policy: QueuePolicy) -> Self {
         self.policy = policy;
         self
     }
 
     /// The cost of a route no rule names.
+    ///
+    /// See the [example](Self#examples).
     pub fn with_cost(mut self, cost: Duration) -> Self {
         self.default_cost = cost;
         self
@@ -192,27 +302,37 @@ impl AdmissionConfig {
 
     /// The cost of `pattern`: an exact path, or a prefix ending in `*`. Rules added first
     /// win.
+    ///
+    /// See the [example](Self#examples).
     pub fn with_route(mut self, pattern: impl Into<String>, cost: Duration) -> Self {
         self.routes.push((pattern.into(), cost));
         self
     }
 
     /// Requests doing their work at once.
+    ///
+    /// See the [example](Self#examples).
     pub fn limit(&self) -> usize {
         self.limit
     }
 
     /// Waiters held at most.
+    ///
+    /// See the [example](Self#examples).
     pub fn queue_bound(&self) -> usize {
         self.queue_bound
     }
 
     /// The order waiters are served in.
+    ///
+    /// See the [example](Self#examples).
     pub fn policy(&self) -> QueuePolicy {
         self.policy
     }
 
     /// The budget a request to `route` must have left, beyond its wait, to be worth starting.
+    ///
+    /// See the [example](Self#examples).
     pub fn cost_for(&self, route: Option<&str>) -> Duration {
         let Some(route) = route else {
             return self.default_cost;
@@ -232,13 +352,65 @@ impl AdmissionConfig {
 /// Implemented for `http::Request` (the budget from the extensions, else the ambient one; the
 /// route from axum's `MatchedPath`, else the URI path). For other request types the defaults
 /// read the ambient budget and use the default cost.
+///
+/// # Examples
+///
+/// Admission for jobs that are not HTTP requests: each job carries its own budget, and its
+/// kind selects its cost.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), hopbudget::BudgetError> {
+/// use std::time::Duration;
+/// use hopbudget::admission::{AdmissionConfig, AdmissionLayer, AdmissionRequest};
+/// use hopbudget::{BudgetError, Deadline, HopPolicy, RequestBudget};
+/// use tower::{ServiceBuilder, ServiceExt};
+///
+/// struct Job {
+///     kind: &'static str,
+///     budget: RequestBudget,
+/// }
+///
+/// impl AdmissionRequest for Job {
+///     fn deadline(&self) -> Option<Deadline> {
+///         Some(self.budget.deadline())
+///     }
+///
+///     fn route(&self) -> Option<&str> {
+///         Some(self.kind)
+///     }
+/// }
+///
+/// let config = AdmissionConfig::new(2).with_route("report", Duration::from_millis(200));
+/// let workers = ServiceBuilder::new()
+///     .layer(AdmissionLayer::with_errors(config))
+///     .service_fn(|job: Job| async move { Ok::<_, BudgetError>(job.kind) });
+/// let job = |kind, ms| Job {
+///     kind,
+///     budget: RequestBudget::local(Duration::from_millis(ms), HopPolicy::DEFAULT),
+/// };
+///
+/// // 100 ms left cannot cover a 200 ms report: refused before it runs.
+/// match workers.clone().oneshot(job("report", 100)).await {
+///     Err(BudgetError::Refused(r)) => assert_eq!(r.required(), Duration::from_millis(200)),
+///     other => panic!("{other:?}"),
+/// }
+/// // With a second left it runs.
+/// assert_eq!(workers.oneshot(job("report", 1_000)).await?, "report");
+/// # Ok(())
+/// # }
+/// ```
 pub trait AdmissionRequest {
     /// The deadline the request waits under; `None`: no budget, FIFO without deadline logic.
+    ///
+    /// See the [example](AdmissionRequest#examples).
     fn deadline(&self) -> Option<Deadline> {
         RequestBudget::current().map(|b| b.deadline())
     }
 
     /// The route, to look up its cost.
+    ///
+    /// See the [example](AdmissionRequest#examples).
     fn route(&self) -> Option<&str> {
         None
     }

@@ -63,6 +63,8 @@ pub struct BudgetPermit {
 
 impl BudgetSemaphore {
     /// The largest queue a semaphore made by [`new`](Self::new) holds.
+    ///
+    /// See the [example](Self#examples).
     pub const DEFAULT_QUEUE_BOUND: usize = 1024;
 
     /// `permits` permits, up to [`DEFAULT_QUEUE_BOUND`](Self::DEFAULT_QUEUE_BOUND) waiters,

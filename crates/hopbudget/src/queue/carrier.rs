@@ -13,6 +13,11 @@ use std::collections::{BTreeMap, HashMap};
 /// `get` returns the raw bytes of the first value under `name`, so that a value that is not
 /// UTF-8 is reported as a malformed deadline rather than taken for a missing one (rule C9).
 ///
+/// Implemented for `HashMap<String, String>`, `BTreeMap<String, String>`, `http::HeaderMap`,
+/// async-nats' `HeaderMap` (feature `nats`) and rdkafka's `OwnedHeaders` (feature `kafka`).
+///
+/// # Examples
+///
 /// ```
 /// use std::collections::HashMap;
 /// use hopbudget::queue::HeaderCarrier;
@@ -36,11 +41,15 @@ use std::collections::{BTreeMap, HashMap};
 /// ```
 pub trait HeaderCarrier {
     /// The first value of header `name`, if present.
+    ///
+    /// See the [example](HeaderCarrier#examples).
     fn get(&self, name: &str) -> Option<&[u8]>;
 
     /// Set header `name` to `value`, replacing any value it had where the client allows it.
     /// Names come from a validated profile and values are ASCII digits or a `traceparent`, so
     /// every client can store them.
+    ///
+    /// See the [example](HeaderCarrier#examples).
     fn set(&mut self, name: &str, value: &str);
 }
 

@@ -13,12 +13,18 @@ use super::HeaderCarrier;
 use crate::Refused;
 
 /// Header on a dead-lettered copy: why it was not processed (`expired`, `refused`, `malformed`).
+///
+/// See the example on [`DeadLetter`].
 pub const REASON_HEADER: &str = "deadline-dead-letter-reason";
 /// Header on a dead-lettered copy: one readable line of detail (the header and the reason,
 /// how long ago the deadline passed, ...).
+///
+/// See the example on [`DeadLetter`].
 pub const DETAIL_HEADER: &str = "deadline-dead-letter-detail";
 
 /// Why a message goes to the dead-letter destination.
+///
+/// See the example on [`DeadLetter`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Reason {
@@ -33,6 +39,8 @@ pub enum Reason {
 
 impl Reason {
     /// The value written in [`REASON_HEADER`].
+    ///
+    /// See the example on [`DeadLetter`].
     pub const fn as_str(self) -> &'static str {
         match self {
             Reason::Expired => "expired",
@@ -49,6 +57,34 @@ impl fmt::Display for Reason {
 }
 
 /// A message to republish to the dead-letter destination instead of processing it.
+///
+/// Given by the [`Gate`](super::Gate) for a message it will not run ([`Decision`](super::Decision)),
+/// or by [`Admitted::run`](super::Admitted::run) for work the deadline stopped.
+///
+/// # Examples
+///
+/// ```
+/// use std::collections::HashMap;
+/// use hopbudget::queue::{DETAIL_HEADER, Gate, REASON_HEADER, Reason};
+/// use hopbudget::Profile;
+///
+/// let gate = Gate::new(&Profile::default(), "orders");
+/// let original = HashMap::from([
+///     ("order-id".to_owned(), "42".to_owned()),
+///     ("deadline-epoch-ms".to_owned(), "tomorrow".to_owned()),
+/// ]);
+/// let dead = gate.check(&original).into_result().expect_err("never processed");
+/// assert_eq!(dead.reason(), Reason::Malformed);
+/// assert!(dead.detail().contains("deadline-epoch-ms"), "{}", dead.detail());
+///
+/// // The copy keeps every header of the original, and says why it was not processed.
+/// let mut copy = original.clone();
+/// dead.annotate(&mut copy);
+/// assert_eq!(copy[REASON_HEADER], Reason::Malformed.as_str());
+/// assert_eq!(copy[DETAIL_HEADER], dead.detail());
+/// assert_eq!(copy["order-id"], "42");
+/// // ...then publish the copy to the dead-letter destination, and acknowledge the original.
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeadLetter {
     reason: Reason,
@@ -91,17 +127,23 @@ impl DeadLetter {
     }
 
     /// Why.
+    ///
+    /// See the [example](Self#examples).
     pub fn reason(&self) -> Reason {
         self.reason
     }
 
     /// One readable line of detail.
+    ///
+    /// See the [example](Self#examples).
     pub fn detail(&self) -> &str {
         &self.detail
     }
 
     /// Write [`REASON_HEADER`] and [`DETAIL_HEADER`] onto the copy's headers (which should
     /// already hold all of the original's).
+    ///
+    /// See the [example](Self#examples).
     pub fn annotate<C: HeaderCarrier + ?Sized>(&self, headers: &mut C) {
         headers.set(REASON_HEADER, self.reason.as_str());
         headers.set(DETAIL_HEADER, &self.detail);

@@ -33,6 +33,8 @@ use crate::{EndCause, Profile, Refused};
 /// worth starting with (rule C3) and its maximum as the largest budget a message's work may
 /// have. The wall clock is injectable so expiry can be tested to the millisecond.
 ///
+/// # Examples
+///
 /// ```
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() {
@@ -45,6 +47,7 @@ use crate::{EndCause, Profile, Refused};
 /// let profile = Profile::default().with_service("billing");
 /// let clock = Arc::new(SystemClock); // or a clock of your own (`clock::WallClock`)
 /// let gate = Gate::new(&profile, "orders").with_clock(clock.clone());
+/// assert_eq!(gate.queue(), "orders");
 ///
 /// // A message whose deadline passed an hour ago is never processed.
 /// let mut stale = HashMap::new();
@@ -77,6 +80,34 @@ pub struct Gate {
 }
 
 /// What the gate decided for one message.
+///
+/// Match on it as the [`Gate` example](Gate#examples) does, or split it with
+/// [`into_result`](Self::into_result).
+///
+/// # Examples
+///
+/// A report needs 2 s of budget to be worth starting; a message without a deadline gets the
+/// profile's edge total (1 s by default), so it is refused and dead-lettered.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// use std::collections::HashMap;
+/// use std::time::Duration;
+/// use hopbudget::queue::{Decision, Gate, Reason};
+/// use hopbudget::Profile;
+///
+/// let gate = Gate::new(&Profile::default(), "reports").with_min_budget(Duration::from_secs(2));
+/// let decision = gate.check(&HashMap::<String, String>::new());
+/// assert!(matches!(decision, Decision::Refused(_)));
+/// match decision.into_result() {
+///     Ok(admitted) => {
+///         let _ = admitted.run(async { /* build the report */ }).await;
+///     }
+///     Err(dead) => assert_eq!(dead.reason(), Reason::Refused),
+/// }
+/// # }
+/// ```
 #[derive(Debug)]
 #[must_use = "a message's decision says whether to process it or dead-letter it"]
 pub enum Decision {
@@ -92,6 +123,8 @@ pub enum Decision {
 
 impl Decision {
     /// The admitted message, or the dead letter to republish instead.
+    ///
+    /// See the [example](Decision#examples).
     pub fn into_result(self) -> Result<Admitted, DeadLetter> {
         match self {
             Decision::Live(admitted) => Ok(admitted),
@@ -105,6 +138,8 @@ impl Decision {
 impl Gate {
     /// A gate for messages consumed from `queue` (a stream, topic or subject name; used as the
     /// metrics' `queue` label and the hop span's name, so keep it low in cardinality).
+    ///
+    /// See the [example](Self#examples).
     pub fn new(profile: &Profile, queue: impl Into<Arc<str>>) -> Self {
         let (header, _, skew) = profile.queue();
         Self {
@@ -122,6 +157,8 @@ impl Gate {
     }
 
     /// Read the wall clock from `clock` instead of the system's.
+    ///
+    /// See the [example](Self#examples).
     pub fn with_clock(mut self, clock: Arc<dyn WallClock>) -> Self {
         self.clock = clock;
         self
@@ -130,6 +167,8 @@ impl Gate {
     /// The most budget a message's work gets, however far away its deadline (default, and
     /// at most: the profile's `max_ms`). A message stamped with hours left still runs under
     /// this.
+    ///
+    /// See the example on [`Admitted`].
     pub fn with_max_processing(mut self, max: Duration) -> Self {
         self.max_processing = max;
         self
@@ -138,12 +177,16 @@ impl Gate {
     /// The least budget worth starting the work with. The profile's `refuse_below_ms` always
     /// applies (the lifecycle refuses below it); this can only raise it. A message with less
     /// is dead-lettered as refused (rule C3).
+    ///
+    /// See the example on [`Decision`].
     pub fn with_min_budget(mut self, min: Duration) -> Self {
         self.min_budget = min;
         self
     }
 
     /// The queue name this gate labels its hops and counters with.
+    ///
+    /// See the [example](Self#examples).
     pub fn queue(&self) -> &str {
         &self.queue
     }
@@ -153,6 +196,8 @@ impl Gate {
     /// Every decision is counted: an expired message in `hopbudget_queue_expired_total` and
     /// as a hop ending `expired`, a refusal as a hop ending `refused`, a malformed header in
     /// `hopbudget_malformed_headers_total`, a missing one as a missing deadline (rule C8).
+    ///
+    /// See the [example](Self#examples).
     pub fn check<C: HeaderCarrier + ?Sized>(&self, headers: &C) -> Decision {
         let (inbound, late_by) = self.read(headers);
         match self
@@ -224,12 +269,58 @@ impl Gate {
 /// Dropping it without [`run`](Self::run) (or dropping `run`'s future half-way) cancels the
 /// budget and records the hop as cancelled (rule C5); the consumer does not acknowledge the
 /// message, so the broker delivers it again, under the same deadline.
+///
+/// # Examples
+///
+/// A message stamped with an hour left runs under the gate's maximum processing budget, and
+/// each way its work can end:
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// use std::collections::HashMap;
+/// use std::time::{Duration, SystemTime, UNIX_EPOCH};
+/// use hopbudget::queue::{Gate, Processed, Reason};
+/// use hopbudget::{Profile, RequestBudget};
+///
+/// let gate = Gate::new(&Profile::default(), "orders")
+///     .with_max_processing(Duration::from_millis(100));
+/// let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis();
+/// let message = HashMap::from([(
+///     "deadline-epoch-ms".to_owned(),
+///     (now_ms + 3_600_000).to_string(),
+/// )]);
+///
+/// // Work that ends in time: acknowledge.
+/// let admitted = gate.check(&message).into_result().unwrap();
+/// assert_eq!(admitted.budget().at_arrival(), Duration::from_millis(100));
+/// assert!(matches!(admitted.run(async { 42 }).await, Processed::Completed(42)));
+///
+/// // Work that would take a second is stopped at the deadline: acknowledge and dead-letter.
+/// let admitted = gate.check(&message).into_result().unwrap();
+/// match admitted.run(tokio::time::sleep(Duration::from_secs(1))).await {
+///     Processed::Expired(dead) => assert_eq!(dead.reason(), Reason::Expired),
+///     other => panic!("{other:?}"),
+/// }
+///
+/// // Work whose budget is cancelled (the consumer is shutting down): leave it
+/// // unacknowledged, the broker delivers it again.
+/// let admitted = gate.check(&message).into_result().unwrap();
+/// let shutdown = async {
+///     RequestBudget::current().expect("runs in the message's budget").cancel();
+///     std::future::pending::<()>().await
+/// };
+/// assert!(matches!(admitted.run(shutdown).await, Processed::Cancelled));
+/// # }
+/// ```
 #[derive(Debug)]
 pub struct Admitted {
     guard: HopGuard,
 }
 
 /// How the work of an admitted message ended.
+///
+/// See the example on [`Admitted`].
 #[derive(Debug)]
 #[must_use = "an expired message must be dead-lettered, a cancelled one left unacknowledged"]
 pub enum Processed<T> {
@@ -244,6 +335,8 @@ pub enum Processed<T> {
 
 impl Admitted {
     /// The message's budget: clamped to the gate's maximum processing budget.
+    ///
+    /// See the [example](Self#examples).
     pub fn budget(&self) -> &crate::RequestBudget {
         self.guard.budget()
     }
@@ -251,6 +344,8 @@ impl Admitted {
     /// Run the message's work under its budget: every poll inside its task-local scope (so it
     /// propagates onward like any request's, rule C11) and the hop's span, stopped at the
     /// deadline.
+    ///
+    /// See the [example](Self#examples).
     pub async fn run<F: Future>(self, work: F) -> Processed<F::Output> {
         let mut guard = self.guard;
         let budget = guard.budget().clone();

@@ -18,6 +18,8 @@ use crate::codec::{epoch, millis};
 use crate::{BudgetError, Deadline, Profile, RequestBudget, Source};
 
 /// What a [`Stamper`] wrote on a message.
+///
+/// See the example on [`Stamper`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Stamp {
     /// The deadline, Unix epoch milliseconds (rounded down).
@@ -30,6 +32,8 @@ pub struct Stamp {
 
 /// Stamps outgoing messages with their deadline, from the current request budget.
 ///
+/// # Examples
+///
 /// ```
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() {
@@ -38,11 +42,12 @@ pub struct Stamp {
 /// use std::time::Duration;
 /// use hopbudget::clock::SystemClock;
 /// use hopbudget::queue::Stamper;
-/// use hopbudget::{Profile, RequestBudget};
+/// use hopbudget::{Profile, RequestBudget, Source};
 ///
 /// let profile = Profile::default();
 /// let clock = Arc::new(SystemClock); // or a clock of your own (`clock::WallClock`)
 /// let stamper = Stamper::new(&profile).with_clock(clock);
+/// assert_eq!(stamper.headers(), ("deadline-epoch-ms", "deadline-origin-ms"));
 /// let request = RequestBudget::local(Duration::from_millis(500), profile.policy());
 /// let mut headers = HashMap::<String, String>::new();
 /// let stamp = request.scope(async { stamper.stamp(&mut headers) }).await.unwrap();
@@ -51,6 +56,22 @@ pub struct Stamp {
 /// assert_eq!(headers["deadline-origin-ms"], "500");
 /// assert_eq!(stamp.origin_ms, 500);
 /// assert!(stamp.deadline_epoch_ms > 0);
+/// assert_eq!(stamp.source, Source::Local);
+///
+/// // The same from an explicit budget, outside its scope.
+/// let mut other = HashMap::<String, String>::new();
+/// let again = stamper.stamp_with(&request, &mut other).unwrap();
+/// assert_eq!(again.origin_ms, 500);
+///
+/// // Outside any request: the profile's edge total (C8).
+/// let edge = stamper.stamp(&mut HashMap::<String, String>::new()).unwrap();
+/// assert_eq!(edge.source, Source::Fallback);
+///
+/// // A budget too small for the next hop publishes nothing (C3).
+/// let short = RequestBudget::local(Duration::from_millis(3), profile.policy());
+/// let mut none = HashMap::<String, String>::new();
+/// assert!(stamper.stamp_with(&short, &mut none).is_err());
+/// assert!(none.is_empty());
 /// # }
 /// ```
 #[derive(Clone, Debug)]
@@ -64,6 +85,8 @@ pub struct Stamper {
 impl Stamper {
     /// A stamper using `profile`'s queue header names, hop policy and edge total, and the
     /// system wall clock.
+    ///
+    /// See the [example](Self#examples).
     pub fn new(profile: &Profile) -> Self {
         let (deadline, origin, _) = profile.queue();
         Self {
@@ -75,6 +98,8 @@ impl Stamper {
     }
 
     /// Read the wall clock from `clock` (tests, skew scenarios).
+    ///
+    /// See the [example](Self#examples).
     pub fn with_clock(mut self, clock: Arc<dyn WallClock>) -> Self {
         self.clock = clock;
         self
@@ -82,6 +107,8 @@ impl Stamper {
 
     /// Stamp `headers` from the ambient request budget ([`RequestBudget::current`]), or from
     /// the profile's edge total outside any request (rule C8).
+    ///
+    /// See the [example](Self#examples).
     pub fn stamp<C: HeaderCarrier + ?Sized>(&self, headers: &mut C) -> Result<Stamp, BudgetError> {
         match RequestBudget::current() {
             Some(budget) => self.stamp_with(&budget, headers),
@@ -105,6 +132,8 @@ impl Stamper {
     ///
     /// Fails without writing anything when the forward budget is below the policy's refuse
     /// threshold, or the budget has ended (rule C3).
+    ///
+    /// See the [example](Self#examples).
     pub fn stamp_with<C: HeaderCarrier + ?Sized>(
         &self,
         budget: &RequestBudget,
@@ -124,6 +153,8 @@ impl Stamper {
     }
 
     /// The header names this stamper writes: deadline, origin.
+    ///
+    /// See the [example](Self#examples).
     pub fn headers(&self) -> (&str, &str) {
         (&self.deadline_header, &self.origin_header)
     }

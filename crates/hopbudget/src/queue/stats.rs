@@ -8,6 +8,11 @@ use super::Reason;
 /// [`kafka::Consumer`](super::kafka::Consumer)) has done so far, for reports and tests (the
 /// metrics say the same through `hopbudget_*`).
 ///
+/// The consumers' examples read it while they run ([`nats::Consumer`](super::nats::Consumer#examples),
+/// [`kafka::Consumer`](super::kafka::Consumer#examples)).
+///
+/// # Examples
+///
 /// ```
 /// use hopbudget::queue::ConsumerStats;
 ///
@@ -31,6 +36,8 @@ pub struct ConsumerStats {
 
 impl ConsumerStats {
     /// Messages acknowledged or committed after being copied to the dead-letter destination.
+    ///
+    /// See the [example](Self#examples).
     pub fn dead_lettered(&self) -> u64 {
         self.expired + self.refused + self.malformed
     }

@@ -13,6 +13,31 @@ use tracing::Span;
 use super::HeaderCarrier;
 
 /// The W3C Trace Context header a producer's trace position travels in.
+///
+/// With the `otlp` feature [`Stamper`](super::Stamper) writes it from the current span; a
+/// producer whose tracing propagates W3C trace context some other way writes it itself. The
+/// [`Gate`](super::Gate) links the consumer's hop span to it; an invalid value is ignored.
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// use std::collections::HashMap;
+/// use hopbudget::queue::{Gate, HeaderCarrier, Processed, Stamper, TRACEPARENT};
+/// use hopbudget::Profile;
+///
+/// let profile = Profile::default();
+/// // Producer: the deadline, and the trace position its own propagator gives.
+/// let mut message = HashMap::<String, String>::new();
+/// Stamper::new(&profile).stamp(&mut message).unwrap();
+/// message.set(TRACEPARENT, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
+///
+/// // Consumer: the message's hop span links to the producer's trace.
+/// let admitted = Gate::new(&profile, "orders").check(&message).into_result().unwrap();
+/// assert!(matches!(admitted.run(async {}).await, Processed::Completed(())));
+/// # }
+/// ```
 pub const TRACEPARENT: &str = "traceparent";
 
 /// A parsed `traceparent`: version 00, trace id, parent span id, flags.

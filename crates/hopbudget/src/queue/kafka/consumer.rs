@@ -19,7 +19,54 @@ const RETRY_PAUSE: Duration = Duration::from_millis(100);
 
 /// A Kafka consumer loop with the deadline [`Gate`] before any work.
 ///
-/// See the [module docs](super) for what happens to each kind of record.
+/// See the [module docs](super) for what happens to each kind of record, and the
+/// [module example](super#examples) for the producer's side.
+///
+/// # Examples
+///
+/// The loop in a task, its counts read from a clone. It needs a live broker, so it is only
+/// compiled (`no_run`).
+///
+/// ```no_run
+/// # async fn charge(_order: Option<&[u8]>) -> Result<(), std::io::Error> { Ok(()) }
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::time::Duration;
+/// use rdkafka::ClientConfig;
+/// use rdkafka::Message as _;
+/// use rdkafka::consumer::{Consumer as _, StreamConsumer};
+/// use rdkafka::producer::FutureProducer;
+/// use hopbudget::queue::kafka::Consumer;
+/// use hopbudget::queue::Gate;
+/// use hopbudget::Profile;
+///
+/// let profile = Profile::default().with_service("billing");
+/// let dead_letters: FutureProducer = ClientConfig::new()
+///     .set("bootstrap.servers", "127.0.0.1:19092")
+///     .create()?;
+/// let records: StreamConsumer = ClientConfig::new()
+///     .set("bootstrap.servers", "127.0.0.1:19092")
+///     .set("group.id", "billing")
+///     .set("enable.auto.commit", "false") // the consumer commits each record itself
+///     .create()?;
+/// records.subscribe(&["orders"])?;
+///
+/// let consumer = Consumer::new(Gate::new(&profile, "orders"), dead_letters, "orders.dead");
+/// let counts = consumer.clone(); // clones share the counts
+/// let worker = tokio::spawn(async move {
+///     consumer
+///         .run(&records, |record| async move {
+///             // `Err` retries the record while its deadline allows.
+///             charge(record.payload()).await
+///         })
+///         .await
+/// });
+/// tokio::time::sleep(Duration::from_secs(60)).await;
+/// let stats = counts.stats();
+/// println!("{} processed, {} dead-lettered", stats.processed, stats.dead_lettered());
+/// worker.abort();
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone)]
 pub struct Consumer {
     gate: Gate,
@@ -40,6 +87,8 @@ impl std::fmt::Debug for Consumer {
 impl Consumer {
     /// A consumer checking records with `gate` and producing the ones it will not process to
     /// `dead_letter_topic` through `producer`.
+    ///
+    /// See the [example](Self#examples).
     pub fn new(
         gate: Gate,
         producer: FutureProducer,
@@ -54,6 +103,8 @@ impl Consumer {
     }
 
     /// Counts so far; clones of this consumer share them.
+    ///
+    /// See the [example](Self#examples).
     pub fn stats(&self) -> ConsumerStats {
         self.stats.snapshot()
     }
@@ -61,6 +112,8 @@ impl Consumer {
     /// Consume from `consumer` (already subscribed, auto-commit off) until it fails or this
     /// future is dropped. `handler` gets each live record, inside its budget's scope and hop
     /// span; `Ok` commits it, `Err` retries it while its deadline allows.
+    ///
+    /// See the [example](Self#examples).
     pub async fn run<H, Fut, E>(
         &self,
         consumer: &StreamConsumer,

@@ -13,6 +13,11 @@
 //!   the remaining budget, never a fresh one); then it is dead-lettered as expired. Records are
 //!   handled one at a time, in partition order, so a committed offset never skips one.
 //!
+//! # Examples
+//!
+//! A producer and a consumer; they need a live broker, so the example is only compiled
+//! (`no_run`).
+//!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! use rdkafka::ClientConfig;

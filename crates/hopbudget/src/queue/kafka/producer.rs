@@ -10,7 +10,46 @@ use crate::{BudgetError, Profile};
 
 /// Produces Kafka records stamped with the current request's deadline.
 ///
-/// See the [module docs](super) for an example.
+/// See the [module example](super#examples) for a producer and a consumer on a live broker.
+///
+/// # Examples
+///
+/// A record the budget cannot cover is never queued (rule C3), so this one needs no broker:
+/// librdkafka connects only when a record is produced.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::time::Duration;
+/// use rdkafka::ClientConfig;
+/// use rdkafka::message::OwnedHeaders;
+/// use rdkafka::producer::FutureProducer;
+/// use hopbudget::queue::kafka::{Producer, PublishError};
+/// use hopbudget::queue::Stamper;
+/// use hopbudget::{BudgetError, Profile, RequestBudget};
+///
+/// let profile = Profile::default();
+/// let kafka: FutureProducer = ClientConfig::new()
+///     .set("bootstrap.servers", "127.0.0.1:19092")
+///     .create()?;
+/// let producer = Producer::new(kafka.clone(), &profile);
+/// // Or with a stamper of your own:
+/// let _same = Producer::with_stamper(kafka, Stamper::new(&profile));
+///
+/// // 3 ms left cannot cover the hop's margin and the profile's refuse threshold.
+/// let request = RequestBudget::local(Duration::from_millis(3), profile.policy());
+/// let sent = request
+///     .scope(producer.send("orders", Some("42"), "order 42", OwnedHeaders::new()))
+///     .await;
+/// match sent {
+///     Err(PublishError::Budget { topic, source: BudgetError::Refused(_) }) => {
+///         assert_eq!(topic, "orders");
+///     }
+///     other => panic!("{other:?}"),
+/// }
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone)]
 pub struct Producer {
     producer: FutureProducer,
@@ -26,6 +65,8 @@ impl std::fmt::Debug for Producer {
 }
 
 /// A record that was not produced.
+///
+/// See the [example](Producer#examples).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum PublishError {
@@ -49,17 +90,23 @@ pub enum PublishError {
 
 impl Producer {
     /// A producer on `producer`, stamping with `profile`'s queue headers and hop policy.
+    ///
+    /// See the [example](Self#examples).
     pub fn new(producer: FutureProducer, profile: &Profile) -> Self {
         Self::with_stamper(producer, Stamper::new(profile))
     }
 
     /// A producer with a stamper of your own (a skewed or manual clock in tests).
+    ///
+    /// See the [example](Self#examples).
     pub fn with_stamper(producer: FutureProducer, stamper: Stamper) -> Self {
         Self { producer, stamper }
     }
 
     /// Stamp `headers` and produce the record, waiting for its delivery (queueing waits at
     /// most five seconds when librdkafka's queue is full).
+    ///
+    /// See the [example](Self#examples).
     pub async fn send<K, P>(
         &self,
         topic: &str,

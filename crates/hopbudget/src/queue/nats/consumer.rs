@@ -15,7 +15,74 @@ const DEAD_LETTERS_IN_FLIGHT: usize = 64;
 
 /// A JetStream pull-consumer loop with the deadline [`Gate`] before any work.
 ///
-/// See the [module docs](super) for what happens to each kind of message.
+/// See the [module docs](super) for what happens to each kind of message, and the
+/// [module example](super#examples) for the producer's side.
+///
+/// # Examples
+///
+/// A consumer with eight handlers, its counts read from a clone, and a fetch loop of your
+/// own through [`handle`](Self::handle). It needs a live server, so it is only compiled
+/// (`no_run`).
+///
+/// ```no_run
+/// # async fn charge(_order: &[u8]) -> Result<(), std::io::Error> { Ok(()) }
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+/// use std::time::Duration;
+/// use async_nats::jetstream::{self, consumer::pull, stream};
+/// use futures_util::StreamExt;
+/// use hopbudget::queue::nats::Consumer;
+/// use hopbudget::queue::Gate;
+/// use hopbudget::Profile;
+///
+/// let profile = Profile::default().with_service("billing");
+/// let js = jetstream::new(async_nats::connect("127.0.0.1:4222").await?);
+/// // A stream captures the dead-letter subject, so a copy is stored before the original
+/// // is acknowledged.
+/// js.get_or_create_stream(stream::Config {
+///     name: "DEAD".into(),
+///     subjects: vec!["dead.>".into()],
+///     ..Default::default()
+/// })
+/// .await?;
+/// let orders = js.get_stream("ORDERS").await?;
+/// let pull = orders
+///     .get_or_create_consumer("billing", pull::Config {
+///         durable_name: Some("billing".into()),
+///         ..Default::default()
+///     })
+///     .await?;
+///
+/// let consumer = Consumer::new(Gate::new(&profile, "orders"), js, "dead.orders")
+///     .with_concurrency(8);
+/// let counts = consumer.clone(); // clones share the counts
+/// let worker = tokio::spawn(async move {
+///     consumer
+///         .run(pull, |message: async_nats::Message| async move {
+///             // `Err` naks the message: it comes back, under the same deadline.
+///             charge(&message.payload).await
+///         })
+///         .await
+/// });
+/// tokio::time::sleep(Duration::from_secs(60)).await;
+/// let stats = counts.stats();
+/// println!("{} processed, {} dead-lettered", stats.processed, stats.dead_lettered());
+/// worker.abort();
+///
+/// // Or fetch batches yourself and hand each message over.
+/// let manual = orders
+///     .get_or_create_consumer("billing-batch", pull::Config {
+///         durable_name: Some("billing-batch".into()),
+///         ..Default::default()
+///     })
+///     .await?;
+/// let mut batch = manual.fetch().max_messages(10).messages().await?;
+/// let handler = |message: async_nats::Message| async move { charge(&message.payload).await };
+/// while let Some(message) = batch.next().await {
+///     counts.handle(message?, &handler).await;
+/// }
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Debug)]
 pub struct Consumer {
     gate: Gate,
@@ -26,6 +93,8 @@ pub struct Consumer {
 }
 
 /// The consumer could not start reading.
+///
+/// Returned by [`Consumer::run`]; see the [example](Consumer#examples).
 #[derive(Debug, thiserror::Error)]
 #[error("cannot read messages from the JetStream consumer: {0}")]
 pub struct ConsumeError(#[from] async_nats::jetstream::consumer::StreamError);
@@ -34,6 +103,8 @@ impl Consumer {
     /// A consumer checking messages with `gate` and republishing the ones it will not process
     /// to `dead_letter_subject` through `js` (a subject a stream captures, so the copy is
     /// stored before the original is acknowledged).
+    ///
+    /// See the [example](Self#examples).
     pub fn new(
         gate: Gate,
         js: jetstream::Context,
@@ -51,12 +122,16 @@ impl Consumer {
     /// Run up to `n` handlers at once (default 1). Messages turned away take no handler slot:
     /// up to 64 more are dead-lettered meanwhile. Live messages take slots in the order they
     /// arrive.
+    ///
+    /// See the [example](Self#examples).
     pub fn with_concurrency(mut self, n: usize) -> Self {
         self.concurrency = n.max(1);
         self
     }
 
     /// Counts so far; clones of this consumer share them.
+    ///
+    /// See the [example](Self#examples).
     pub fn stats(&self) -> ConsumerStats {
         self.stats.snapshot()
     }
@@ -64,6 +139,8 @@ impl Consumer {
     /// Consume until the subscription ends or this future is dropped. `handler` gets each live
     /// message and runs inside its budget's scope and hop span; `Ok` acknowledges it, `Err`
     /// naks it for redelivery (and is logged).
+    ///
+    /// See the [example](Self#examples).
     pub async fn run<H, Fut, E>(
         &self,
         consumer: PullConsumer,
@@ -91,6 +168,8 @@ impl Consumer {
     }
 
     /// One message: the gate, then the handler or the dead-letter subject.
+    ///
+    /// See the [example](Self#examples).
     pub async fn handle<H, Fut, E>(&self, message: jetstream::Message, handler: &H)
     where
         H: Fn(async_nats::Message) -> Fut,

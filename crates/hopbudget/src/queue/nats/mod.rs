@@ -18,6 +18,11 @@
 //! A NATS server with JetStream is all it needs (`nats-server -js`). Header values in NATS are
 //! strings, which is all the boundary writes.
 //!
+//! # Examples
+//!
+//! A producer and a consumer; they need a live broker, so the example is only compiled
+//! (`no_run`).
+//!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! use async_nats::jetstream::{self, consumer::pull, stream};

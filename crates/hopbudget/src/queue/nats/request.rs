@@ -22,16 +22,23 @@ use crate::{BudgetError, Deadline, EndCause, Profile, Refused, RequestBudget, So
 /// relative time fits, as over HTTP. The wait is bounded by that same budget, and a budget
 /// that cannot cover the hop sends nothing (rule C3).
 ///
+/// See the example on [`Responder`] for both sides and each error.
+///
+/// # Examples
+///
+/// With a live server (`no_run`):
+///
 /// ```no_run
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 /// use hopbudget::queue::nats::Requester;
 /// use hopbudget::Profile;
 ///
 /// let client = async_nats::connect("127.0.0.1:4222").await?;
-/// let reply = Requester::new(client, &Profile::default())
-///     .request("tax.quote", "order 42".into())
-///     .await?;
-/// # let _ = reply; Ok(()) }
+/// let requester = Requester::new(client, &Profile::default());
+/// // Under the ambient request's budget (outside any request, the profile's edge total).
+/// let reply = requester.request("tax.quote", "order 42".into()).await?;
+/// println!("{:?}", reply.payload);
+/// # Ok(()) }
 /// ```
 #[derive(Clone, Debug)]
 pub struct Requester {
@@ -41,6 +48,8 @@ pub struct Requester {
 }
 
 /// A request that got no answer to use.
+///
+/// See the example on [`Responder`].
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum RequestError {
@@ -80,12 +89,16 @@ pub enum RequestError {
 
 /// Header on a responder's answer naming the outcome it made itself (`refused`, `expired`,
 /// `malformed`), as the HTTP layers do.
+///
+/// See the example on [`Responder`].
 pub const OUTCOME_HEADER: &str = OUTCOME_METADATA;
 /// Header on a `malformed` answer: which header and why.
 const DETAIL_HEADER: &str = "x-deadline-detail";
 
 impl Requester {
     /// A requester on `client`, with `profile`'s relative header, hop policy and edge total.
+    ///
+    /// See the [example](Self#examples).
     pub fn new(client: Client, profile: &Profile) -> Self {
         Self {
             client,
@@ -96,6 +109,8 @@ impl Requester {
 
     /// Send `payload` to `subject` under the ambient budget (outside any request, the
     /// profile's edge total, rule C8) and wait for the answer, at most the forward budget.
+    ///
+    /// See the [example](Self#examples).
     pub async fn request(
         &self,
         subject: impl ToSubject,
@@ -112,6 +127,8 @@ impl Requester {
     }
 
     /// Like [`request`](Self::request) under an explicit budget.
+    ///
+    /// See the example on [`Responder`].
     pub async fn request_with(
         &self,
         budget: &RequestBudget,
@@ -185,6 +202,54 @@ impl Requester {
 /// itself carry `x-deadline-outcome` (`refused` with `x-deadline-required-ms` and
 /// `x-deadline-remaining-ms`, `expired`, or `malformed` with `x-deadline-detail`) and an empty
 /// payload.
+///
+/// # Examples
+///
+/// Both sides on a live server (`no_run`): a quote needs 50 ms, so a caller with 30 ms left is
+/// refused before the handler runs.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::time::Duration;
+/// use hopbudget::queue::nats::{OUTCOME_HEADER, RequestError, Requester, Responder};
+/// use hopbudget::{BudgetError, Profile, RequestBudget};
+///
+/// let profile = Profile::default().with_service("tax");
+/// let client = async_nats::connect("127.0.0.1:4222").await?;
+///
+/// let responder = Responder::new(&profile)
+///     .with_min_budget(Duration::from_millis(50))
+///     .with_concurrency(16);
+/// let server = client.clone();
+/// tokio::spawn(async move {
+///     responder
+///         .serve(server, "tax.quote", |request: async_nats::Message| async move {
+///             // Runs inside the caller's budget; echoes the order as the quote.
+///             request.payload
+///         })
+///         .await
+/// });
+///
+/// let requester = Requester::new(client.clone(), &profile);
+/// let short = RequestBudget::local(Duration::from_millis(30), profile.policy());
+/// match requester.request_with(&short, "tax.quote", "order 42".into()).await {
+///     Err(RequestError::Budget { source: BudgetError::Refused(refused), .. }) => {
+///         assert_eq!(refused.required(), Duration::from_millis(50));
+///     }
+///     other => panic!("{other:?}"),
+/// }
+///
+/// // A caller without hopbudget reads the outcome in the answer's headers.
+/// let mut headers = async_nats::HeaderMap::new();
+/// headers.insert("x-request-timeout-ms", "30");
+/// let answer = client
+///     .request_with_headers("tax.quote", headers, "order 42".into())
+///     .await?;
+/// let outcome = answer.headers.as_ref().and_then(|h| h.get(OUTCOME_HEADER));
+/// assert_eq!(outcome.map(|v| v.as_str()), Some("refused"));
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Debug)]
 pub struct Responder {
     profile: Profile,
@@ -196,6 +261,8 @@ pub struct Responder {
 impl Responder {
     /// A responder reading `profile`'s relative header; it refuses below the profile's
     /// `refuse_below_ms`, or the larger [`with_min_budget`](Self::with_min_budget).
+    ///
+    /// See the [example](Self#examples).
     pub fn new(profile: &Profile) -> Self {
         Self {
             header: profile.spec().headers.relative_ms.as_str().into(),
@@ -206,12 +273,16 @@ impl Responder {
     }
 
     /// The least budget the handler starts with (its p50 or p99 cost).
+    ///
+    /// See the [example](Self#examples).
     pub fn with_min_budget(mut self, min: Duration) -> Self {
         self.min_budget = min;
         self
     }
 
     /// Answer up to `n` requests at once (default 64).
+    ///
+    /// See the [example](Self#examples).
     pub fn with_concurrency(mut self, n: usize) -> Self {
         self.concurrency = n.max(1);
         self
@@ -219,6 +290,8 @@ impl Responder {
 
     /// Subscribe to `subject` and answer until the subscription ends or this future is
     /// dropped.
+    ///
+    /// See the [example](Self#examples).
     pub async fn serve<H, Fut>(
         &self,
         client: Client,
