@@ -3,7 +3,7 @@
 //! Everything else runs on the monotonic clock. The wall clock sits behind a trait so tests and
 //! the demo can skew it (scenario S3) or step it mid-request (scenario S5) without touching the
 //! machine's time: implement [`WallClock`] and hand it to a layer's `with_wall_clock` or a queue
-//! stamper's or gate's `with_clock`.
+//! stamper's or gate's `with_wall_clock`.
 //!
 //! See the example on [`WallClock`].
 
@@ -36,7 +36,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 ///
 /// let clock = Arc::new(Fast(300));
 /// assert!(clock.now_unix_ms() >= SystemClock.now_unix_ms() + 299);
-/// let gate = Gate::new(&Profile::default(), "orders").with_clock(clock);
+/// let gate = Gate::new(&Profile::default(), "orders").with_wall_clock(clock);
 /// # let _ = gate;
 /// ```
 pub trait WallClock: Send + Sync + std::fmt::Debug {

@@ -46,7 +46,7 @@ use crate::{EndCause, Profile, Refused};
 ///
 /// let profile = Profile::default().with_service("billing");
 /// let clock = Arc::new(SystemClock); // or a clock of your own (`clock::WallClock`)
-/// let gate = Gate::new(&profile, "orders").with_clock(clock.clone());
+/// let gate = Gate::new(&profile, "orders").with_wall_clock(clock.clone());
 /// assert_eq!(gate.queue(), "orders");
 ///
 /// // A message whose deadline passed an hour ago is never processed.
@@ -159,7 +159,7 @@ impl Gate {
     /// Read the wall clock from `clock` instead of the system's.
     ///
     /// See the [example](Self#examples).
-    pub fn with_clock(mut self, clock: Arc<dyn WallClock>) -> Self {
+    pub fn with_wall_clock(mut self, clock: Arc<dyn WallClock>) -> Self {
         self.clock = clock;
         self
     }

@@ -46,7 +46,7 @@ pub struct Stamp {
 ///
 /// let profile = Profile::default();
 /// let clock = Arc::new(SystemClock); // or a clock of your own (`clock::WallClock`)
-/// let stamper = Stamper::new(&profile).with_clock(clock);
+/// let stamper = Stamper::new(&profile).with_wall_clock(clock);
 /// assert_eq!(stamper.headers(), ("deadline-epoch-ms", "deadline-origin-ms"));
 /// let request = RequestBudget::local(Duration::from_millis(500), profile.policy());
 /// let mut headers = HashMap::<String, String>::new();
@@ -100,7 +100,7 @@ impl Stamper {
     /// Read the wall clock from `clock` (tests, skew scenarios).
     ///
     /// See the [example](Self#examples).
-    pub fn with_clock(mut self, clock: Arc<dyn WallClock>) -> Self {
+    pub fn with_wall_clock(mut self, clock: Arc<dyn WallClock>) -> Self {
         self.clock = clock;
         self
     }
@@ -177,7 +177,7 @@ mod tests {
     async fn stamps_forward_budget_as_an_absolute_instant() {
         let profile = Profile::default();
         let stamper =
-            Stamper::new(&profile).with_clock(Arc::new(ManualClock::new(1_800_000_000_000)));
+            Stamper::new(&profile).with_wall_clock(Arc::new(ManualClock::new(1_800_000_000_000)));
         let budget = RequestBudget::local(Duration::from_millis(400), profile.policy());
         tokio::time::advance(Duration::from_millis(100)).await;
         let mut h = HashMap::new();
@@ -192,7 +192,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn outside_a_request_the_edge_total_is_stamped() {
         let profile = Profile::default();
-        let stamper = Stamper::new(&profile).with_clock(Arc::new(ManualClock::new(1_000)));
+        let stamper = Stamper::new(&profile).with_wall_clock(Arc::new(ManualClock::new(1_000)));
         let mut h = HashMap::new();
         let stamp = stamper.stamp(&mut h).unwrap();
         assert_eq!(stamp.source, Source::Fallback);
@@ -203,7 +203,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_budget_below_the_threshold_refuses_and_writes_nothing() {
         let profile = Profile::default();
-        let stamper = Stamper::new(&profile).with_clock(Arc::new(SkewedClock::new(0)));
+        let stamper = Stamper::new(&profile).with_wall_clock(Arc::new(SkewedClock::new(0)));
         let budget = RequestBudget::local(Duration::from_millis(15), profile.policy());
         let mut h = HashMap::new();
         let err = stamper.stamp_with(&budget, &mut h).unwrap_err();

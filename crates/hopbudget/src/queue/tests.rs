@@ -14,7 +14,7 @@ const NOW: u64 = 1_800_000_000_000;
 fn setup() -> (Profile, Arc<ManualClock>, Gate) {
     let profile = Profile::default().with_service("billing");
     let clock = Arc::new(ManualClock::new(NOW));
-    let gate = Gate::new(&profile, "orders").with_clock(clock.clone());
+    let gate = Gate::new(&profile, "orders").with_wall_clock(clock.clone());
     (profile, clock, gate)
 }
 
@@ -29,7 +29,7 @@ fn with_deadline(at: u64) -> HashMap<String, String> {
 async fn expired_exactly_at_deadline_plus_skew_and_not_a_millisecond_before() {
     let profile = Profile::from_yaml("service: billing\nrefuse_below_ms: 0\n", "p.yaml").unwrap();
     let clock = Arc::new(ManualClock::new(NOW));
-    let gate = Gate::new(&profile, "orders").with_clock(clock.clone());
+    let gate = Gate::new(&profile, "orders").with_wall_clock(clock.clone());
     let msg = with_deadline(NOW);
     // The default skew allowance is 50 ms: at deadline + 49 ms the message is still live,
     // with 1 ms of budget.
@@ -71,7 +71,7 @@ async fn live_budget_is_the_remainder_clamped_by_the_maximum_processing_budget()
     };
     assert_eq!(a.budget().remaining(), Duration::from_millis(200));
     // Without a clamp the profile maximum applies (C9).
-    let gate = Gate::new(&profile, "orders").with_clock(Arc::new(ManualClock::new(NOW)));
+    let gate = Gate::new(&profile, "orders").with_wall_clock(Arc::new(ManualClock::new(NOW)));
     let Decision::Live(a) = gate.check(&with_deadline(NOW + 3_600_000)) else {
         panic!()
     };
@@ -203,7 +203,7 @@ fn dead_letter_copy_keeps_every_original_header() {
 #[tokio::test(start_paused = true)]
 async fn a_stamp_read_back_by_the_gate_gives_the_forward_budget_plus_skew() {
     let (profile, clock, gate) = setup();
-    let stamper = Stamper::new(&profile).with_clock(clock.clone());
+    let stamper = Stamper::new(&profile).with_wall_clock(clock.clone());
     let request = RequestBudget::local(Duration::from_millis(300), profile.policy());
     let mut headers = HashMap::new();
     request

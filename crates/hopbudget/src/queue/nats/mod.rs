@@ -70,7 +70,7 @@ mod request;
 
 pub use consumer::{ConsumeError, Consumer};
 pub use publisher::{PublishError, Publisher};
-pub use request::{OUTCOME_HEADER, RequestError, Requester, Responder};
+pub use request::{RequestError, Requester, Responder};
 
 use super::HeaderCarrier;
 

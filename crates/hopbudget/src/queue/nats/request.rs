@@ -87,11 +87,6 @@ pub enum RequestError {
     },
 }
 
-/// Header on a responder's answer naming the outcome it made itself (`refused`, `expired`,
-/// `malformed`), as the HTTP layers do.
-///
-/// See the example on [`Responder`].
-pub const OUTCOME_HEADER: &str = OUTCOME_METADATA;
 /// Header on a `malformed` answer: which header and why.
 const DETAIL_HEADER: &str = "x-deadline-detail";
 
@@ -173,7 +168,7 @@ impl Requester {
                 .and_then(|v| millis::decode(v.as_str().as_bytes()).ok())
                 .unwrap_or_default()
         };
-        match headers.get(OUTCOME_HEADER).map(|v| v.as_str()) {
+        match headers.get(OUTCOME_METADATA).map(|v| v.as_str()) {
             Some("refused") => Err(budget_err(BudgetError::Refused(Refused::new(
                 ms(REQUIRED_MS_HEADER),
                 ms(REMAINING_MS_HEADER),
@@ -211,7 +206,8 @@ impl Requester {
 /// ```no_run
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 /// use std::time::Duration;
-/// use hopbudget::queue::nats::{OUTCOME_HEADER, RequestError, Requester, Responder};
+/// use hopbudget::queue::nats::{RequestError, Requester, Responder};
+/// use hopbudget::status::OUTCOME_METADATA;
 /// use hopbudget::{BudgetError, Profile, RequestBudget};
 ///
 /// let profile = Profile::default().with_service("tax");
@@ -245,7 +241,7 @@ impl Requester {
 /// let answer = client
 ///     .request_with_headers("tax.quote", headers, "order 42".into())
 ///     .await?;
-/// let outcome = answer.headers.as_ref().and_then(|h| h.get(OUTCOME_HEADER));
+/// let outcome = answer.headers.as_ref().and_then(|h| h.get(OUTCOME_METADATA));
 /// assert_eq!(outcome.map(|v| v.as_str()), Some("refused"));
 /// # Ok(())
 /// # }
@@ -410,6 +406,6 @@ fn refusal(refused: Refused) -> HeaderMap {
 
 fn outcome(value: &str) -> HeaderMap {
     let mut headers = HeaderMap::new();
-    headers.insert(OUTCOME_HEADER, value);
+    headers.insert(OUTCOME_METADATA, value);
     headers
 }
