@@ -16,7 +16,6 @@ pub mod demo;
 pub mod profile_cmd;
 pub mod serve;
 pub mod soak;
-mod yaml;
 
 /// The generated gRPC code for `proto/demo.proto`.
 #[allow(missing_docs, unreachable_pub, clippy::all)]

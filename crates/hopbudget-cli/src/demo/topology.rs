@@ -234,13 +234,13 @@ impl Topology {
     /// Load and check a topology file.
     pub fn load(path: impl AsRef<Path>) -> Result<Self, TopologyError> {
         let path = path.as_ref();
-        Self::from_yaml(&crate::yaml::read_file(KIND, path)?, path)
+        Self::from_yaml(&hopbudget::__private::read_file(KIND, path)?, path)
     }
 
     /// Parse and check topology text; `origin` names it in errors.
     pub fn from_yaml(text: &str, origin: impl AsRef<Path>) -> Result<Self, TopologyError> {
         let origin = origin.as_ref();
-        let topo: Topology = crate::yaml::parse_yaml(KIND, text, origin)?;
+        let topo: Topology = hopbudget::__private::parse_yaml(KIND, text, origin)?;
         topo.checked().map_err(|issues| TopologyError {
             kind: KIND,
             origin: origin.to_path_buf(),
