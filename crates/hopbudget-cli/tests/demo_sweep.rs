@@ -59,6 +59,18 @@ fn the_sweep_runs_every_mode_at_every_load() {
         degraded + p.get(|p| &p.refused_per_s, mode).unwrap()
     };
     assert!(shed(3.0) > shed(0.5), "{:?}", results.sweep);
+    // And it sheds rather than wastes: at 3x the admission layer refuses what cannot finish
+    // and reco-scorer takes its cheaper path when the full one no longer fits, so far fewer
+    // calls start and then expire than are shed. Without them (no admission, no cheaper
+    // path) the bottleneck's queue fills with calls that expire there instead.
+    let at3 = results.sweep.iter().find(|p| p.load_factor == 3.0).unwrap();
+    let expired = at3.get(|p| &p.expired_per_s, Mode::Propagated).unwrap();
+    assert!(
+        expired * 2.0 < shed(3.0),
+        "expired {expired}/s against {}/s shed: {:?}",
+        shed(3.0),
+        results.sweep
+    );
     let html = demo::report::html(&results).unwrap();
     assert!(html.contains("goodput against offered load"));
     assert!(

@@ -41,6 +41,10 @@ pub struct SweepPoint {
     /// Refusals per second summed over every hop, per mode.
     #[serde(default)]
     pub refused_per_s: Vec<(Mode, f64)>,
+    /// Calls that ended expired (work started, then cut at the deadline or a per-hop timeout)
+    /// per second, summed over every hop, per mode: the work a graph wasted rather than shed.
+    #[serde(default)]
+    pub expired_per_s: Vec<(Mode, f64)>,
 }
 
 impl SweepPoint {
@@ -64,6 +68,7 @@ pub fn run(opts: &DemoOptions, capacity: f64) -> Result<Vec<SweepPoint>, String>
             p99_ms: Vec::new(),
             admitted_p99_ms: Vec::new(),
             refused_per_s: Vec::new(),
+            expired_per_s: Vec::new(),
         };
         for &mode in &opts.modes {
             let spec = runner::RunSpec {
@@ -85,6 +90,11 @@ pub fn run(opts: &DemoOptions, capacity: f64) -> Result<Vec<SweepPoint>, String>
                 .admitted_p99_ms
                 .push((mode, r.admitted_latency_ms.p99));
             point.refused_per_s.push((mode, r.hop_refusals_per_s));
+            let expired: u64 = r.hops.iter().map(|h| h.expired).sum();
+            point.expired_per_s.push((
+                mode,
+                expired as f64 / opts.sweep_duration.as_secs_f64().max(0.001),
+            ));
         }
         sweep.push(point);
     }
