@@ -16,16 +16,11 @@ use std::sync::atomic::{AtomicU64, Ordering, fence};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use tokio::task::futures::TaskLocalFuture;
 use tokio_util::sync::CancellationToken;
 
 use crate::budget::Deadline;
 use crate::codec::Carrier;
 use crate::error::{BudgetError, EndCause, Refused};
-
-tokio::task_local! {
-    static CURRENT: RequestBudget;
-}
 
 /// The arithmetic a hop applies before forwarding (rules C2, C3). Usually from the profile.
 ///
@@ -205,9 +200,19 @@ struct Parts {
 
 impl Parts {
     fn root(deadline: Deadline, source: Source, policy: HopPolicy) -> Self {
+        Self::root_at(deadline, deadline.remaining(), source, policy)
+    }
+
+    /// A root whose budget at arrival the caller already knows (no clock read here).
+    fn root_at(
+        deadline: Deadline,
+        at_arrival: Duration,
+        source: Source,
+        policy: HopPolicy,
+    ) -> Self {
         Self {
             deadline,
-            at_arrival: deadline.remaining(),
+            at_arrival,
             source,
             policy,
             parent: None,
@@ -337,10 +342,7 @@ impl RequestBudget {
                 (capped, capped.remaining_at(now))
             }
         };
-        Self::from_parts(Parts {
-            at_arrival,
-            ..Parts::root(deadline, source, policy)
-        })
+        Self::from_parts(Parts::root_at(deadline, at_arrival, source, policy))
     }
 
     /// A budget for a request on a stream route (rule C13): after its first chunk,
@@ -851,22 +853,23 @@ impl RequestBudget {
     /// Make this budget the ambient one while `fut` runs.
     ///
     /// See the [example](Self#examples).
-    pub fn scope<F: Future>(&self, fut: F) -> TaskLocalFuture<RequestBudget, F> {
-        CURRENT.scope(self.clone(), fut)
+    pub fn scope<F: Future>(&self, fut: F) -> crate::Scoped<F> {
+        crate::Scoped::new(self.clone(), fut)
     }
 
     /// Make this budget the ambient one while `f` runs (synchronous code, blocking threads).
     ///
     /// See the [example](Self#examples).
+    #[inline]
     pub fn sync_scope<R>(&self, f: impl FnOnce() -> R) -> R {
-        CURRENT.sync_scope(self.clone(), f)
+        crate::ambient::enter(self, f)
     }
 
     /// The ambient budget of the current task, if any.
     ///
     /// See the [example](Self#examples).
     pub fn current() -> Option<RequestBudget> {
-        CURRENT.try_with(RequestBudget::clone).ok()
+        crate::ambient::current()
     }
 
     /// Whether two handles share the same budget state.

@@ -73,6 +73,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod admission;
+mod ambient;
 mod answer;
 mod budget;
 pub mod cache;
@@ -106,6 +107,7 @@ pub mod retry;
 pub mod status;
 mod task;
 
+pub use ambient::Scoped;
 pub use budget::Deadline;
 pub use context::{BudgetId, HopPolicy, RequestBudget, Source};
 pub use downstream::DownstreamError;

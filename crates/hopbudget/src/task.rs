@@ -14,7 +14,6 @@ use std::time::Duration;
 
 use pin_project_lite::pin_project;
 use tokio::task::JoinHandle;
-use tokio::task::futures::TaskLocalFuture;
 use tracing::Instrument;
 
 use crate::context::{HopPolicy, RequestBudget};
@@ -279,7 +278,7 @@ pin_project! {
     // Private so the two ways of carrying are not part of the API.
     #[project = CarriedProj]
     enum Carried<F: Future> {
-        Scoped { #[pin] fut: TaskLocalFuture<RequestBudget, F> },
+        Scoped { #[pin] fut: crate::Scoped<F> },
         Plain { #[pin] fut: F },
     }
 }

@@ -10,7 +10,7 @@ use super::labels::{MethodSet, OTHER_ROUTE, RouteLabel};
 use crate::clock::{SystemClock, WallClock};
 use crate::codec::{Inbound, MalformedHeader, read_inbound};
 use crate::error::Refused;
-use crate::observe::{self, Hop, HopLabels, Protocol};
+use crate::observe::{self, Hop, HopLabels, HopRoute, Protocol};
 use crate::profile::{RouteMode, RouteRule};
 use crate::{Deadline, Profile, RequestBudget, Source};
 
@@ -166,11 +166,11 @@ impl HopConfig {
                 None => self.methods.label(method),
             },
         };
-        let labels = HopLabels::for_route(&self.service, label, self.protocol)
-            .with_low_budget(self.profile.low_budget());
         let policy = self.profile.policy();
         let budget = match inbound {
             Err(malformed) => {
+                let labels = HopLabels::for_route(&self.service, label, self.protocol)
+                    .with_low_budget(self.profile.low_budget());
                 observe::malformed_header(&labels, malformed.header().as_str());
                 return Verdict::Malformed(malformed);
             }
@@ -190,7 +190,13 @@ impl HopConfig {
                 policy,
             ),
         };
-        let hop = Hop::start(&labels, &budget);
+        let route = HopRoute::new(
+            &self.service,
+            label,
+            self.protocol,
+            self.profile.low_budget(),
+        );
+        let hop = Hop::open(route, &budget);
         // The hop span is the child of the caller's span across the wire (feature `otel`).
         #[cfg(feature = "otel")]
         if let Some(headers) = headers {

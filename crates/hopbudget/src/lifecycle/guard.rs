@@ -25,7 +25,8 @@ use crate::{Outcome, Refused, RequestBudget};
 /// See the [example](super#example-a-custom-protocol-adapter).
 #[derive(Debug)]
 pub struct HopGuard {
-    budget: RequestBudget,
+    /// Empty only while [`enter`](Self::enter) runs, which lends it to the ambient slot.
+    budget: Option<RequestBudget>,
     hop: Option<Hop>,
     stream_lifetime: Option<Duration>,
     streaming: bool,
@@ -43,7 +44,7 @@ enum Answer {
 impl HopGuard {
     pub(crate) fn new(budget: RequestBudget, hop: Hop, stream_lifetime: Option<Duration>) -> Self {
         Self {
-            budget,
+            budget: Some(budget),
             hop: Some(hop),
             stream_lifetime,
             streaming: false,
@@ -64,7 +65,9 @@ impl HopGuard {
     ///
     /// See the [example](super#example-a-custom-protocol-adapter).
     pub fn budget(&self) -> &RequestBudget {
-        &self.budget
+        self.budget
+            .as_ref()
+            .expect("a guard's budget is lent out only while `enter` runs, which borrows the guard")
     }
 
     /// Run `f` (a poll of the handler or of its body) inside the budget's task-local scope
@@ -72,9 +75,9 @@ impl HopGuard {
     ///
     /// See the [example](super#example-a-custom-protocol-adapter).
     #[inline]
-    pub fn enter<R>(&self, f: impl FnOnce() -> R) -> R {
+    pub fn enter<R>(&mut self, f: impl FnOnce() -> R) -> R {
         let _entered = self.hop.as_ref().map(|hop| hop.span().enter());
-        self.budget.sync_scope(f)
+        crate::ambient::enter_lent(&mut self.budget, f)
     }
 
     /// The stream lifetime, on a stream route (C13).
@@ -99,7 +102,7 @@ impl HopGuard {
     pub fn stream_started(&mut self) {
         if let (Some(lifetime), false) = (self.stream_lifetime, self.streaming) {
             self.streaming = true;
-            self.budget.start_stream(lifetime);
+            self.budget().start_stream(lifetime);
         }
     }
 
@@ -124,7 +127,7 @@ impl HopGuard {
     ///
     /// See the [example](super#example-a-custom-protocol-adapter).
     pub fn expired(&mut self) {
-        self.budget.expire();
+        self.budget().expire();
         if let Some(hop) = self.hop.take() {
             hop.finish(Outcome::Expired);
         }
@@ -136,7 +139,7 @@ impl HopGuard {
     pub fn finish(&mut self) {
         let Some(hop) = self.hop.take() else { return };
         let now = tokio::time::Instant::now();
-        let deadline = self.budget.deadline().instant();
+        let deadline = self.budget().deadline().instant();
         let late = (!self.streaming && now > deadline).then(|| now - deadline);
         if let Some(overrun) = late {
             // Work done for nobody: the caller's own deadline had passed (C14).
@@ -153,7 +156,7 @@ impl HopGuard {
             }
             _ => {
                 // The clock was read once above; the budget's own cause, else its deadline.
-                let outcome = match self.budget.recorded_cause() {
+                let outcome = match self.budget().recorded_cause() {
                     Some(cause) => Outcome::from(cause),
                     None if now >= deadline => Outcome::Expired,
                     None => Outcome::Completed,
@@ -166,7 +169,7 @@ impl HopGuard {
         {
             // The budget was made at admission from one clock read: deadline minus the budget
             // at arrival is that instant, so learning costs no extra clock read.
-            if let Some(admitted) = deadline.checked_sub(self.budget.at_arrival()) {
+            if let Some(admitted) = deadline.checked_sub(self.budget().at_arrival()) {
                 learned.record_at(now, now.saturating_duration_since(admitted));
             }
         }
@@ -174,9 +177,9 @@ impl HopGuard {
         // answer that says the time ran out ends them as expired, so every hop that observes
         // the budget agrees (C4); any other answer ends them as Go ends a handler's context.
         if outcome == Outcome::Expired {
-            self.budget.expire();
+            self.budget().expire();
         } else {
-            self.budget.cancel_at(now);
+            self.budget().cancel_at(now);
         }
     }
 }
@@ -184,13 +187,17 @@ impl HopGuard {
 impl Drop for HopGuard {
     fn drop(&mut self) {
         let Some(hop) = self.hop.take() else { return };
+        let Some(budget) = self.budget.as_ref() else {
+            // Lost only if the thread's ambient slot was torn down while lent (thread exit).
+            hop.finish(Outcome::Cancelled);
+            return;
+        };
         // Unfinished and dropped: the caller went away. `cancel` records expired instead when
         // the deadline had already passed (C4), and the outcome is whatever the budget says.
         // `cancel_at` records a cause unless one was recorded already: either way the
         // recorded cause is the outcome, with no second clock read.
-        self.budget.cancel_at(tokio::time::Instant::now());
-        let outcome = self
-            .budget
+        budget.cancel_at(tokio::time::Instant::now());
+        let outcome = budget
             .recorded_cause()
             .map_or(Outcome::Cancelled, Outcome::from);
         hop.finish(outcome);

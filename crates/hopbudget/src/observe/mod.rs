@@ -175,6 +175,36 @@ impl HopLabels {
 /// See the [example](Hop#examples).
 pub const DEFAULT_LOW_BUDGET: Duration = Duration::from_millis(50);
 
+/// What [`Hop::open`] reads of a hop's labels, borrowed.
+pub(crate) struct HopRoute<'a> {
+    service: &'a str,
+    route: &'a str,
+    protocol: Protocol,
+    low_budget: Duration,
+    #[cfg(feature = "metrics")]
+    keys: metrics_names::Keys,
+}
+
+impl<'a> HopRoute<'a> {
+    /// The labels of `service` and `route`; with the `metrics` feature, the metric keys of a
+    /// pair seen before are reused without allocating (as [`HopLabels::for_route`] does).
+    pub(crate) fn new(
+        service: &'a Arc<str>,
+        route: &'a str,
+        protocol: Protocol,
+        low_budget: Duration,
+    ) -> Self {
+        Self {
+            #[cfg(feature = "metrics")]
+            keys: metrics_names::KeyCache::lookup(service, route),
+            service,
+            route,
+            protocol,
+            low_budget,
+        }
+    }
+}
+
 /// One hop, from arrival to terminal status.
 ///
 /// # Examples
@@ -231,15 +261,33 @@ impl Hop {
     ///
     /// See the [example](Self#examples).
     pub fn start(labels: &HopLabels, budget: &RequestBudget) -> Self {
+        #[cfg(feature = "metrics")]
+        let keys = metrics_names::KeyCache::of(labels);
+        Self::open(
+            HopRoute {
+                service: &labels.service,
+                route: &labels.route,
+                protocol: labels.protocol,
+                low_budget: labels.low_budget,
+                #[cfg(feature = "metrics")]
+                keys,
+            },
+            budget,
+        )
+    }
+
+    /// [`start`](Self::start) from borrowed labels: the server layers call this on every
+    /// request, and building a [`HopLabels`] would clone two shared strings only to drop them.
+    pub(crate) fn open(route: HopRoute<'_>, budget: &RequestBudget) -> Self {
         let remaining = budget.at_arrival();
         let remaining_ms = span_ms(remaining);
         let source = budget.source();
         let span = tracing::info_span!(
             "hop",
-            otel.name = %labels.route,
-            otel.kind = labels.protocol.span_kind(),
-            service.name = %labels.service,
-            hop.protocol = labels.protocol.as_str(),
+            otel.name = %route.route,
+            otel.kind = route.protocol.span_kind(),
+            service.name = %route.service,
+            hop.protocol = route.protocol.as_str(),
             deadline.remaining_ms = remaining_ms,
             deadline.source = source.as_str(),
             deadline.margin_ms = span_ms(budget.policy().reserve()),
@@ -251,13 +299,13 @@ impl Hop {
             tracing::debug!(parent: &span, "deadline received: none; using the edge total");
         }
         #[cfg(feature = "metrics")]
-        let keys = metrics_names::KeyCache::of(labels);
-        #[cfg(feature = "metrics")]
-        metrics_names::record_arrival(&keys, labels.low_budget, remaining, source);
+        metrics_names::record_arrival(&route.keys, route.low_budget, remaining, source);
+        #[cfg(not(feature = "metrics"))]
+        let _ = route.low_budget;
         Self {
             span,
             #[cfg(feature = "metrics")]
-            keys,
+            keys: route.keys,
             finished: false,
         }
     }

@@ -349,7 +349,7 @@ impl Admitted {
     pub async fn run<F: Future>(self, work: F) -> Processed<F::Output> {
         let mut guard = self.guard;
         let budget = guard.budget().clone();
-        match run_guarded(&guard, work).await {
+        match run_guarded(&mut guard, work).await {
             Ok(out) => {
                 guard.finish();
                 Processed::Completed(out)
@@ -369,7 +369,7 @@ impl Admitted {
 /// Poll `work` inside the guard (budget scope and hop span) until it is done or the budget
 /// ends: at its deadline, which marks it expired and stops its tree (C7), or by cancellation.
 pub(super) async fn run_guarded<F: Future>(
-    guard: &HopGuard,
+    guard: &mut HopGuard,
     work: F,
 ) -> Result<F::Output, EndCause> {
     let budget = guard.budget().clone();

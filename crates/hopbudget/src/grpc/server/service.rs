@@ -82,7 +82,7 @@ where
         // timer only after this returns (see the module docs), so ours is never the later.
         let admission = config.admit(req.headers(), RouteLabel::Method(req.uri().path()));
         let err = match admission {
-            Verdict::Admitted(guard) => {
+            Verdict::Admitted(mut guard) => {
                 strip_internal_markers(req.headers_mut());
                 req.extensions_mut().insert(guard.budget().clone());
                 // Some services do work in `call` itself; give it the scope and span too.

@@ -125,7 +125,7 @@ fn poll_guarded<B: Body>(
     guard: &mut Option<HopGuard>,
     cx: &mut Context<'_>,
 ) -> Polled<B> {
-    let Some(g) = guard.as_ref() else {
+    let Some(g) = guard.as_mut() else {
         return body.poll_frame(cx);
     };
     let mut body = body;

@@ -99,7 +99,7 @@ where
                 let res = refused_response(status, refused.required(), refused.remaining());
                 ResponseFuture::answer(linger::answer_early(req, res))
             }
-            Verdict::Admitted(guard) => {
+            Verdict::Admitted(mut guard) => {
                 strip_internal_markers(req.headers_mut());
                 req.extensions_mut().insert(guard.budget().clone());
                 // Some services do work in `call` itself; give it the scope and span too.

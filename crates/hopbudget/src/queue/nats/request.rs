@@ -374,7 +374,7 @@ impl Responder {
             guard.finish();
             return (refusal(refused), Bytes::new());
         }
-        match run_guarded(&guard, handler(request)).await {
+        match run_guarded(&mut guard, handler(request)).await {
             Ok(payload) => {
                 guard.finish();
                 (HeaderMap::new(), payload)
