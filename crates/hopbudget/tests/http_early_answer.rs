@@ -1,6 +1,7 @@
 //! S14 / C18 over real sockets: an answer the server layer makes before the request body was
-//! read (refused 503, malformed 400, expired 504) reaches an HTTP/1.1 client that writes its
-//! body only after its headers.
+//! read (refused 503, malformed 400, expired 504 on arrival, and 504 at the deadline while the
+//! handler is still waiting for the body) reaches an HTTP/1.1 client that writes its body only
+//! after its headers.
 //!
 //! The client here is a raw TCP socket, so nothing in it hides a reset: it writes the request
 //! head announcing a 1 MiB body, waits until the server's answer has started to arrive, then
@@ -31,8 +32,10 @@ const BODY_LEN: usize = 1 << 20;
 /// Each case runs this many times; one failure fails the case.
 const ROUNDS: usize = 30;
 
-/// An axum server whose `/upload` route needs 200 ms of budget; its handler reads the whole
-/// body, so only the layer's own answers leave a body unread.
+/// An axum server whose `/upload` route needs 200 ms of budget and whose `/upload-open` route
+/// admits any budget; both handlers read the whole body, so only the layer's own answers
+/// leave a body unread: on `/upload` before the handler runs, on `/upload-open` at the
+/// deadline, while the handler waits for the body the client has not written yet.
 async fn serve() -> std::net::SocketAddr {
     let profile = Profile::from_yaml(
         "service: upload-svc\nroutes: [{path: /upload, min_budget_ms: 200}]",
@@ -42,6 +45,10 @@ async fn serve() -> std::net::SocketAddr {
     let router = Router::new()
         .route(
             "/upload",
+            post(|body: Bytes| async move { format!("got {}", body.len()) }),
+        )
+        .route(
+            "/upload-open",
             post(|body: Bytes| async move { format!("got {}", body.len()) }),
         )
         .layer(ServerBudgetLayer::new(profile));
@@ -70,12 +77,16 @@ impl Answer {
 
 /// The raw client: head, wait for the answer to start, the whole body, then the answer.
 /// `Err` names the step that failed, so a broken pipe is reported as such.
-async fn exchange(addr: std::net::SocketAddr, timeout_header: &str) -> Result<Answer, String> {
+async fn exchange(
+    addr: std::net::SocketAddr,
+    path: &str,
+    timeout_header: &str,
+) -> Result<Answer, String> {
     let mut stream = TcpStream::connect(addr)
         .await
         .map_err(|e| format!("connect: {e}"))?;
     let head = format!(
-        "POST /upload HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/octet-stream\r\n\
+        "POST {path} HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/octet-stream\r\n\
          content-length: {BODY_LEN}\r\nx-request-timeout-ms: {timeout_header}\r\n\r\n"
     );
     stream
@@ -158,12 +169,17 @@ fn parse(raw: &[u8]) -> Result<Option<Answer>, String> {
     }))
 }
 
-/// Run `ROUNDS` exchanges; every one must succeed and pass `check`.
+/// Run `ROUNDS` exchanges on `/upload`; every one must succeed and pass `check`.
 async fn every_round(timeout_header: &str, check: impl Fn(&Answer)) {
+    every_round_on("/upload", timeout_header, check).await;
+}
+
+/// Run `ROUNDS` exchanges on `path`; every one must succeed and pass `check`.
+async fn every_round_on(path: &str, timeout_header: &str, check: impl Fn(&Answer)) {
     let addr = serve().await;
     let mut failures = Vec::new();
     for round in 0..ROUNDS {
-        match exchange(addr, timeout_header).await {
+        match exchange(addr, path, timeout_header).await {
             Ok(answer) => check(&answer),
             Err(e) => failures.push(format!("round {round}: {e}")),
         }
@@ -204,6 +220,20 @@ async fn expiry_reaches_a_client_that_writes_its_body_late() {
     every_round("0", |a| {
         assert_eq!(a.status, 504, "{a:?}");
         assert_eq!(a.header("connection"), Some("close"), "{a:?}");
+        assert_eq!(a.body, "deadline expired\n", "{a:?}");
+    })
+    .await;
+}
+
+/// The deadline passes while the handler waits for a body the client writes only after it
+/// saw the answer: the layer drops the handler, and with it the body, and answers 504. The
+/// body is drained through the layer, so the client reads the 504 instead of a reset.
+#[tokio::test]
+async fn deadline_answer_reaches_a_client_that_writes_its_body_late() {
+    every_round_on("/upload-open", "100", |a| {
+        assert_eq!(a.status, 504, "{a:?}");
+        assert_eq!(a.header("connection"), Some("close"), "{a:?}");
+        assert_eq!(a.header("x-deadline-outcome"), Some("expired"), "{a:?}");
         assert_eq!(a.body, "deadline expired\n", "{a:?}");
     })
     .await;

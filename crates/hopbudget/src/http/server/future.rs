@@ -13,6 +13,7 @@ use tokio::time::Sleep;
 
 use super::ResponseBody;
 use super::answer::expired_response;
+use super::linger::LentBody;
 use crate::http::client::classify;
 use crate::lifecycle::HopGuard;
 use crate::status::{HttpStatusMap, Outcome};
@@ -35,6 +36,9 @@ pin_project! {
         sleep: Option<Pin<Box<Sleep>>>,
         guard: Option<HopGuard>,
         status: HttpStatusMap,
+        // The request body, lent through the layer, to drain if the deadline answer leaves
+        // it unread (behind axum's router only; see `linger::LentBody`).
+        lent: Option<LentBody>,
         _body: PhantomData<fn() -> B>,
     }
 
@@ -85,16 +89,23 @@ impl<F, B> ResponseFuture<F, B> {
             sleep: None,
             guard: None,
             status: HttpStatusMap::default(),
+            lent: None,
             _body: PhantomData,
         }
     }
 
-    pub(super) fn running(inner: F, guard: HopGuard, status: HttpStatusMap) -> Self {
+    pub(super) fn running(
+        inner: F,
+        guard: HopGuard,
+        status: HttpStatusMap,
+        lent: Option<LentBody>,
+    ) -> Self {
         Self {
             state: State::Running { inner },
             sleep: None,
             guard: Some(guard),
             status,
+            lent,
             _body: PhantomData,
         }
     }
@@ -176,6 +187,9 @@ where
                     };
                     match guard.enter(|| inner.poll(cx)) {
                         Poll::Ready(Ok(mut res)) => {
+                            // The handler answered: what it left of the body is its own
+                            // choice, as without the layer.
+                            this.lent.take();
                             note_answer(guard, this.status, &res);
                             mark_handler_outcome(&mut res, this.status);
                             if guard.stream_lifetime().is_some() {
@@ -192,6 +206,7 @@ where
                             ));
                         }
                         Poll::Ready(Err(e)) => {
+                            this.lent.take();
                             // The service failed on its own: the outcome is what the budget
                             // says, else completed.
                             if let Some(mut guard) = this.guard.take() {
@@ -254,6 +269,12 @@ where
         let budget: RequestBudget = guard.budget().clone();
         this.guard.take();
         budget.sync_scope(|| this.state.set(State::Done));
-        Poll::Ready(Ok(expired_response(this.status).map(ResponseBody::full)))
+        let mut answer = expired_response(this.status);
+        if let Some(lent) = this.lent.take() {
+            // The handler may have been waiting for the body: drain the rest so an HTTP/1.1
+            // client still writing it reads this answer instead of a reset (C18).
+            lent.drain_after(&mut answer);
+        }
+        Poll::Ready(Ok(answer.map(ResponseBody::full)))
     }
 }

@@ -1,7 +1,10 @@
 //! Early answers that reach HTTP/1.x clients (C18, S14): when the layer answers before the
 //! request body was read (refused, malformed, already expired), it takes the body and reads
 //! and discards it in the background, bounded by [`DRAIN_MAX_BYTES`] and [`DRAIN_MAX_TIME`],
-//! and marks the answer `Connection: close`.
+//! and marks the answer `Connection: close`. The same happens to what is left of the body
+//! when the layer answers 504 at the deadline while the handler was still waiting for it:
+//! behind axum's router the handler reads its body through the layer ([`LentBody`]), so the
+//! layer still has it when it drops the handler.
 //!
 //! Why this is needed, from hyper 1.x's HTTP/1 server (`proto/h1/dispatch.rs`, `conn.rs`):
 //! when the service drops the request body unread, the dispatcher's next read sees the body
@@ -28,6 +31,10 @@
 //! answer is most often a refusal made under overload.
 //!
 //! Not drained:
+//! - At the deadline, when the layer is not behind axum's router (`Router::layer`): the body
+//!   type is then the caller's own (hyper's `Incoming`, say), which the layer cannot replace
+//!   without changing the type the inner service sees, so the body stays inside the dropped
+//!   handler and hyper closes the connection with it unread, as it would without the layer.
 //! - HTTP/2 and later: hyper's h2 resets only the stream, with `RST_STREAM(NO_ERROR)` once the
 //!   response has ended (RFC 9113 §8.1; `h2` `streams.rs` `maybe_cancel`), and the connection
 //!   and its other streams go on. A `Connection` header is illegal there, so none is added.
@@ -64,34 +71,160 @@ pub(super) fn answer_early<B>(req: Request<B>, mut answer: Response<Bytes>) -> R
 where
     B: Body + Send + 'static,
 {
+    match unread_body(&req) {
+        Unread::Nothing => {}
+        Unread::LeftToClient => close_after(&mut answer),
+        Unread::ToDrain => {
+            close_after(&mut answer);
+            spawn_drain(req.into_body());
+        }
+    }
+    answer
+}
+
+/// What an answer made without the handler must do about the request's body.
+enum Unread {
+    /// Nothing: an empty body, or HTTP/2 and later, where hyper resets only the stream.
+    Nothing,
+    /// `Expect: 100-continue`: the client sends nothing until told to, so the body is not
+    /// read (reading would make hyper send `100 Continue`), only the connection closed.
+    LeftToClient,
+    /// Read and discard it, then close.
+    ToDrain,
+}
+
+fn unread_body<B: Body>(req: &Request<B>) -> Unread {
     if !matches!(
         req.version(),
         Version::HTTP_09 | Version::HTTP_10 | Version::HTTP_11
     ) || req.body().is_end_stream()
     {
-        return answer;
+        return Unread::Nothing;
     }
-    // The body is unread, so this connection cannot carry another request reliably.
-    answer
-        .headers_mut()
-        .insert(header::CONNECTION, HeaderValue::from_static("close"));
     let expects_continue = req
         .headers()
         .get(header::EXPECT)
         .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
     if expects_continue {
-        return answer;
+        Unread::LeftToClient
+    } else {
+        Unread::ToDrain
     }
+}
+
+/// The body is unread, so this connection cannot carry another request reliably.
+fn close_after(answer: &mut Response<Bytes>) {
+    answer
+        .headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+}
+
+/// Read and discard `body` in the background, within [`DRAIN_MAX_BYTES`] and
+/// [`DRAIN_MAX_TIME`].
+fn spawn_drain<B: Body + Send + 'static>(body: B) {
     // Outside a Tokio runtime there is no connection to protect (hyper's server runs on
     // one); the body is dropped as before.
     if let Ok(runtime) = tokio::runtime::Handle::try_current() {
         runtime.spawn(Drain {
-            body: req.into_body(),
+            body,
             give_up: tokio::time::sleep(DRAIN_MAX_TIME),
             read: 0,
         });
     }
-    answer
+}
+
+/// A request body the handler reads through the layer, so that the layer can still drain
+/// what is left of it when it answers 504 at the deadline while the handler is waiting for
+/// the body (C18): the handler's future, and the body with it, is dropped then.
+///
+/// Only behind axum's router (`Router::layer`), where every request body is an
+/// `axum::body::Body` and the layer can put its own in its place without changing the type
+/// the handler sees. Made only for a body that would need draining (HTTP/1.x, not empty, no
+/// `Expect: 100-continue`): a request without a body pays nothing.
+#[cfg(feature = "axum")]
+pub(super) struct LentBody(std::sync::Arc<std::sync::Mutex<Option<axum::body::Body>>>);
+
+/// Without the `axum` feature no body is lent.
+#[cfg(not(feature = "axum"))]
+pub(super) enum LentBody {}
+
+#[cfg(feature = "axum")]
+impl LentBody {
+    /// Lend `req`'s body, if it is axum's and might be left unread.
+    pub(super) fn lend<B: 'static>(req: &mut Request<B>) -> Option<LentBody> {
+        let req = (req as &mut dyn std::any::Any).downcast_mut::<Request<axum::body::Body>>()?;
+        if !matches!(unread_body(req), Unread::ToDrain) {
+            return None;
+        }
+        let slot = std::sync::Arc::new(std::sync::Mutex::new(Some(std::mem::take(req.body_mut()))));
+        *req.body_mut() = axum::body::Body::new(Borrowed(slot.clone()));
+        Some(LentBody(slot))
+    }
+
+    /// The layer answers `answer` at the deadline and the handler is gone: drain what it left
+    /// of the body, and close the connection after the answer.
+    pub(super) fn drain_after(self, answer: &mut Response<Bytes>) {
+        let body = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(body) = body.filter(|b| !b.is_end_stream()) {
+            close_after(answer);
+            spawn_drain(body);
+        }
+    }
+}
+
+#[cfg(not(feature = "axum"))]
+impl LentBody {
+    pub(super) fn lend<B>(_req: &mut Request<B>) -> Option<LentBody> {
+        None
+    }
+
+    pub(super) fn drain_after(self, _answer: &mut Response<Bytes>) {
+        match self {}
+    }
+}
+
+/// The handler's side of a [`LentBody`]: the request body, read through the shared slot.
+#[cfg(feature = "axum")]
+struct Borrowed(std::sync::Arc<std::sync::Mutex<Option<axum::body::Body>>>);
+
+#[cfg(feature = "axum")]
+impl Body for Borrowed {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, axum::Error>>> {
+        let mut slot = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match slot.as_mut() {
+            Some(body) => Pin::new(body).poll_frame(cx),
+            None => Poll::Ready(None),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .as_ref()
+            .is_none_or(Body::is_end_stream)
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .as_ref()
+            .map_or_else(|| http_body::SizeHint::with_exact(0), Body::size_hint)
+    }
 }
 
 pin_project! {

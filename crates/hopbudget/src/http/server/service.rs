@@ -102,9 +102,11 @@ where
             Verdict::Admitted(mut guard) => {
                 strip_internal_markers(req.headers_mut());
                 req.extensions_mut().insert(guard.budget().clone());
+                // A 504 at the deadline may find the handler still waiting for the body (C18).
+                let lent = linger::LentBody::lend(&mut req);
                 // Some services do work in `call` itself; give it the scope and span too.
                 let future = guard.enter(|| self.inner.call(req));
-                ResponseFuture::running(future, guard, *status)
+                ResponseFuture::running(future, guard, *status, lent)
             }
         }
     }
