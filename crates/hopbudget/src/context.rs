@@ -615,6 +615,15 @@ impl RequestBudget {
         self.cancel_at(tokio::time::Instant::now())
     }
 
+    /// Whether this handle is the budget's only one and no token was ever made from it: then
+    /// no child, task or waiter can observe how it ends, and a layer ending its request may
+    /// skip recording the end (a compare-and-swap and a fence on every request). No new handle
+    /// can appear meanwhile: making one needs this one, and without a token no timer holds a
+    /// weak reference.
+    pub(crate) fn is_unshared(&self) -> bool {
+        Arc::strong_count(&self.inner) == 1 && self.inner.token.get().is_none()
+    }
+
     /// [`cancel`](Self::cancel) with the clock already read: a server layer ending a request
     /// has `now` in hand, and one clock read per request end is enough.
     pub(crate) fn cancel_at(&self, now: tokio::time::Instant) -> bool {

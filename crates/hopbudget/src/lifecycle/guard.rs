@@ -176,6 +176,10 @@ impl HopGuard {
         // The response is complete: the request's non-detached children end with it. An
         // answer that says the time ran out ends them as expired, so every hop that observes
         // the budget agrees (C4); any other answer ends them as Go ends a handler's context.
+        // A budget nothing else holds has no one to tell.
+        if self.budget().is_unshared() {
+            return;
+        }
         if outcome == Outcome::Expired {
             self.budget().expire();
         } else {
@@ -196,10 +200,21 @@ impl Drop for HopGuard {
         // the deadline had already passed (C4), and the outcome is whatever the budget says.
         // `cancel_at` records a cause unless one was recorded already: either way the
         // recorded cause is the outcome, with no second clock read.
-        budget.cancel_at(tokio::time::Instant::now());
-        let outcome = budget
-            .recorded_cause()
-            .map_or(Outcome::Cancelled, Outcome::from);
+        let now = tokio::time::Instant::now();
+        let outcome = if budget.is_unshared() {
+            // Nothing else holds the budget: its end is this hop's outcome alone, decided
+            // as `cancel_at` would record it.
+            match budget.recorded_cause() {
+                Some(cause) => Outcome::from(cause),
+                None if now >= budget.deadline().instant() => Outcome::Expired,
+                None => Outcome::Cancelled,
+            }
+        } else {
+            budget.cancel_at(now);
+            budget
+                .recorded_cause()
+                .map_or(Outcome::Cancelled, Outcome::from)
+        };
         hop.finish(outcome);
     }
 }

@@ -209,3 +209,63 @@ async fn a_dropped_handler_sees_its_budget_and_the_cause_while_it_is_dropped() {
         "the handler's clean-up runs inside the budget's scope, after the cancel (C5)"
     );
 }
+
+/// A request whose budget nothing else holds (the handler dropped its request, spawned
+/// nothing) ends without the budget recording its end: nobody could observe it. The hop's
+/// outcome must still be what the budget would have recorded: `expired` for a response body
+/// dropped unfinished after the deadline, `completed` for an answer sent in time (C4, C5).
+#[cfg(feature = "metrics")]
+#[tokio::test(start_paused = true)]
+async fn an_unshared_budget_still_gives_the_hop_its_outcome() {
+    use futures_util::FutureExt;
+    use http_body_util::StreamBody;
+    type Never = futures_util::stream::Pending<Result<http_body::Frame<Bytes>, Infallible>>;
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    let handle = recorder.handle();
+    // Answers at once with a body that never sends anything.
+    let mut stalled = ServiceBuilder::new()
+        .layer(ServerBudgetLayer::new(Profile::default()))
+        .service_fn(|_req: Request<Full<Bytes>>| async {
+            let body: StreamBody<Never> = StreamBody::new(futures_util::stream::pending());
+            Ok::<_, Infallible>(Response::new(body))
+        });
+    let mut quick = ServiceBuilder::new()
+        .layer(ServerBudgetLayer::new(Profile::default()))
+        .service_fn(|_req: Request<Full<Bytes>>| async {
+            Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"done"))))
+        });
+    let body = metrics::with_local_recorder(&recorder, || {
+        let res = stalled
+            .call(get(Some("100")))
+            .now_or_never()
+            .expect("ready at once")
+            .unwrap();
+        res.into_body()
+    });
+    tokio::time::advance(Duration::from_millis(150)).await;
+    metrics::with_local_recorder(&recorder, || {
+        // The client went away, mid-body, after the deadline had passed.
+        drop(body);
+        let res = quick
+            .call(get(Some("100")))
+            .now_or_never()
+            .expect("ready at once")
+            .unwrap();
+        res.into_body()
+            .collect()
+            .now_or_never()
+            .expect("body ready at once")
+            .unwrap();
+    });
+    let text = handle.render();
+    let count = |outcome: &str| {
+        let label = format!("outcome=\"{outcome}\"");
+        text.lines()
+            .find(|l| l.starts_with("hopbudget_hops_total") && l.contains(&label))
+            .and_then(|l| l.rsplit(' ').next())
+            .map(str::to_owned)
+    };
+    assert_eq!(count("expired").as_deref(), Some("1"), "{text}");
+    assert_eq!(count("completed").as_deref(), Some("1"), "{text}");
+    assert_eq!(count("cancelled"), None, "{text}");
+}
