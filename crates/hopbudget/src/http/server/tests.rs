@@ -37,6 +37,20 @@ fn service(
         })
 }
 
+/// Reads a response's body to its end at once, as hyper sends it: the hop ends there.
+#[cfg(feature = "metrics")]
+fn send_body_now<B: http_body::Body>(res: Response<B>)
+where
+    B::Error: std::fmt::Debug,
+{
+    use futures_util::FutureExt;
+    res.into_body()
+        .collect()
+        .now_or_never()
+        .expect("body ready at once")
+        .unwrap();
+}
+
 fn get(timeout: Option<&str>) -> Request<Full<Bytes>> {
     let mut b = Request::get("/x");
     if let Some(t) = timeout {
@@ -167,11 +181,7 @@ async fn work_returning_after_its_deadline_is_counted_late() {
     metrics::with_local_recorder(&recorder, || {
         let res = fut.now_or_never().expect("ready at once").unwrap();
         assert_eq!(res.status(), 200, "late work still answers");
-        res.into_body()
-            .collect()
-            .now_or_never()
-            .expect("body ready at once")
-            .unwrap();
+        send_body_now(res);
     });
     let text = handle.render();
     assert!(text.contains("hopbudget_late_work_total"), "{text}");
@@ -251,11 +261,7 @@ async fn an_unshared_budget_still_gives_the_hop_its_outcome() {
             .now_or_never()
             .expect("ready at once")
             .unwrap();
-        res.into_body()
-            .collect()
-            .now_or_never()
-            .expect("body ready at once")
-            .unwrap();
+        send_body_now(res);
     });
     let text = handle.render();
     let count = |outcome: &str| {
