@@ -206,7 +206,9 @@ impl Body for Borrowed {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         match slot.as_mut() {
             Some(body) => Pin::new(body).poll_frame(cx),
-            None => Poll::Ready(None),
+            // The layer took the rest to drain it: whoever still reads (a task the handler
+            // spawned) gets an error, never an end that would pass a cut body for a whole one.
+            None => Poll::Ready(Some(Err(axum::Error::new(BodyTaken)))),
         }
     }
 
@@ -215,7 +217,7 @@ impl Body for Borrowed {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .as_ref()
-            .is_none_or(Body::is_end_stream)
+            .is_some_and(Body::is_end_stream)
     }
 
     fn size_hint(&self) -> http_body::SizeHint {
@@ -223,9 +225,24 @@ impl Body for Borrowed {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .as_ref()
-            .map_or_else(|| http_body::SizeHint::with_exact(0), Body::size_hint)
+            .map_or_else(http_body::SizeHint::default, Body::size_hint)
     }
 }
+
+/// What a reader of a [`LentBody`] gets after the layer took the body back at the deadline.
+#[cfg(feature = "axum")]
+#[derive(Debug)]
+struct BodyTaken;
+
+#[cfg(feature = "axum")]
+impl std::fmt::Display for BodyTaken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the request's deadline passed; the server layer drains the rest of its body")
+    }
+}
+
+#[cfg(feature = "axum")]
+impl std::error::Error for BodyTaken {}
 
 pin_project! {
     /// Reads and discards a request body until it ends, errors, exceeds [`DRAIN_MAX_BYTES`]
@@ -357,5 +374,43 @@ mod tests {
         assert_eq!(res.headers()[header::CONNECTION], "close");
         settle().await;
         assert_eq!(taken.load(Ordering::SeqCst), 0);
+    }
+
+    #[cfg(feature = "axum")]
+    #[tokio::test]
+    async fn a_lent_body_taken_at_the_deadline_is_drained_and_an_error_to_its_reader() {
+        use http_body_util::BodyExt;
+        let taken = Arc::new(AtomicU64::new(0));
+        let mut req = Request::new(axum::body::Body::new(counted(4, taken.clone())));
+        let lent = LentBody::lend(&mut req).expect("an unread HTTP/1.1 body is lent");
+        let mut read_by_handler = req.into_body();
+        // The handler reads one chunk, then the deadline passes and the layer answers.
+        let first = read_by_handler.frame().await.unwrap().unwrap();
+        assert_eq!(first.into_data().unwrap().len(), 64 * 1024);
+        let mut res = answer();
+        lent.drain_after(&mut res);
+        assert_eq!(res.headers()[header::CONNECTION], "close");
+        assert!(
+            read_by_handler.frame().await.unwrap().is_err(),
+            "a body cut at the deadline must not read as a whole one"
+        );
+        settle().await;
+        assert_eq!(
+            taken.load(Ordering::SeqCst),
+            4 * 64 * 1024,
+            "the rest was drained"
+        );
+    }
+
+    #[cfg(feature = "axum")]
+    #[test]
+    fn only_axum_bodies_that_may_be_left_unread_are_lent() {
+        let mut other = Request::new(Full::new(Bytes::from_static(b"not axum's")));
+        assert!(LentBody::lend(&mut other).is_none());
+        let mut empty = Request::new(axum::body::Body::empty());
+        assert!(LentBody::lend(&mut empty).is_none());
+        let mut h2 = Request::new(axum::body::Body::from("unread"));
+        *h2.version_mut() = Version::HTTP_2;
+        assert!(LentBody::lend(&mut h2).is_none());
     }
 }
