@@ -32,10 +32,8 @@ use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 
 use hopbudget::observe::otlp::{self, OtlpFile};
+use hopbudget::observe::propagation;
 use http::HeaderMap;
-use http::header::{HeaderName, HeaderValue};
-use opentelemetry::propagation::{Extractor, Injector};
-use opentelemetry::trace::TraceContextExt as _;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use tracing::Span;
 use tracing::dispatcher::{DefaultGuard, Dispatch};
@@ -133,13 +131,7 @@ pub fn own_span(spec: &ServiceSpec, route: &str, headers: &HeaderMap) -> Span {
         deadline.source = Empty,
         deadline.outcome = Empty,
     );
-    if !span.is_disabled() {
-        let cx = opentelemetry::global::get_text_map_propagator(|p| p.extract(&Headers(headers)));
-        if cx.span().span_context().is_valid() {
-            // Only fails for a span already started, which this one is not.
-            let _ = span.set_parent(cx);
-        }
-    }
+    propagation::set_parent(&span, headers);
     span
 }
 
@@ -160,17 +152,11 @@ pub fn annotate(span: &Span, id: u64, headers: &HeaderMap) {
 }
 
 /// Write the current span's trace context into an outbound request's `headers` with the
-/// installed propagator: the glue a service without hopbudget's client layers has
-/// (`opentelemetry-http`'s injector does the same).
+/// installed propagator: the glue a service without hopbudget's client layers has. It carries
+/// trace context only, no deadline (`opentelemetry-http`'s injector does the same), so the
+/// baseline modes stay without deadline propagation.
 pub fn inject(headers: &mut HeaderMap) {
-    let span = Span::current();
-    if span.is_disabled() {
-        return;
-    }
-    let cx = span.context();
-    opentelemetry::global::get_text_map_propagator(|p| {
-        p.inject_context(&cx, &mut HeadersMut(headers));
-    });
+    propagation::inject_current(headers);
 }
 
 /// [`inject`] for a tonic request's metadata.
@@ -183,31 +169,6 @@ pub fn inject_grpc(metadata: &mut tonic::metadata::MetadataMap) {
             tonic::metadata::AsciiMetadataValue::try_from(value.as_bytes()),
         ) {
             metadata.insert(k, v);
-        }
-    }
-}
-
-struct Headers<'a>(&'a HeaderMap);
-
-impl Extractor for Headers<'_> {
-    fn get(&self, key: &str) -> Option<&str> {
-        self.0.get(key).and_then(|v| v.to_str().ok())
-    }
-
-    fn keys(&self) -> Vec<&str> {
-        self.0.keys().map(HeaderName::as_str).collect()
-    }
-}
-
-struct HeadersMut<'a>(&'a mut HeaderMap);
-
-impl Injector for HeadersMut<'_> {
-    fn set(&mut self, key: &str, value: String) {
-        if let (Ok(name), Ok(value)) = (
-            HeaderName::from_bytes(key.as_bytes()),
-            HeaderValue::from_str(&value),
-        ) {
-            self.0.insert(name, value);
         }
     }
 }
