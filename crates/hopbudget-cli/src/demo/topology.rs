@@ -282,12 +282,7 @@ impl Topology {
         let mut index = HashMap::new();
         for (i, s) in self.services.iter().enumerate() {
             let at = format!("services[{i}]");
-            if s.name.is_empty()
-                || !s
-                    .name
-                    .chars()
-                    .all(|ch| ch.is_ascii_alphanumeric() || ch == '-' || ch == '_')
-            {
+            if !is_plain_name(&s.name) {
                 issue(
                     format!("{at}.name"),
                     format!(
@@ -342,12 +337,7 @@ impl Topology {
             if let Some(d) = &s.degrade {
                 let dat = format!("{at}.degrade");
                 check_latency(&mut issue, &format!("{dat}.latency"), &d.latency);
-                if d.path.is_empty()
-                    || !d
-                        .path
-                        .chars()
-                        .all(|ch| ch.is_ascii_alphanumeric() || ch == '-' || ch == '_')
-                {
+                if !is_plain_name(&d.path) {
                     issue(
                         format!("{dat}.path"),
                         format!(
@@ -507,6 +497,15 @@ fn check_latency(issue: &mut impl FnMut(String, String), at: &str, l: &LatencySp
     }
 }
 
+/// A service or path name the demo can put in a URL and a metric label unescaped: not empty,
+/// only ASCII letters, digits, `-` and `_`.
+fn is_plain_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .chars()
+            .all(|ch| ch.is_ascii_alphanumeric() || ch == '-' || ch == '_')
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -611,6 +610,17 @@ mod tests {
         );
         assert!(
             shown.contains("field `services[7].degrade.path`: `pre computed` is not a path name"),
+            "{shown}"
+        );
+    }
+
+    #[test]
+    fn a_service_name_a_url_cannot_carry_is_named() {
+        let text = CHECKOUT_YAML.replace("- name: edge-gateway", "- name: edge gateway");
+        let err = Topology::from_yaml(&text, "t.yaml").unwrap_err();
+        let shown = err.to_string();
+        assert!(
+            shown.contains("field `services[0].name`: `edge gateway` is not a service name"),
             "{shown}"
         );
     }
