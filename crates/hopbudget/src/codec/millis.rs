@@ -45,11 +45,26 @@ pub const CONNECT_MAX_MS: u64 = 9_999_999_999;
 /// assert_eq!(millis::decode(millis::encode(Duration::MAX).as_bytes()), Ok(Duration::from_millis(millis::MAX_MS)));
 /// ```
 pub fn decode(value: &[u8]) -> Result<Duration, InvalidValue> {
+    // What every hop sends: a few digits, nothing around them. Nine digits cannot overflow.
+    if let Some(ms) = plain_digits(value) {
+        return Ok(Duration::from_millis(ms));
+    }
     let value = trim(value);
     match value.split_first() {
         Some((b'-', digits)) => parse_digits(digits, MAX_DIGITS).map(|_| Duration::ZERO),
         _ => parse_digits(value, MAX_DIGITS).map(Duration::from_millis),
     }
+}
+
+/// `value` as a number when it is 1 to 9 digits and nothing else.
+#[inline]
+fn plain_digits(value: &[u8]) -> Option<u64> {
+    if value.is_empty() || value.len() > 9 {
+        return None;
+    }
+    value.iter().try_fold(0u64, |n, &b| {
+        b.is_ascii_digit().then(|| n * 10 + u64::from(b - b'0'))
+    })
 }
 
 /// Decode Connect's `connect-timeout-ms`: 1 to 10 digits, no sign.
@@ -105,6 +120,11 @@ mod tests {
         assert_eq!(decode(b"+5"), Err(InvalidValue::NotADigit));
         assert_eq!(decode(b"5ms"), Err(InvalidValue::NotADigit));
         assert_eq!(decode(b""), Err(InvalidValue::Empty));
+        // Either side of the nine-digit shortcut, and a stray byte inside it.
+        assert_eq!(decode(b"999999999"), Ok(Duration::from_millis(999_999_999)));
+        assert_eq!(decode(b"0000000001"), Ok(Duration::from_millis(1)));
+        assert_eq!(decode(b"12a"), Err(InvalidValue::NotADigit));
+        assert_eq!(decode(b"1 2"), Err(InvalidValue::NotADigit));
         assert_eq!(
             decode(b"99999999999"),
             Ok(Duration::from_millis(99_999_999_999))
