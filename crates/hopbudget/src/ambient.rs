@@ -48,32 +48,49 @@ pub(crate) fn enter<R>(budget: &RequestBudget, f: impl FnOnce() -> R) -> R {
 /// Run `f` with the budget in `lent` ambient, moving it into the slot and back instead of
 /// cloning it: two reference-count updates fewer per entry, on the path every poll of a
 /// server layer takes. `lent` is empty only while `f` runs.
-#[inline]
+#[cfg(test)]
 pub(crate) fn enter_lent<R>(lent: &mut Option<RequestBudget>, f: impl FnOnce() -> R) -> R {
-    /// Takes the budget back out of the slot, and puts the one before back in, when `f`
-    /// returns or unwinds.
-    struct Back<'a> {
-        lent: &'a mut Option<RequestBudget>,
-        before: Option<RequestBudget>,
-    }
-    impl Drop for Back<'_> {
-        fn drop(&mut self) {
-            let before = self.before.take();
-            if let Ok(ours) = CURRENT.try_with(|slot| slot.replace(before)) {
-                *self.lent = ours;
-            }
-        }
-    }
+    let _lent = lend(lent);
+    f()
+}
+
+/// The budget in `lent`, ambient until the returned guard is dropped (also by unwinding),
+/// which takes it back out of the slot and puts the one before back in. `lent` is empty
+/// while the guard lives. A guard, not a closure: a poll's result and a request then move
+/// straight to where they are used, not through a closure's captures and return value.
+#[inline]
+pub(crate) fn lend(lent: &mut Option<RequestBudget>) -> Lent<'_> {
     let mut carried = lent.take();
     match CURRENT.try_with(|slot| slot.replace(carried.take())) {
-        Ok(before) => {
-            let _back = Back { lent, before };
-            f()
-        }
+        Ok(before) => Lent {
+            lent: Some(lent),
+            before,
+        },
         // A thread-local destructor running after the slot was torn down: no scope.
         Err(_) => {
             *lent = carried;
-            f()
+            Lent {
+                lent: None,
+                before: None,
+            }
+        }
+    }
+}
+
+/// See [`lend`].
+pub(crate) struct Lent<'a> {
+    /// Where the budget goes back to; `None` when no scope was entered.
+    lent: Option<&'a mut Option<RequestBudget>>,
+    before: Option<RequestBudget>,
+}
+
+impl Drop for Lent<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        let Some(lent) = self.lent.take() else { return };
+        let before = self.before.take();
+        if let Ok(ours) = CURRENT.try_with(|slot| slot.replace(before)) {
+            *lent = ours;
         }
     }
 }

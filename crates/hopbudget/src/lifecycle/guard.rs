@@ -76,8 +76,18 @@ impl HopGuard {
     /// See the [example](super#example-a-custom-protocol-adapter).
     #[inline]
     pub fn enter<R>(&mut self, f: impl FnOnce() -> R) -> R {
-        let _entered = self.hop.as_ref().map(|hop| hop.span().enter());
-        crate::ambient::enter_lent(&mut self.budget, f)
+        let _entered = self.entered();
+        f()
+    }
+
+    /// The budget's scope and the hop's span, entered until the returned guard is dropped:
+    /// [`enter`](Self::enter) without a closure, for the adapters' hot paths.
+    #[inline]
+    pub(crate) fn entered(&mut self) -> Entered<'_> {
+        Entered {
+            _lent: crate::ambient::lend(&mut self.budget),
+            _span: self.hop.as_ref().map(|hop| hop.span().enter()),
+        }
     }
 
     /// The stream lifetime, on a stream route (C13).
@@ -188,18 +198,36 @@ impl HopGuard {
     }
 }
 
+/// What [`HopGuard::entered`] returns. The budget leaves the scope first, then the span is
+/// exited, as with [`HopGuard::enter`].
+pub(crate) struct Entered<'a> {
+    _lent: crate::ambient::Lent<'a>,
+    _span: Option<tracing::span::Entered<'a>>,
+}
+
 impl Drop for HopGuard {
     fn drop(&mut self) {
-        let Some(hop) = self.hop.take() else { return };
+        if let Some(hop) = self.hop.take() {
+            self.record_abandoned(hop);
+        }
+        if let Some(budget) = self.budget.take() {
+            budget.recycle();
+        }
+    }
+}
+
+impl HopGuard {
+    /// Dropped before the answer was complete: the caller went away.
+    fn record_abandoned(&self, hop: Hop) {
         let Some(budget) = self.budget.as_ref() else {
             // Lost only if the thread's ambient slot was torn down while lent (thread exit).
             hop.finish(Outcome::Cancelled);
             return;
         };
-        // Unfinished and dropped: the caller went away. `cancel` records expired instead when
-        // the deadline had already passed (C4), and the outcome is whatever the budget says.
-        // `cancel_at` records a cause unless one was recorded already: either way the
-        // recorded cause is the outcome, with no second clock read.
+        // `cancel` records expired instead when the deadline had already passed (C4), and the
+        // outcome is whatever the budget says. `cancel_at` records a cause unless one was
+        // recorded already: either way the recorded cause is the outcome, with no second
+        // clock read.
         let now = tokio::time::Instant::now();
         let outcome = if budget.is_unshared() {
             // Nothing else holds the budget: its end is this hop's outcome alone, decided

@@ -94,6 +94,8 @@ impl<F, B> ResponseFuture<F, B> {
         }
     }
 
+    // Inlined so the handler's future is written straight into place, not copied in.
+    #[inline(always)]
     pub(super) fn running(
         inner: F,
         guard: HopGuard,
@@ -129,9 +131,9 @@ impl<F, B> fmt::Debug for ResponseFuture<F, B> {
 /// The outcome a handler's own answer states (C17): its expiry, refusal or cancellation,
 /// read as a hopbudget client reads it (the `x-deadline-outcome` mark first, then the
 /// profile's status codes).
-fn note_answer<B>(guard: &mut HopGuard, status: &HttpStatusMap, res: &Response<B>) {
-    let headers = res.headers();
-    match classify(status, res.status().as_u16(), headers) {
+fn note_answer(guard: &mut HopGuard, status: &HttpStatusMap, res: &http::response::Parts) {
+    let headers = &res.headers;
+    match classify(status, res.status.as_u16(), headers) {
         Outcome::Completed => {}
         Outcome::Refused => {
             let ms = |name: &http::HeaderName| {
@@ -149,8 +151,8 @@ fn note_answer<B>(guard: &mut HopGuard, status: &HttpStatusMap, res: &Response<B
 /// A handler's own expiry or cancellation answer (a 504 it returned for a downstream that ran
 /// out of time) carries the `x-deadline-outcome` marker as the layer's own answers do, so the
 /// hop above can tell it from a proxy's own timeout, which has no marker (C4, C17).
-fn mark_handler_outcome<B>(res: &mut Response<B>, status: &HttpStatusMap) {
-    let code = res.status().as_u16();
+fn mark_handler_outcome(res: &mut http::response::Parts, status: &HttpStatusMap) {
+    let code = res.status.as_u16();
     let name = if code == status.expired {
         "expired"
     } else if code == status.cancelled {
@@ -158,7 +160,7 @@ fn mark_handler_outcome<B>(res: &mut Response<B>, status: &HttpStatusMap) {
     } else {
         return;
     };
-    res.headers_mut()
+    res.headers
         .entry(&super::super::OUTCOME_HEADER)
         .or_insert(http::HeaderValue::from_static(name));
 }
@@ -185,25 +187,29 @@ where
                     let Some(guard) = this.guard.as_mut() else {
                         break;
                     };
-                    match guard.enter(|| inner.poll(cx)) {
-                        Poll::Ready(Ok(mut res)) => {
+                    let polled = {
+                        let _entered = guard.entered();
+                        inner.poll(cx)
+                    };
+                    match polled {
+                        Poll::Ready(Ok(res)) => {
                             // The handler answered: what it left of the body is its own
                             // choice, as without the layer.
                             this.lent.take();
-                            note_answer(guard, this.status, &res);
-                            mark_handler_outcome(&mut res, this.status);
+                            // Taken apart at once: the head and the body then move to the
+                            // answer separately, each small enough to copy inline.
+                            let (mut parts, body) = res.into_parts();
+                            note_answer(guard, this.status, &parts);
+                            mark_handler_outcome(&mut parts, this.status);
                             if guard.stream_lifetime().is_some() {
-                                let (parts, body) = res.into_parts();
                                 this.state.set(State::FirstFrame {
                                     first: Some(Box::new((parts, Box::pin(body)))),
                                 });
                                 continue;
                             }
                             this.state.set(State::Done);
-                            let guard = this.guard.take();
-                            return Poll::Ready(Ok(
-                                res.map(|body| ResponseBody::inner(body, guard))
-                            ));
+                            let body = ResponseBody::inner(body, this.guard.take());
+                            return Poll::Ready(Ok(Response::from_parts(parts, body)));
                         }
                         Poll::Ready(Err(e)) => {
                             this.lent.take();

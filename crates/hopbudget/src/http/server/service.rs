@@ -105,7 +105,10 @@ where
                 // A 504 at the deadline may find the handler still waiting for the body (C18).
                 let lent = linger::LentBody::lend(&mut req);
                 // Some services do work in `call` itself; give it the scope and span too.
-                let future = guard.enter(|| self.inner.call(req));
+                let future = {
+                    let _entered = guard.entered();
+                    self.inner.call(req)
+                };
                 ResponseFuture::running(future, guard, *status, lent)
             }
         }
