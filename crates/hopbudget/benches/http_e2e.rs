@@ -8,8 +8,10 @@
 //! machine's drift moves far less than totals. Target: the layer loses at most 3% of the bare
 //! server's throughput.
 //!
-//! A third server with `tower-http`'s `TimeoutLayer` shows what a plain per-hop timeout costs
-//! on the same path.
+//! Two more servers give the figure its scale: `tower-http`'s `TimeoutLayer` shows what a
+//! plain per-hop timeout costs on the same path, and its `TraceLayer` (no subscriber
+//! installed) what a layer costs that, like the server layer, wraps the body to see the
+//! answer's end.
 //!
 //! Run with `cargo bench -p hopbudget --bench http_e2e --features http,axum,metrics`.
 
@@ -92,6 +94,13 @@ fn main() {
                 "ServerBudgetLayer",
                 serve(app().layer(ServerBudgetLayer::new(Profile::default()))).await,
             ),
+            // `tower-http`'s `TraceLayer`, with no subscriber installed, is the nearest thing
+            // in the ecosystem to the server layer's shape: it wraps the future and the body
+            // to see the answer's end, so axum boxes the body again, as it does for ours.
+            (
+                "tower-http TraceLayer",
+                serve(app().layer(tower_http::trace::TraceLayer::new_for_http())).await,
+            ),
         ];
         // Warm every server up once.
         for (_, addr) in &servers {
@@ -100,11 +109,11 @@ fn main() {
         // Per round, each server's count against the bare server's in the same round: the
         // rounds sit next to each other in time, so the ratio cancels most of the drift of a
         // shared machine, and the median of the ratios the outliers.
-        let mut counts = [0u64; 3];
-        let mut ratios: [Vec<f64>; 3] = Default::default();
+        let mut counts = vec![0u64; servers.len()];
+        let mut ratios = vec![Vec::new(); servers.len()];
         let started = Instant::now();
         for _ in 0..ROUNDS {
-            let mut round_counts = [0u64; 3];
+            let mut round_counts = vec![0u64; servers.len()];
             for (count, (_, addr)) in round_counts.iter_mut().zip(&servers) {
                 *count = round(*addr).await;
             }
