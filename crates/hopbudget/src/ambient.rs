@@ -45,18 +45,10 @@ pub(crate) fn enter<R>(budget: &RequestBudget, f: impl FnOnce() -> R) -> R {
     }
 }
 
-/// Run `f` with the budget in `lent` ambient, moving it into the slot and back instead of
-/// cloning it: two reference-count updates fewer per entry, on the path every poll of a
-/// server layer takes. `lent` is empty only while `f` runs.
-#[cfg(test)]
-pub(crate) fn enter_lent<R>(lent: &mut Option<RequestBudget>, f: impl FnOnce() -> R) -> R {
-    let _lent = lend(lent);
-    f()
-}
-
 /// The budget in `lent`, ambient until the returned guard is dropped (also by unwinding),
-/// which takes it back out of the slot and puts the one before back in. `lent` is empty
-/// while the guard lives. A guard, not a closure: a poll's result and a request then move
+/// which takes it back out of the slot and puts the one before back in: moved, not cloned,
+/// so no reference-count updates on the path every poll of a server layer takes. `lent` is
+/// empty while the guard lives. A guard, not a closure: a poll's result and a request then move
 /// straight to where they are used, not through a closure's captures and return value.
 #[inline]
 pub(crate) fn lend(lent: &mut Option<RequestBudget>) -> Lent<'_> {
@@ -209,10 +201,9 @@ mod tests {
         let mut lent = Some(own.clone());
         outer.sync_scope(|| {
             let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                enter_lent(&mut lent, || {
-                    assert!(RequestBudget::current().unwrap().ptr_eq(&own));
-                    panic!("handler panicked");
-                })
+                let _lent = lend(&mut lent);
+                assert!(RequestBudget::current().unwrap().ptr_eq(&own));
+                panic!("handler panicked");
             }));
             assert!(caught.is_err());
             assert!(RequestBudget::current().unwrap().ptr_eq(&outer));

@@ -94,8 +94,6 @@ impl<F, B> ResponseFuture<F, B> {
         }
     }
 
-    // Inlined so the handler's future is written straight into place, not copied in.
-    #[inline(always)]
     pub(super) fn running(
         inner: F,
         guard: HopGuard,
