@@ -1,5 +1,7 @@
 //! The guard a request holds from admission until its answer is complete.
 
+use std::cell::Cell;
+use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,9 +25,17 @@ use crate::{Outcome, Refused, RequestBudget};
 ///   its end cause: `cancelled`, or `expired` when the deadline had already passed (C4, C5).
 ///
 /// See the [example](super#example-a-custom-protocol-adapter).
-#[derive(Debug)]
 pub struct HopGuard {
-    /// Empty only while [`enter`](Self::enter) runs, which lends it to the ambient slot.
+    /// Boxed, so that the guard the adapters move from admission into their futures and
+    /// bodies is one pointer; the box is handed to the next guard made on the same thread
+    /// (see [`SPARE`]). `None` only inside `Drop`.
+    state: Option<Box<State>>,
+}
+
+/// What a [`HopGuard`] owns.
+#[derive(Debug)]
+struct State {
+    /// Empty only while [`HopGuard::enter`] runs, which lends it to the ambient slot.
     budget: Option<RequestBudget>,
     hop: Option<Hop>,
     stream_lifetime: Option<Duration>,
@@ -33,6 +43,22 @@ pub struct HopGuard {
     answer: Option<Answer>,
     /// The route's learned threshold: a completed answer records its latency there.
     learned: Option<Arc<LearnedThreshold>>,
+}
+
+thread_local! {
+    /// The box of the last guard dropped on this thread, for the next guard: a hop's guard is
+    /// made and dropped once per request, and a server thread does one request after
+    /// another.
+    static SPARE: Cell<Option<Box<State>>> = const { Cell::new(None) };
+}
+
+impl fmt::Debug for HopGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.state {
+            Some(state) => state.fmt(f),
+            None => f.write_str("HopGuard(dropped)"),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -43,13 +69,43 @@ enum Answer {
 
 impl HopGuard {
     pub(crate) fn new(budget: RequestBudget, hop: Hop, stream_lifetime: Option<Duration>) -> Self {
-        Self {
-            budget: Some(budget),
-            hop: Some(hop),
-            stream_lifetime,
-            streaming: false,
-            answer: None,
-            learned: None,
+        let state = match SPARE.try_with(Cell::take) {
+            Ok(Some(mut spare)) => {
+                // Field by field: a spare holds nothing that needs dropping (see `Drop`), and
+                // assigning a whole `State` would first copy it to the stack.
+                spare.budget = Some(budget);
+                spare.hop = Some(hop);
+                spare.stream_lifetime = stream_lifetime;
+                spare.streaming = false;
+                spare.answer = None;
+                spare.learned = None;
+                spare
+            }
+            _ => Box::new(State {
+                budget: Some(budget),
+                hop: Some(hop),
+                stream_lifetime,
+                streaming: false,
+                answer: None,
+                learned: None,
+            }),
+        };
+        Self { state: Some(state) }
+    }
+
+    #[inline]
+    fn state(&self) -> &State {
+        match &self.state {
+            Some(state) => state,
+            None => unreachable!("a guard's state is taken only by its own `Drop`"),
+        }
+    }
+
+    #[inline]
+    fn state_mut(&mut self) -> &mut State {
+        match &mut self.state {
+            Some(state) => state,
+            None => unreachable!("a guard's state is taken only by its own `Drop`"),
         }
     }
 
@@ -57,7 +113,7 @@ impl HopGuard {
     /// threshold when it completes (not when refused, expired or cancelled: those say nothing
     /// about how long the work takes).
     pub(crate) fn learning(mut self, learned: Option<&Arc<LearnedThreshold>>) -> Self {
-        self.learned = learned.cloned();
+        self.state_mut().learned = learned.cloned();
         self
     }
 
@@ -65,7 +121,8 @@ impl HopGuard {
     ///
     /// See the [example](super#example-a-custom-protocol-adapter).
     pub fn budget(&self) -> &RequestBudget {
-        self.budget
+        self.state()
+            .budget
             .as_ref()
             .expect("a guard's budget is lent out only while `enter` runs, which borrows the guard")
     }
@@ -84,9 +141,10 @@ impl HopGuard {
     /// [`enter`](Self::enter) without a closure, for the adapters' hot paths.
     #[inline]
     pub(crate) fn entered(&mut self) -> Entered<'_> {
+        let state = self.state_mut();
         Entered {
-            _lent: crate::ambient::lend(&mut self.budget),
-            _span: self.hop.as_ref().map(|hop| hop.span().enter()),
+            _lent: crate::ambient::lend(&mut state.budget),
+            _span: state.hop.as_ref().map(|hop| hop.span().enter()),
         }
     }
 
@@ -94,14 +152,14 @@ impl HopGuard {
     ///
     /// See the [example](super#example-a-custom-protocol-adapter).
     pub fn stream_lifetime(&self) -> Option<Duration> {
-        self.stream_lifetime
+        self.state().stream_lifetime
     }
 
     /// Whether the first chunk of a stream route went out.
     ///
     /// See the [example](super#example-a-custom-protocol-adapter).
     pub fn is_streaming(&self) -> bool {
-        self.streaming
+        self.state().streaming
     }
 
     /// The first chunk of a stream route went out: from now on the budget, and everything
@@ -110,8 +168,9 @@ impl HopGuard {
     ///
     /// See the [example](super#example-a-custom-protocol-adapter).
     pub fn stream_started(&mut self) {
-        if let (Some(lifetime), false) = (self.stream_lifetime, self.streaming) {
-            self.streaming = true;
+        let state = self.state_mut();
+        if let (Some(lifetime), false) = (state.stream_lifetime, state.streaming) {
+            state.streaming = true;
             self.budget().start_stream(lifetime);
         }
     }
@@ -121,14 +180,14 @@ impl HopGuard {
     ///
     /// See the [example](super#example-a-custom-protocol-adapter).
     pub fn answered(&mut self, outcome: Outcome) {
-        self.answer = Some(Answer::Outcome(outcome));
+        self.state_mut().answer = Some(Answer::Outcome(outcome));
     }
 
     /// The answer is a refusal stating what it needed (C3, C17).
     ///
     /// See the [example](super#example-a-custom-protocol-adapter).
     pub fn answered_refused(&mut self, refused: Refused) {
-        self.answer = Some(Answer::Refused(refused.required()));
+        self.state_mut().answer = Some(Answer::Refused(refused.required()));
     }
 
     /// The adapter's deadline timer fired with the work still running: mark the budget
@@ -138,7 +197,7 @@ impl HopGuard {
     /// See the [example](super#example-a-custom-protocol-adapter).
     pub fn expired(&mut self) {
         self.budget().expire();
-        if let Some(hop) = self.hop.take() {
+        if let Some(hop) = self.state_mut().hop.take() {
             hop.finish(Outcome::Expired);
         }
     }
@@ -147,15 +206,17 @@ impl HopGuard {
     ///
     /// See the [example](super#example-a-custom-protocol-adapter).
     pub fn finish(&mut self) {
-        let Some(hop) = self.hop.take() else { return };
+        let state = self.state_mut();
+        let Some(hop) = state.hop.take() else { return };
+        let state = self.state();
         let now = tokio::time::Instant::now();
         let deadline = self.budget().deadline().instant();
-        let late = (!self.streaming && now > deadline).then(|| now - deadline);
+        let late = (!state.streaming && now > deadline).then(|| now - deadline);
         if let Some(overrun) = late {
             // Work done for nobody: the caller's own deadline had passed (C14).
             hop.late_work(overrun);
         }
-        let outcome = match self.answer {
+        let outcome = match state.answer {
             Some(Answer::Refused(required)) => {
                 hop.refuse(required);
                 Outcome::Refused
@@ -175,7 +236,8 @@ impl HopGuard {
                 outcome
             }
         };
-        if let (Some(learned), Outcome::Completed, false) = (&self.learned, outcome, self.streaming)
+        if let (Some(learned), Outcome::Completed, false) =
+            (&state.learned, outcome, state.streaming)
         {
             // The budget was made at admission from one clock read: deadline minus the budget
             // at arrival is that instant, so learning costs no extra clock read.
@@ -207,42 +269,91 @@ pub(crate) struct Entered<'a> {
 
 impl Drop for HopGuard {
     fn drop(&mut self) {
-        if let Some(hop) = self.hop.take() {
-            self.record_abandoned(hop);
+        let Some(mut state) = self.state.take() else {
+            return;
+        };
+        if let Some(hop) = state.hop.take() {
+            record_abandoned(state.budget.as_ref(), hop);
         }
-        if let Some(budget) = self.budget.take() {
+        if let Some(budget) = state.budget.take() {
             budget.recycle();
         }
+        // Empty now but for the learned threshold: give the box to the next guard.
+        state.learned = None;
+        let _ = SPARE.try_with(|spare| spare.set(Some(state)));
     }
 }
 
-impl HopGuard {
-    /// Dropped before the answer was complete: the caller went away.
-    fn record_abandoned(&self, hop: Hop) {
-        let Some(budget) = self.budget.as_ref() else {
-            // Lost only if the thread's ambient slot was torn down while lent (thread exit).
-            hop.finish(Outcome::Cancelled);
-            return;
-        };
-        // `cancel` records expired instead when the deadline had already passed (C4), and the
-        // outcome is whatever the budget says. `cancel_at` records a cause unless one was
-        // recorded already: either way the recorded cause is the outcome, with no second
-        // clock read.
-        let now = tokio::time::Instant::now();
-        let outcome = if budget.is_unshared() {
-            // Nothing else holds the budget: its end is this hop's outcome alone, decided
-            // as `cancel_at` would record it.
-            match budget.recorded_cause() {
-                Some(cause) => Outcome::from(cause),
-                None if now >= budget.deadline().instant() => Outcome::Expired,
-                None => Outcome::Cancelled,
-            }
-        } else {
-            budget.cancel_at(now);
-            budget
-                .recorded_cause()
-                .map_or(Outcome::Cancelled, Outcome::from)
-        };
-        hop.finish(outcome);
+/// Dropped before the answer was complete: the caller went away.
+fn record_abandoned(budget: Option<&RequestBudget>, hop: Hop) {
+    let Some(budget) = budget else {
+        // Lost only if the thread's ambient slot was torn down while lent (thread exit).
+        hop.finish(Outcome::Cancelled);
+        return;
+    };
+    // `cancel` records expired instead when the deadline had already passed (C4), and the
+    // outcome is whatever the budget says. `cancel_at` records a cause unless one was
+    // recorded already: either way the recorded cause is the outcome, with no second
+    // clock read.
+    let now = tokio::time::Instant::now();
+    let outcome = if budget.is_unshared() {
+        // Nothing else holds the budget: its end is this hop's outcome alone, decided
+        // as `cancel_at` would record it.
+        match budget.recorded_cause() {
+            Some(cause) => Outcome::from(cause),
+            None if now >= budget.deadline().instant() => Outcome::Expired,
+            None => Outcome::Cancelled,
+        }
+    } else {
+        budget.cancel_at(now);
+        budget
+            .recorded_cause()
+            .map_or(Outcome::Cancelled, Outcome::from)
+    };
+    hop.finish(outcome);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::EndCause;
+    use crate::observe::{HopLabels, Protocol};
+
+    fn guard(budget: &RequestBudget, stream: Option<Duration>) -> HopGuard {
+        let labels = HopLabels::new("svc", "/r", Protocol::Http);
+        HopGuard::new(budget.clone(), Hop::start(&labels, budget), stream)
+    }
+
+    fn state_addr(guard: &HopGuard) -> *const State {
+        guard.state()
+    }
+
+    /// A guard's box goes to the next guard on the thread, and nothing of the first request
+    /// comes with it: not its answer, not its stream, not its learned threshold.
+    #[tokio::test(start_paused = true)]
+    async fn a_recycled_guard_starts_empty() {
+        let first_budget = RequestBudget::local(Duration::from_secs(1), Default::default());
+        let mut first = guard(&first_budget, Some(Duration::from_secs(10)));
+        first.stream_started();
+        first.answered(Outcome::Expired);
+        let learned = Arc::new(LearnedThreshold::new(Duration::ZERO, Default::default()));
+        first = first.learning(Some(&learned));
+        let first_addr = state_addr(&first);
+        drop(first);
+        assert_eq!(
+            Arc::strong_count(&learned),
+            1,
+            "the spare still holds the threshold"
+        );
+
+        let budget = RequestBudget::local(Duration::from_secs(1), Default::default());
+        let mut second = guard(&budget, None);
+        assert_eq!(state_addr(&second), first_addr, "the box was not reused");
+        assert!(!second.is_streaming());
+        assert_eq!(second.stream_lifetime(), None);
+        // A completed answer ends the request's work as cancelled; the first request's
+        // `expired` answer, had it stayed, would end it as expired.
+        second.finish();
+        assert_eq!(budget.end_cause(), Some(EndCause::Cancelled));
     }
 }
