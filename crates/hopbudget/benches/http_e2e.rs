@@ -3,10 +3,11 @@
 //!
 //! A hyper HTTP/1.1 client keeps `CONNECTIONS` keep-alive connections busy (one request in
 //! flight on each), every request carrying `x-request-timeout-ms: 500`. The servers take
-//! turns, `ROUNDS` rounds of `ROUND` each; each round's count is compared with the bare
-//! server's in the same round, and the median of those ratios is the figure, which a shared
-//! machine's drift moves far less than totals. Target: the layer loses at most 3% of the bare
-//! server's throughput.
+//! turns, `ROUNDS` rounds of `ROUND` each (`HOPBUDGET_E2E_ROUNDS` sets another number). In a
+//! round every layered server runs between two runs of the bare server, and its count is
+//! compared with the mean of those two; the median of those ratios is the figure, which a
+//! shared machine's drift moves far less than totals. Target: the layer loses at most 3% of
+//! the bare server's throughput.
 //!
 //! Two more servers give the figure its scale: `tower-http`'s `TimeoutLayer` shows what a
 //! plain per-hop timeout costs on the same path, and its `TraceLayer` (no subscriber
@@ -30,6 +31,16 @@ use hyper_util::rt::TokioIo;
 const CONNECTIONS: usize = 32;
 const ROUND: Duration = Duration::from_millis(500);
 const ROUNDS: usize = 30;
+
+/// `ROUNDS`, or the number in `HOPBUDGET_E2E_ROUNDS`.
+fn rounds() -> usize {
+    match std::env::var("HOPBUDGET_E2E_ROUNDS") {
+        Ok(text) => text
+            .parse()
+            .unwrap_or_else(|_| panic!("HOPBUDGET_E2E_ROUNDS={text:?} is not a number of rounds")),
+        Err(_) => ROUNDS,
+    }
+}
 
 async fn serve(router: Router) -> std::net::SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -106,29 +117,44 @@ fn main() {
         for (_, addr) in &servers {
             round(*addr).await;
         }
-        // Per round, each server's count against the bare server's in the same round: the
-        // rounds sit next to each other in time, so the ratio cancels most of the drift of a
-        // shared machine, and the median of the ratios the outliers.
+        // Per round, every layered server runs between two runs of the bare server, and its
+        // count is taken against the mean of those two: the runs compared sit next to each
+        // other in time, so the ratio cancels most of a shared machine's drift, and the median
+        // of the ratios its outliers. The layered servers take turns at going first.
         let mut counts = vec![0u64; servers.len()];
+        let mut bare_rounds = 0u64;
         let mut ratios = vec![Vec::new(); servers.len()];
         let started = Instant::now();
-        for _ in 0..ROUNDS {
-            let mut round_counts = vec![0u64; servers.len()];
-            for (count, (_, addr)) in round_counts.iter_mut().zip(&servers) {
-                *count = round(*addr).await;
-            }
-            for (i, n) in round_counts.iter().enumerate() {
+        let rounds = rounds();
+        let layered = servers.len() - 1;
+        for r in 0..rounds {
+            let mut before = round(servers[0].1).await;
+            counts[0] += before;
+            bare_rounds += 1;
+            for k in 0..layered {
+                let i = 1 + (r + k) % layered;
+                let n = round(servers[i].1).await;
+                let after = round(servers[0].1).await;
+                counts[0] += after;
+                bare_rounds += 1;
                 counts[i] += n;
-                ratios[i].push(*n as f64 / round_counts[0].max(1) as f64);
+                ratios[i].push(n as f64 / ((before + after) as f64 / 2.0).max(1.0));
+                before = after;
             }
+            ratios[0].push(1.0);
         }
-        let each = ROUND.as_secs_f64() * ROUNDS as f64;
         println!(
-            "{CONNECTIONS} connections, {ROUNDS} rounds of {ROUND:?} per server, servers taking turns ({:.0?} in all)",
+            "{CONNECTIONS} connections, {rounds} rounds of {ROUND:?} per layered server, each between two of the bare server ({:.0?} in all)",
             started.elapsed()
         );
         println!("server                    req/s  against bare: median of rounds [quartiles]");
-        for ((name, _), (count, mut r)) in servers.iter().zip(counts.into_iter().zip(ratios)) {
+        for (i, ((name, _), (count, mut r))) in servers
+            .iter()
+            .zip(counts.into_iter().zip(ratios))
+            .enumerate()
+        {
+            let runs = if i == 0 { bare_rounds } else { rounds as u64 };
+            let each = ROUND.as_secs_f64() * runs as f64;
             r.sort_by(f64::total_cmp);
             let q = |f: f64| 100.0 * (r[((r.len() - 1) as f64 * f).round() as usize] - 1.0);
             println!(
