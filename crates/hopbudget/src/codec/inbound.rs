@@ -56,13 +56,13 @@ impl InboundCarriers {
         let carriers: Vec<_> = carriers.into_iter().collect();
         let lengths = carriers
             .iter()
-            .fold(0, |mask, (_, name)| mask | length_bit(name));
+            .fold(0, |mask, (_, name)| mask | length_bit(name.as_str()));
         Self { carriers, lengths }
     }
 
     /// Whether some carrier's name is as long as `name`: if not, `name` is none of them.
     #[inline]
-    fn may_name_a_carrier(&self, name: &HeaderName) -> bool {
+    fn may_name_a_carrier(&self, name: &str) -> bool {
         self.lengths & length_bit(name) != 0
     }
 
@@ -157,8 +157,8 @@ const SCAN_BELOW: usize = 8;
 
 /// The bit of [`InboundCarriers::lengths`] for a name of this length.
 #[inline]
-fn length_bit(name: &HeaderName) -> u64 {
-    1 << name.as_str().len().min(63)
+fn length_bit(name: &str) -> u64 {
+    1 << name.len().min(63)
 }
 
 /// Read the tightest budget among the enabled carriers present in `headers`, clamped to `max`.
@@ -208,11 +208,15 @@ pub fn read_inbound(
         // A small map is cheaper to walk once, comparing names, than to hash every carrier's
         // name for a lookup (this runs on every request of every layer).
         for (name, value) in headers {
-            if !carriers.may_name_a_carrier(name) {
+            // Compared as text: `HeaderName`'s own equality first matches its representation
+            // (standard, lower-case custom, ...) for every carrier, and a name's text is read
+            // once here for the length test anyway.
+            let text = name.as_str();
+            if !carriers.may_name_a_carrier(text) {
                 continue;
             }
             for (carrier, wanted) in carriers.iter() {
-                if name == wanted {
+                if wanted.as_str() == text {
                     consider(carrier, wanted, value)?;
                 }
             }
