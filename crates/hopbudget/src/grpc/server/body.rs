@@ -88,7 +88,11 @@ impl<B: Body> Body for ResponseBody<B> {
             // The hop is closed: pass the rest through.
             return inner.poll_frame(cx);
         };
-        let frame = match guard.enter(|| inner.poll_frame(cx)) {
+        let polled = {
+            let _entered = guard.entered();
+            inner.poll_frame(cx)
+        };
+        let frame = match polled {
             Poll::Ready(frame) => frame,
             Poll::Pending => {
                 if this.sleep.is_none() {

@@ -104,7 +104,11 @@ where
                     panic!("`ResponseFuture` polled after completion");
                 };
                 // The handler runs inside the budget's scope and the hop's span (C11, C14).
-                if let Poll::Ready(result) = g.enter(|| fut.poll(cx)) {
+                let polled = {
+                    let _entered = g.entered();
+                    fut.poll(cx)
+                };
+                if let Poll::Ready(result) = polled {
                     let mut guard = guard.take();
                     inner.set(None);
                     let response = match result {

@@ -86,7 +86,10 @@ where
                 strip_internal_markers(req.headers_mut());
                 req.extensions_mut().insert(guard.budget().clone());
                 // Some services do work in `call` itself; give it the scope and span too.
-                let inner = guard.enter(|| self.inner.call(req));
+                let inner = {
+                    let _entered = guard.entered();
+                    self.inner.call(req)
+                };
                 return ResponseFuture::running(inner, guard, config.clone());
             }
             Verdict::Malformed(malformed) => {
