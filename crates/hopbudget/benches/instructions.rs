@@ -1,0 +1,171 @@
+//! Instruction counts per request, for `valgrind --tool=callgrind`.
+//!
+//! Wall-clock timings on a shared two-core VM move by a third or more from one run to the
+//! next; the number of instructions a request takes does not. This binary runs one stack for
+//! a given number of requests and nothing else, so that two runs under callgrind, with
+//! different counts, give the instructions of one request as their difference (start-up
+//! and the runtime's set-up cancel out). `scripts/instructions.sh` does that for every stack
+//! below and prints the table in the README's *Performance* section.
+//!
+//! ```text
+//! instructions STACK REQUESTS
+//! ```
+//!
+//! In process (one instant service, a request built per iteration carrying
+//! `x-request-timeout-ms: 500`, its answer read to its end): `bare`, `timeout`
+//! (`tower::timeout::Timeout`) and `layer` (`ServerBudgetLayer`), each as is (a fresh request,
+//! no extension map yet) or with `-routed` (one extension already there, as behind axum's
+//! router, which inserts `OriginalUri` and `MatchedPath`).
+//!
+//! End to end (an axum server and a hyper HTTP/1.1 client on one thread over loopback, one
+//! request in flight): `e2e-bare`, `e2e-timeout` (`tower-http`'s `TimeoutLayer`), `e2e-trace`
+//! (`tower-http`'s `TraceLayer`, no subscriber) and `e2e-layer`.
+//!
+//! Build with `cargo bench -p hopbudget --features http,axum --bench instructions --no-run`.
+
+use std::convert::Infallible;
+use std::future::Ready;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::FutureExt;
+use hopbudget::Profile;
+use hopbudget::http::server::ServerBudgetLayer;
+use http::{Request, Response};
+use http_body_util::{BodyExt, Empty, Full};
+use hyper_util::rt::TokioIo;
+use tower::{Layer, Service, ServiceExt};
+
+type Req = Request<Full<Bytes>>;
+
+/// The instant service every in-process stack wraps.
+#[derive(Clone, Copy)]
+struct Bare;
+
+impl Service<Req> for Bare {
+    type Response = Response<Full<Bytes>>;
+    type Error = Infallible;
+    type Future = Ready<Result<Self::Response, Infallible>>;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Infallible>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _req: Req) -> Self::Future {
+        std::future::ready(Ok(Response::new(Full::new(Bytes::from_static(b"ok")))))
+    }
+}
+
+/// Stands in for the extensions axum's router has inserted by the time a route layer runs.
+#[derive(Clone)]
+struct Routed;
+
+/// `requests` requests through `svc`, each answered at once and its body read to its end.
+fn in_process<S, B>(mut svc: S, requests: usize, routed: bool)
+where
+    S: Service<Req, Response = Response<B>>,
+    S::Error: std::fmt::Debug,
+    B: http_body::Body,
+    B::Error: std::fmt::Debug,
+{
+    for _ in 0..requests {
+        let mut req = Request::get("/quote")
+            .header("x-request-timeout-ms", "500")
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        if routed {
+            req.extensions_mut().insert(Routed);
+        }
+        let _ = svc.ready().now_or_never();
+        let res = svc.call(req).now_or_never().expect("an instant service");
+        let body = res.unwrap().into_body().collect().now_or_never();
+        std::hint::black_box(body);
+    }
+}
+
+/// `requests` HTTP/1.1 round trips, one after another, to `router` served on loopback.
+async fn end_to_end(router: axum::Router, requests: usize) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream.set_nodelay(true).unwrap();
+    let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    for _ in 0..requests {
+        let req = Request::get("/items/7")
+            .header("host", "bench")
+            .header("x-request-timeout-ms", "500")
+            .body(Empty::<Bytes>::new())
+            .unwrap();
+        send.ready().await.unwrap();
+        let res = send.send_request(req).await.unwrap();
+        assert_eq!(res.status(), 200);
+        res.into_body().collect().await.unwrap();
+    }
+}
+
+fn app() -> axum::Router {
+    axum::Router::new().route("/items/{id}", axum::routing::get(|| async { "ok" }))
+}
+
+const STACKS: &str = "bare, timeout, layer (each also with -routed), e2e-bare, e2e-timeout, \
+                      e2e-trace, e2e-layer";
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let (Some(stack), Some(requests)) = (args.next(), args.next()) else {
+        eprintln!("usage: instructions STACK REQUESTS   (STACK: {STACKS})");
+        std::process::exit(2);
+    };
+    let Ok(requests) = requests.parse::<usize>() else {
+        eprintln!("REQUESTS must be a whole number, not {requests:?}");
+        std::process::exit(2);
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let _enter = rt.enter();
+    let timeout = Duration::from_millis(500);
+    let (base, routed) = match stack.strip_suffix("-routed") {
+        Some(base) => (base, true),
+        None => (stack.as_str(), false),
+    };
+    match base {
+        "bare" => in_process(Bare, requests, routed),
+        "timeout" => in_process(
+            tower::timeout::TimeoutLayer::new(timeout).layer(Bare),
+            requests,
+            routed,
+        ),
+        "layer" => in_process(
+            ServerBudgetLayer::new(Profile::default()).layer(Bare),
+            requests,
+            routed,
+        ),
+        "e2e-bare" if !routed => rt.block_on(end_to_end(app(), requests)),
+        "e2e-timeout" if !routed => {
+            #[allow(deprecated)]
+            let layer = tower_http::timeout::TimeoutLayer::new(timeout);
+            rt.block_on(end_to_end(app().layer(layer), requests))
+        }
+        "e2e-trace" if !routed => rt.block_on(end_to_end(
+            app().layer(tower_http::trace::TraceLayer::new_for_http()),
+            requests,
+        )),
+        "e2e-layer" if !routed => rt.block_on(end_to_end(
+            app().layer(ServerBudgetLayer::new(Profile::default())),
+            requests,
+        )),
+        _ => {
+            eprintln!("no stack named {stack:?} (STACK: {STACKS})");
+            std::process::exit(2);
+        }
+    }
+}

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Instructions per request of the HTTP server layer and what it is compared with, counted by
+# valgrind's callgrind, which repeats a count exactly whatever else the machine is doing.
+#
+#   scripts/instructions.sh [STACK ...]     (default: every stack; see benches/instructions.rs)
+#
+# Each stack runs twice, with SMALL and LARGE requests; the difference of the two totals over
+# LARGE - SMALL is one request's instructions, with start-up and set-up cancelled out.
+# FEATURES (default http,axum,metrics) are the hopbudget features the driver is built with.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+command -v valgrind >/dev/null || { echo "valgrind is not installed (apt-get install valgrind)" >&2; exit 2; }
+features=${FEATURES:-http,axum,metrics}
+small=${SMALL:-2000}
+large=${LARGE:-6000}
+bin=$(cargo bench -q -p hopbudget --features "$features" --bench instructions --no-run \
+        --message-format=json 2>/dev/null |
+      python3 -c 'import json,sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "instructions" and m.get("executable"):
+        print(m["executable"])')
+[ -n "$bin" ] || { echo "could not build the instructions bench" >&2; exit 1; }
+stacks=("$@")
+[ ${#stacks[@]} -gt 0 ] || stacks=(bare timeout layer bare-routed timeout-routed layer-routed
+                                   e2e-bare e2e-timeout e2e-trace e2e-layer)
+count() {
+    valgrind --tool=callgrind --callgrind-out-file=/dev/null "$bin" "$1" "$2" 2>&1 |
+        sed -n 's/.*Collected : \([0-9]*\).*/\1/p'
+}
+printf '%-16s %12s\n' stack "instr/request"
+for stack in "${stacks[@]}"; do
+    a=$(count "$stack" "$small")
+    b=$(count "$stack" "$large")
+    [ -n "$a" ] && [ -n "$b" ] || { echo "$stack: no count from valgrind" >&2; exit 1; }
+    printf '%-16s %12d\n' "$stack" $(( (b - a) / (large - small) ))
+done
