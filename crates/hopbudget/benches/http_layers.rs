@@ -9,8 +9,6 @@
 //! Run with `cargo bench -p hopbudget --bench http_layers --features http` (the `metrics`
 //! feature adds the cost of the metrics facade to every hop).
 
-use std::convert::Infallible;
-use std::future::Ready;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -18,41 +16,22 @@ use futures_util::FutureExt;
 use hopbudget::Profile;
 use hopbudget::http::client::ClientBudgetLayer;
 use hopbudget::http::server::ServerBudgetLayer;
-use http::{Request, Response};
+use http::Request;
 use http_body_util::Full;
 use tower::{Layer, Service, ServiceExt};
+
+mod support;
+use support::{Bare, Req};
 
 fn main() {
     divan::main();
 }
-
-type Req = Request<Full<Bytes>>;
 
 fn request(timeout_ms: &'static str, path: &'static str) -> Req {
     Request::get(path)
         .header("x-request-timeout-ms", timeout_ms)
         .body(Full::new(Bytes::new()))
         .unwrap()
-}
-
-#[derive(Clone, Copy)]
-struct Bare;
-
-impl Service<Req> for Bare {
-    type Response = Response<Full<Bytes>>;
-    type Error = Infallible;
-    type Future = Ready<Result<Self::Response, Infallible>>;
-
-    fn poll_ready(
-        &mut self,
-        _: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Result<(), Infallible>> {
-        std::task::Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, _req: Req) -> Self::Future {
-        std::future::ready(Ok(Response::new(Full::new(Bytes::from_static(b"ok")))))
-    }
 }
 
 /// Runs `svc` once per iteration on a fresh request; the service answers at once, so the

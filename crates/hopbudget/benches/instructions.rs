@@ -23,8 +23,6 @@
 //!
 //! Build with `cargo bench -p hopbudget --features http,axum --bench instructions --no-run`.
 
-use std::convert::Infallible;
-use std::future::Ready;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -36,28 +34,8 @@ use http_body_util::{BodyExt, Empty, Full};
 use hyper_util::rt::TokioIo;
 use tower::{Layer, Service, ServiceExt};
 
-type Req = Request<Full<Bytes>>;
-
-/// The instant service every in-process stack wraps.
-#[derive(Clone, Copy)]
-struct Bare;
-
-impl Service<Req> for Bare {
-    type Response = Response<Full<Bytes>>;
-    type Error = Infallible;
-    type Future = Ready<Result<Self::Response, Infallible>>;
-
-    fn poll_ready(
-        &mut self,
-        _: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Result<(), Infallible>> {
-        std::task::Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, _req: Req) -> Self::Future {
-        std::future::ready(Ok(Response::new(Full::new(Bytes::from_static(b"ok")))))
-    }
-}
+mod support;
+use support::{Bare, Req};
 
 /// Stands in for the extensions axum's router has inserted by the time a route layer runs.
 #[derive(Clone)]
