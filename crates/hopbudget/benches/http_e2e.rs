@@ -15,6 +15,10 @@
 //! answer's end.
 //!
 //! Run with `cargo bench -p hopbudget --bench http_e2e --features http,axum,metrics`.
+//!
+//! With `HOPBUDGET_E2E_SERVE=1` it only serves the four servers, prints their addresses (one
+//! `name address` line each, bare first) and waits, for a load generator in another process:
+//! `scripts/e2e_oha.sh` drives them with `oha` the same way, server next to bare server.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -94,76 +98,92 @@ fn main() {
         .build()
         .unwrap();
     rt.block_on(async {
-        // `tower-http`'s `TimeoutLayer` is what a service has without hopbudget: one fixed
-        // timeout per hop. It changes no body type, so axum does not box its responses.
-        #[allow(deprecated)]
-        let timeout = tower_http::timeout::TimeoutLayer::new(Duration::from_millis(500));
-        let servers = [
-            ("bare axum server", serve(app()).await),
-            ("tower-http TimeoutLayer", serve(app().layer(timeout)).await),
-            (
-                "ServerBudgetLayer",
-                serve(app().layer(ServerBudgetLayer::new(Profile::default()))).await,
-            ),
-            // `tower-http`'s `TraceLayer`, with no subscriber installed, is the nearest thing
-            // in the ecosystem to the server layer's shape: it wraps the future and the body
-            // to see the answer's end, so axum boxes the body again, as it does for ours.
-            (
-                "tower-http TraceLayer",
-                serve(app().layer(tower_http::trace::TraceLayer::new_for_http())).await,
-            ),
-        ];
-        // Warm every server up once.
-        for (_, addr) in &servers {
-            round(*addr).await;
-        }
-        // Per round, every layered server runs between two runs of the bare server, and its
-        // count is taken against the mean of those two: the runs compared sit next to each
-        // other in time, so the ratio cancels most of a shared machine's drift, and the median
-        // of the ratios its outliers. The layered servers take turns at going first.
-        let mut counts = vec![0u64; servers.len()];
-        let mut bare_rounds = 0u64;
-        let mut ratios = vec![Vec::new(); servers.len()];
-        let started = Instant::now();
-        let rounds = rounds();
-        let layered = servers.len() - 1;
-        for r in 0..rounds {
-            let mut before = round(servers[0].1).await;
-            counts[0] += before;
-            bare_rounds += 1;
-            for k in 0..layered {
-                let i = 1 + (r + k) % layered;
-                let n = round(servers[i].1).await;
-                let after = round(servers[0].1).await;
-                counts[0] += after;
-                bare_rounds += 1;
-                counts[i] += n;
-                ratios[i].push(n as f64 / ((before + after) as f64 / 2.0).max(1.0));
-                before = after;
+        let servers = servers().await;
+        if std::env::var_os("HOPBUDGET_E2E_SERVE").is_some() {
+            for (name, addr) in &servers {
+                println!("{} {addr}", name.replace(' ', "-"));
             }
-            ratios[0].push(1.0);
+            std::future::pending::<()>().await;
         }
-        println!(
-            "{CONNECTIONS} connections, {rounds} rounds of {ROUND:?} per layered server, each between two of the bare server ({:.0?} in all)",
-            started.elapsed()
-        );
-        println!("server                    req/s  against bare: median of rounds [quartiles]");
-        for (i, ((name, _), (count, mut r))) in servers
-            .iter()
-            .zip(counts.into_iter().zip(ratios))
-            .enumerate()
-        {
-            let runs = if i == 0 { bare_rounds } else { rounds as u64 };
-            let each = ROUND.as_secs_f64() * runs as f64;
-            r.sort_by(f64::total_cmp);
-            let q = |f: f64| 100.0 * (r[((r.len() - 1) as f64 * f).round() as usize] - 1.0);
-            println!(
-                "{name:<24} {:>8.0}  {:+.1}% [{:+.1}%, {:+.1}%]",
-                count as f64 / each,
-                q(0.5),
-                q(0.25),
-                q(0.75)
-            );
-        }
+        compare(&servers).await;
     });
+}
+
+/// The bare server first, then the layered ones, each on a port of its own.
+async fn servers() -> [(&'static str, std::net::SocketAddr); 4] {
+    // `tower-http`'s `TimeoutLayer` is what a service has without hopbudget: one fixed
+    // timeout per hop. It changes no body type, so axum does not box its responses.
+    #[allow(deprecated)]
+    let timeout = tower_http::timeout::TimeoutLayer::new(Duration::from_millis(500));
+    [
+        ("bare axum server", serve(app()).await),
+        ("tower-http TimeoutLayer", serve(app().layer(timeout)).await),
+        (
+            "ServerBudgetLayer",
+            serve(app().layer(ServerBudgetLayer::new(Profile::default()))).await,
+        ),
+        // `tower-http`'s `TraceLayer`, with no subscriber installed, is the nearest thing
+        // in the ecosystem to the server layer's shape: it wraps the future and the body
+        // to see the answer's end, so axum boxes the body again, as it does for ours.
+        (
+            "tower-http TraceLayer",
+            serve(app().layer(tower_http::trace::TraceLayer::new_for_http())).await,
+        ),
+    ]
+}
+
+/// Every layered server's throughput against the bare server's, printed.
+async fn compare(servers: &[(&'static str, std::net::SocketAddr)]) {
+    // Warm every server up once.
+    for (_, addr) in servers {
+        round(*addr).await;
+    }
+    // Per round, every layered server runs between two runs of the bare server, and its
+    // count is taken against the mean of those two: the runs compared sit next to each
+    // other in time, so the ratio cancels most of a shared machine's drift, and the median
+    // of the ratios its outliers. The layered servers take turns at going first.
+    let mut counts = vec![0u64; servers.len()];
+    let mut bare_rounds = 0u64;
+    let mut ratios = vec![Vec::new(); servers.len()];
+    let started = Instant::now();
+    let rounds = rounds();
+    let layered = servers.len() - 1;
+    for r in 0..rounds {
+        let mut before = round(servers[0].1).await;
+        counts[0] += before;
+        bare_rounds += 1;
+        for k in 0..layered {
+            let i = 1 + (r + k) % layered;
+            let n = round(servers[i].1).await;
+            let after = round(servers[0].1).await;
+            counts[0] += after;
+            bare_rounds += 1;
+            counts[i] += n;
+            ratios[i].push(n as f64 / ((before + after) as f64 / 2.0).max(1.0));
+            before = after;
+        }
+        ratios[0].push(1.0);
+    }
+    println!(
+        "{CONNECTIONS} connections, {rounds} rounds of {ROUND:?} per layered server, each between two of the bare server ({:.0?} in all)",
+        started.elapsed()
+    );
+    println!("server                    req/s  against bare: median of rounds [quartiles]");
+    for (i, ((name, _), (count, mut r))) in servers
+        .iter()
+        .zip(counts.into_iter().zip(ratios))
+        .enumerate()
+    {
+        let runs = if i == 0 { bare_rounds } else { rounds as u64 };
+        let each = ROUND.as_secs_f64() * runs as f64;
+        r.sort_by(f64::total_cmp);
+        let q = |f: f64| 100.0 * (r[((r.len() - 1) as f64 * f).round() as usize] - 1.0);
+        println!(
+            "{name:<24} {:>8.0}  {:+.1}% [{:+.1}%, {:+.1}%]",
+            count as f64 / each,
+            q(0.5),
+            q(0.25),
+            q(0.75)
+        );
+    }
 }
