@@ -22,14 +22,8 @@ features=${FEATURES:-http,axum,metrics}
 rounds=${ROUNDS:-10}
 secs=${RUN_SECONDS:-2}
 conns=${CONNECTIONS:-32}
-bin=$(cargo bench -q -p hopbudget --features "$features" --bench http_e2e --no-run \
-        --message-format=json |
-      python3 -c 'import json,sys
-for line in sys.stdin:
-    m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "http_e2e" and m.get("executable"):
-        print(m["executable"])')
-[ -n "$bin" ] || { echo "could not build the http_e2e bench" >&2; exit 1; }
+. scripts/bench_bin.sh
+bin=$(bench_bin http_e2e "$features")
 
 listing=$(mktemp)
 HOPBUDGET_E2E_SERVE=1 "$bin" >"$listing" &

@@ -13,14 +13,8 @@ command -v valgrind >/dev/null || { echo "valgrind is not installed (apt-get ins
 features=${FEATURES:-http,axum,metrics}
 small=${SMALL:-2000}
 large=${LARGE:-6000}
-bin=$(cargo bench -q -p hopbudget --features "$features" --bench instructions --no-run \
-        --message-format=json |
-      python3 -c 'import json,sys
-for line in sys.stdin:
-    m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "instructions" and m.get("executable"):
-        print(m["executable"])')
-[ -n "$bin" ] || { echo "could not build the instructions bench" >&2; exit 1; }
+. scripts/bench_bin.sh
+bin=$(bench_bin instructions "$features")
 stacks=("$@")
 [ ${#stacks[@]} -gt 0 ] || stacks=(bare timeout layer bare-routed timeout-routed layer-routed
                                    e2e-bare e2e-timeout e2e-trace e2e-layer)
