@@ -176,7 +176,16 @@ async fn every_round(timeout_header: &str, check: impl Fn(&Answer)) {
 
 /// Run `ROUNDS` exchanges on `path`; every one must succeed and pass `check`.
 async fn every_round_on(path: &str, timeout_header: &str, check: impl Fn(&Answer)) {
-    let addr = serve().await;
+    every_round_at(serve().await, path, timeout_header, check).await;
+}
+
+/// [`every_round_on`] against the server at `addr`.
+async fn every_round_at(
+    addr: std::net::SocketAddr,
+    path: &str,
+    timeout_header: &str,
+    check: impl Fn(&Answer),
+) {
     let mut failures = Vec::new();
     for round in 0..ROUNDS {
         match exchange(addr, path, timeout_header).await {
@@ -235,6 +244,37 @@ async fn deadline_answer_reaches_a_client_that_writes_its_body_late() {
         assert_eq!(a.header("connection"), Some("close"), "{a:?}");
         assert_eq!(a.header("x-deadline-outcome"), Some("expired"), "{a:?}");
         assert_eq!(a.body, "deadline expired\n", "{a:?}");
+    })
+    .await;
+}
+
+/// The layer around the whole router instead of inside it (as for middleware that must see
+/// every request before routing), served by `axum::serve`, which hands the service axum's own
+/// body type: the 504 at the deadline drains the body there too.
+#[tokio::test]
+async fn deadline_answer_reaches_a_client_with_the_layer_outside_the_router() {
+    let router = Router::new().route(
+        "/upload-open",
+        post(|body: Bytes| async move { format!("got {}", body.len()) }),
+    );
+    let app = tower::ServiceBuilder::new()
+        .map_response(axum::response::IntoResponse::into_response)
+        .layer(ServerBudgetLayer::new(Profile::default()))
+        .service(router);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        axum::serve(
+            listener,
+            axum::ServiceExt::<axum::extract::Request>::into_make_service(app),
+        )
+        .await
+        .unwrap()
+    });
+    every_round_at(addr, "/upload-open", "100", |a| {
+        assert_eq!(a.status, 504, "{a:?}");
+        assert_eq!(a.header("connection"), Some("close"), "{a:?}");
+        assert_eq!(a.header("x-deadline-outcome"), Some("expired"), "{a:?}");
     })
     .await;
 }

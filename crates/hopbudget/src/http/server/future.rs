@@ -37,7 +37,7 @@ pin_project! {
         guard: Option<HopGuard>,
         status: HttpStatusMap,
         // The request body, lent through the layer, to drain if the deadline answer leaves
-        // it unread (behind axum's router only; see `linger::LentBody`).
+        // it unread (an axum body only; see `linger::LentBody`).
         lent: Option<LentBody>,
         _body: PhantomData<fn() -> B>,
     }

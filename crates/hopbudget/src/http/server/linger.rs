@@ -3,7 +3,7 @@
 //! and discards it in the background, bounded by [`DRAIN_MAX_BYTES`] and [`DRAIN_MAX_TIME`],
 //! and marks the answer `Connection: close`. The same happens to what is left of the body
 //! when the layer answers 504 at the deadline while the handler was still waiting for it:
-//! behind axum's router the handler reads its body through the layer ([`LentBody`]), so the
+//! where the body is axum's own the handler reads it through the layer ([`LentBody`]), so the
 //! layer still has it when it drops the handler.
 //!
 //! Why this is needed, from hyper 1.x's HTTP/1 server (`proto/h1/dispatch.rs`, `conn.rs`):
@@ -31,8 +31,9 @@
 //! answer is most often a refusal made under overload.
 //!
 //! Not drained:
-//! - At the deadline, when the layer is not behind axum's router (`Router::layer`): the body
-//!   type is then the caller's own (hyper's `Incoming`, say), which the layer cannot replace
+//! - At the deadline, when the request body is not axum's `Body` (which it is behind axum's
+//!   router, and around a router served by `axum::serve`): the body type is then the caller's
+//!   own (hyper's `Incoming`, served by hyper directly, say), which the layer cannot replace
 //!   without changing the type the inner service sees, so the body stays inside the dropped
 //!   handler and hyper closes the connection with it unread, as it would without the layer.
 //! - HTTP/2 and later: hyper's h2 resets only the stream, with `RST_STREAM(NO_ERROR)` once the
@@ -137,9 +138,9 @@ fn spawn_drain<B: Body + Send + 'static>(body: B) {
 /// what is left of it when it answers 504 at the deadline while the handler is waiting for
 /// the body (C18): the handler's future, and the body with it, is dropped then.
 ///
-/// Only behind axum's router (`Router::layer`), where every request body is an
-/// `axum::body::Body` and the layer can put its own in its place without changing the type
-/// the handler sees. Made only for a body that would need draining (HTTP/1.x, not empty, no
+/// Only where the request body is an `axum::body::Body` (behind axum's router, and around a
+/// router served by `axum::serve`, which hands every service axum's body): there the layer
+/// can put its own in its place without changing the type the handler sees. Made only for a body that would need draining (HTTP/1.x, not empty, no
 /// `Expect: 100-continue`): a request without a body pays nothing.
 #[cfg(feature = "axum")]
 pub(super) struct LentBody(std::sync::Arc<std::sync::Mutex<Option<axum::body::Body>>>);

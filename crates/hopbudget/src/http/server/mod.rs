@@ -22,10 +22,11 @@
 //! 4. Bounds the handler by the deadline. At expiry it marks the budget expired (which cancels
 //!    every child budget, spawned task and outbound call), drops the handler and answers with
 //!    the `expired` status (504) (C4, C7). Like `tower::timeout::Timeout`, it registers a timer
-//!    only once the handler has returned `Pending`. Behind axum's router (`Router::layer`) the
-//!    handler reads its request body through the layer, so a 504 sent while the handler was
-//!    still waiting for the body drains the rest of it as in 2. (C18); elsewhere the body goes
-//!    with the handler.
+//!    only once the handler has returned `Pending`. Where the request body is axum's own
+//!    (behind axum's router with `Router::layer`, or around the whole router served by
+//!    `axum::serve`) the handler reads it through the layer, so a 504 sent while the handler
+//!    was still waiting for the body drains the rest of it as in 2. (C18); with another body
+//!    type (hyper's `Incoming`, served by hyper directly) the body goes with the handler.
 //! 5. If the client goes away first (hyper drops the response future or body), the budget is
 //!    cancelled and the hop recorded as its end cause: `cancelled`, or `expired` if the
 //!    deadline had already passed (C4, C5).
