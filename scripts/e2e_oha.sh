@@ -3,7 +3,7 @@
 # process of its own: the second measure beside `cargo bench --bench http_e2e`, whose hyper
 # client shares the server's process and runtime.
 #
-#   scripts/e2e_oha.sh      (ROUNDS=10, RUN_SECONDS=2, CONNECTIONS=32)
+#   scripts/e2e_oha.sh      (ROUNDS=15, RUN_SECONDS=2, CONNECTIONS=32: the README's figures)
 #
 # The bench serves its four axum servers (bare, TimeoutLayer, ServerBudgetLayer, TraceLayer)
 # with HOPBUDGET_E2E_SERVE=1. In each round every layered server runs between two runs of the
@@ -19,16 +19,17 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v oha >/dev/null || { echo "oha is not installed (cargo install oha --locked)" >&2; exit 2; }
 features=${FEATURES:-http,axum,metrics}
-rounds=${ROUNDS:-10}
+rounds=${ROUNDS:-15}
 secs=${RUN_SECONDS:-2}
 conns=${CONNECTIONS:-32}
 . scripts/bench_bin.sh
 bin=$(bench_bin http_e2e "$features")
 
 listing=$(mktemp)
+results=$(mktemp)
 HOPBUDGET_E2E_SERVE=1 "$bin" >"$listing" &
 server=$!
-trap 'kill "$server" 2>/dev/null; rm -f "$listing"' EXIT
+trap 'kill "$server" 2>/dev/null; rm -f "$listing" "$results"' EXIT
 for _ in $(seq 300); do
     [ "$(wc -l <"$listing")" -ge 4 ] && break
     kill -0 "$server" 2>/dev/null || { echo "the servers exited before listening" >&2; exit 1; }
@@ -60,7 +61,6 @@ print(s["summary"]["requestsPerSec"], 1e6 * (int(sys.argv[3]) - int(sys.argv[2])
 # Warm every server up once.
 for addr in "${addrs[@]}"; do rps "$addr" >/dev/null; done
 
-results=$(mktemp)
 for ((r = 0; r < rounds; r++)); do
     before=$(rps "${addrs[0]}")
     for ((k = 0; k < 3; k++)); do
@@ -91,4 +91,3 @@ for name, runs in rows.items():
     print(f"{name:<26} {mean([r[0] for r in runs]):>7.0f} req/s  {quartiles(rate)};  "
           f"{mean([r[2] for r in runs]):5.1f} us/req (bare {mean([r[3] for r in runs]):4.1f})  {quartiles(cpu)}")
 EOF
-rm -f "$results"

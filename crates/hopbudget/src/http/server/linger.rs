@@ -140,8 +140,9 @@ fn spawn_drain<B: Body + Send + 'static>(body: B) {
 ///
 /// Only where the request body is an `axum::body::Body` (behind axum's router, and around a
 /// router served by `axum::serve`, which hands every service axum's body): there the layer
-/// can put its own in its place without changing the type the handler sees. Made only for a body that would need draining (HTTP/1.x, not empty, no
-/// `Expect: 100-continue`): a request without a body pays nothing.
+/// can put its own in its place without changing the type the handler sees. Made only for a
+/// body that would need draining (HTTP/1.x, not empty, no `Expect: 100-continue`): a request
+/// without a body pays nothing.
 #[cfg(feature = "axum")]
 pub(super) struct LentBody(std::sync::Arc<std::sync::Mutex<Option<axum::body::Body>>>);
 
