@@ -1,0 +1,163 @@
+//! The server layer's in-process ratio to `tower::timeout`, timed in pairs.
+//!
+//! `http_layers` times each stack in its own block of samples, one stack after the other. On
+//! a shared two-core VM the machine's speed drifts between those blocks by more than the
+//! difference being measured: the same code gave a fresh-request ratio of 1.06x in one run
+//! and 1.60x in the next. Here the stacks take turns instead. Each round times one batch of
+//! `BATCH` requests per stack, back to back (a millisecond or two each, the order rotated
+//! every round), and divides the layer's time per request by the `Timeout` stack's from the
+//! same round. The figure is the median of those ratios over `ROUNDS` rounds; drift slower
+//! than a round moves both halves of a pair alike and cancels.
+//!
+//! The requests are built inside the timed loop, as in `http_layers`' `stack_with_request_build`
+//! and `stack_routed_request`: `x-request-timeout-ms: 500`, one instant service, the answer
+//! dropped unread as the divan bench does. `fresh` has no extension map yet (a layer around a
+//! plain hyper service); `routed` carries one extension already, as behind axum's
+//! `Router::layer` (the router has inserted `MatchedPath`).
+//!
+//! ```text
+//! cargo bench -p hopbudget --bench http_ratio --features http
+//! ```
+//!
+//! `HOPBUDGET_RATIO_ROUNDS` sets the number of rounds (default 401).
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use futures_util::FutureExt;
+use hopbudget::Profile;
+use hopbudget::http::server::ServerBudgetLayer;
+use http::Request;
+use http_body_util::Full;
+use tower::{Layer, Service, ServiceExt};
+
+mod support;
+use support::{Bare, Req};
+
+/// Requests per stack per round: long enough to time well, short enough that a pair of
+/// batches sees the same machine.
+const BATCH: u32 = 2_000;
+const ROUNDS: usize = 401;
+
+/// Stands in for axum's `MatchedPath`; only its presence matters.
+#[derive(Clone)]
+struct RoutedBy;
+
+fn request(routed: bool) -> Req {
+    let mut req = Request::get("/quote")
+        .header("x-request-timeout-ms", "500")
+        .body(Full::new(bytes::Bytes::new()))
+        .unwrap();
+    if routed {
+        req.extensions_mut().insert(RoutedBy);
+    }
+    req
+}
+
+/// One stack under test, boxed so that every stack is timed through the same call.
+trait Stack {
+    /// Nanoseconds per request over `BATCH` requests built in the loop.
+    fn batch(&mut self, routed: bool) -> f64;
+}
+
+struct Timed<S>(S);
+
+impl<S> Stack for Timed<S>
+where
+    S: Service<Req>,
+    S::Error: std::fmt::Debug,
+{
+    fn batch(&mut self, routed: bool) -> f64 {
+        let start = Instant::now();
+        for _ in 0..BATCH {
+            let _ = self.0.ready().now_or_never();
+            let res = self.0.call(request(routed)).now_or_never();
+            black_box(res.map(|r| r.unwrap()));
+        }
+        start.elapsed().as_nanos() as f64 / f64::from(BATCH)
+    }
+}
+
+fn rounds() -> usize {
+    match std::env::var("HOPBUDGET_RATIO_ROUNDS") {
+        Ok(text) => text.parse().unwrap_or_else(|_| {
+            panic!("HOPBUDGET_RATIO_ROUNDS={text:?} is not a number of rounds")
+        }),
+        Err(_) => ROUNDS,
+    }
+}
+
+/// The value at quantile `q` of `values`, sorted in place.
+fn quantile(values: &mut [f64], q: f64) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[((values.len() - 1) as f64 * q).round() as usize]
+}
+
+fn compare(routed: bool, rounds: usize) {
+    let timeout = Duration::from_millis(500);
+    let mut stacks: Vec<(&str, Box<dyn Stack>)> = vec![
+        ("bare", Box::new(Timed(Bare))),
+        (
+            "timeout",
+            Box::new(Timed(
+                tower::timeout::TimeoutLayer::new(timeout).layer(Bare),
+            )),
+        ),
+        (
+            "layer",
+            Box::new(Timed(
+                ServerBudgetLayer::new(Profile::default()).layer(Bare),
+            )),
+        ),
+    ];
+    // Warm up caches, the allocator and the layer's per-thread spares.
+    for (_, stack) in &mut stacks {
+        stack.batch(routed);
+    }
+    let mut ns: Vec<Vec<f64>> = vec![Vec::with_capacity(rounds); stacks.len()];
+    let mut ratios = Vec::with_capacity(rounds);
+    for round in 0..rounds {
+        let mut this_round = [0.0; 3];
+        for k in 0..stacks.len() {
+            let i = (round + k) % stacks.len();
+            this_round[i] = stacks[i].1.batch(routed);
+        }
+        for (i, t) in this_round.iter().enumerate() {
+            ns[i].push(*t);
+        }
+        ratios.push(this_round[2] / this_round[1]);
+    }
+    let request = if routed { "routed" } else { "fresh" };
+    let medians: Vec<String> = stacks
+        .iter()
+        .zip(&mut ns)
+        .map(|((name, _), ns)| format!("{name} {:.0} ns", quantile(ns, 0.5)))
+        .collect();
+    println!(
+        "{request:<7} layer / timeout: median {:.2}x [quartiles {:.2}, {:.2}] over {rounds} rounds; \
+         medians per request: {}",
+        quantile(&mut ratios, 0.5),
+        quantile(&mut ratios, 0.25),
+        quantile(&mut ratios, 0.75),
+        medians.join(", "),
+    );
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; a filter argument picks `fresh` or `routed` alone.
+    let filter: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let _enter = rt.enter();
+    let rounds = rounds();
+    for (name, routed) in [("fresh", false), ("routed", true)] {
+        if filter.is_empty() || filter.iter().any(|f| name.contains(f.as_str())) {
+            compare(routed, rounds);
+        }
+    }
+}
