@@ -18,7 +18,8 @@
 //!
 //! With `HOPBUDGET_E2E_SERVE=1` it only serves the four servers, prints their addresses (one
 //! `name address` line each, bare first) and waits, for a load generator in another process:
-//! `scripts/e2e_oha.sh` drives them with `oha` the same way, server next to bare server.
+//! `scripts/e2e_load.sh` drives them with `wrk` or `oha` the same way, server next to bare
+//! server.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -11,8 +11,10 @@
 //!
 //! The requests are built inside the timed loop, as in `http_layers`' `stack_with_request_build`
 //! and `stack_routed_request`: `x-request-timeout-ms: 500`, one instant service, the answer
-//! dropped unread as the divan bench does. `fresh` has no extension map yet (a layer around a
-//! plain hyper service); `routed` carries one extension already, as behind axum's
+//! dropped unread. The drop is timed too, unlike in divan, which drops a sample's outputs only
+//! after timing it: the server layer records the hop's end when its response is dropped, and
+//! a real server pays for that on every request. `fresh` has no extension map yet (a layer
+//! around a plain hyper service); `routed` carries one extension already, as behind axum's
 //! `Router::layer` (the router has inserted `MatchedPath`).
 //!
 //! ```text

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# End-to-end throughput of the HTTP server layer with `oha` as the load generator, in a
-# process of its own: the second measure beside `cargo bench --bench http_e2e`, whose hyper
-# client shares the server's process and runtime.
+# End-to-end throughput of the HTTP server layer with a load generator in a process of its
+# own: the second measure beside `cargo bench --bench http_e2e`, whose hyper client shares the
+# server's process and runtime.
 #
-#   scripts/e2e_oha.sh      (ROUNDS=15, RUN_SECONDS=2, CONNECTIONS=32: the README's figures)
+#   scripts/e2e_load.sh                  wrk, server and wrk pinned to a core each (PIN=1)
+#   LOADGEN=oha PIN=0 scripts/e2e_load.sh   oha, unpinned: the README's oha figures
+#
+# ROUNDS=15, RUN_SECONDS=2, CONNECTIONS=32 by default, as in the README.
 #
 # The bench serves its four axum servers (bare, TimeoutLayer, ServerBudgetLayer, TraceLayer)
 # with HOPBUDGET_E2E_SERVE=1. In each round every layered server runs between two runs of the
@@ -11,13 +14,29 @@
 # the bench. Every request carries `x-request-timeout-ms: 500`.
 #
 # Two figures per server: requests per second, and the server process's CPU time per answered
-# request. On a 2-core machine oha needs about as much CPU as the server, so the rate is
-# partly the load generator's; the CPU per request is the server's own cost, whatever the
-# client, and says what share of a saturated server's capacity a layer takes.
+# request. Unpinned on a 2-core machine, oha needs about as much CPU as the server, so the rate
+# is partly the load generator's. wrk needs far less: with the server on core 0 and wrk on
+# core 1 (PIN=1, which needs at least 2 cores and `taskset`) the server's core is saturated,
+# and the rate is the server's own. The CPU per request says the same in either setup: what
+# share of a saturated server's capacity a layer takes.
 # FEATURES (default http,axum,metrics) are the hopbudget features the servers are built with.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-command -v oha >/dev/null || { echo "oha is not installed (cargo install oha --locked)" >&2; exit 2; }
+loadgen=${LOADGEN:-wrk}
+case $loadgen in
+    wrk) command -v wrk >/dev/null || { echo "wrk is not installed (apt-get install wrk)" >&2; exit 2; } ;;
+    oha) command -v oha >/dev/null || { echo "oha is not installed (cargo install oha --locked)" >&2; exit 2; } ;;
+    *) echo "LOADGEN must be wrk or oha, not $loadgen" >&2; exit 2 ;;
+esac
+pin=${PIN:-$([ "$loadgen" = wrk ] && echo 1 || echo 0)}
+server_cpu=()
+load_cpu=()
+if [ "$pin" = 1 ]; then
+    command -v taskset >/dev/null || { echo "PIN=1 needs taskset (util-linux)" >&2; exit 2; }
+    [ "$(nproc)" -ge 2 ] || { echo "PIN=1 needs 2 cores; run with PIN=0" >&2; exit 2; }
+    server_cpu=(taskset -c 0)
+    load_cpu=(taskset -c 1)
+fi
 features=${FEATURES:-http,axum,metrics}
 rounds=${ROUNDS:-15}
 secs=${RUN_SECONDS:-2}
@@ -27,7 +46,7 @@ bin=$(bench_bin http_e2e "$features")
 
 listing=$(mktemp)
 results=$(mktemp)
-HOPBUDGET_E2E_SERVE=1 "$bin" >"$listing" &
+HOPBUDGET_E2E_SERVE=1 "${server_cpu[@]}" "$bin" >"$listing" &
 server=$!
 trap 'kill "$server" 2>/dev/null; rm -f "$listing" "$results"' EXIT
 for _ in $(seq 300); do
@@ -46,16 +65,31 @@ hz=$(getconf CLK_TCK)
 # One run against one server: its requests per second, and the server's CPU time per answered
 # request in microseconds (only one server is loaded at a time, so the process's CPU is its).
 rps() {
-    local t0 t1 json
+    local t0 t1 out
     t0=$(ticks)
-    json=$(oha --no-tui --output-format json -z "${secs}s" -c "$conns" \
-        -H 'x-request-timeout-ms: 500' "http://$1/items/7")
+    if [ "$loadgen" = wrk ]; then
+        out=$("${load_cpu[@]}" wrk -t1 -c "$conns" -d "${secs}s" \
+            -H 'x-request-timeout-ms: 500' "http://$1/items/7")
+    else
+        out=$("${load_cpu[@]}" oha --no-tui --output-format json -z "${secs}s" -c "$conns" \
+            -H 'x-request-timeout-ms: 500' "http://$1/items/7")
+    fi
     t1=$(ticks)
-    python3 -c 'import json,sys
-s = json.loads(sys.argv[1])
-answered = sum(s["statusCodeDistribution"].values())
-print(s["summary"]["requestsPerSec"], 1e6 * (int(sys.argv[3]) - int(sys.argv[2])) / int(sys.argv[4]) / max(answered, 1))' \
-        "$json" "$t0" "$t1" "$hz"
+    python3 -c 'import json,re,sys
+out, loadgen = sys.argv[1], sys.argv[5]
+if loadgen == "wrk":
+    # wrk counts every answer in "N requests in", and those not 2xx/3xx again apart.
+    answered = int(re.search(r"(\d+) requests in", out).group(1))
+    rate = float(re.search(r"Requests/sec:\s*([\d.]+)", out).group(1))
+    bad = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    if bad or "Socket errors" in out:
+        sys.exit("wrk saw errors or non-2xx answers:\n" + out)
+else:
+    s = json.loads(out)
+    answered = sum(s["statusCodeDistribution"].values())
+    rate = s["summary"]["requestsPerSec"]
+print(rate, 1e6 * (int(sys.argv[3]) - int(sys.argv[2])) / int(sys.argv[4]) / max(answered, 1))' \
+        "$out" "$t0" "$t1" "$hz" "$loadgen"
 }
 
 # Warm every server up once.
@@ -71,7 +105,7 @@ for ((r = 0; r < rounds; r++)); do
         before=$after
     done
 done
-echo "oha, $conns connections, $rounds rounds of ${secs} s per layered server, each between two of the bare server"
+echo "$loadgen (pinned: $pin), $conns connections, $rounds rounds of ${secs} s per layered server, each between two of the bare server"
 python3 - "$results" <<'EOF'
 import sys
 rows = {}
