@@ -17,6 +17,7 @@ large=${LARGE:-6000}
 bin=$(bench_bin instructions "$features")
 stacks=("$@")
 [ ${#stacks[@]} -gt 0 ] || stacks=(bare timeout layer bare-routed timeout-routed layer-routed
+                                   app-bare app-timeout app-layer
                                    e2e-bare e2e-timeout e2e-trace e2e-layer)
 count() {
     valgrind --tool=callgrind --callgrind-out-file=/dev/null "$bin" "$1" "$2" 2>&1 |

@@ -7,7 +7,9 @@
 //! `BATCH` requests per stack, back to back (a millisecond or two each, the order rotated
 //! every round), and divides the layer's time per request by the `Timeout` stack's from the
 //! same round. The figure is the median of those ratios over `ROUNDS` rounds; drift slower
-//! than a round moves both halves of a pair alike and cancels.
+//! than a round moves both halves of a pair alike and cancels. What pairing does not remove is
+//! the change in the ratio itself as the host's load changes (1.38x to 1.69x over ten runs of
+//! the fresh request): report the median over several runs, not one run.
 //!
 //! The requests are built inside the timed loop, as in `http_layers`' `stack_with_request_build`
 //! and `stack_routed_request`: `x-request-timeout-ms: 500`, one instant service, the answer
@@ -15,10 +17,14 @@
 //! after timing it: the server layer records the hop's end when its response is dropped, and
 //! a real server pays for that on every request. `fresh` has no extension map yet (a layer
 //! around a plain hyper service); `routed` carries one extension already, as behind axum's
-//! `Router::layer` (the router has inserted `MatchedPath`).
+//! `Router::layer` (the router has inserted `MatchedPath`). With the `axum` feature, `app`
+//! puts the same three stacks around a whole axum app with one instant route, as
+//! `axum::serve` runs a layer wrapped around the router: the request reaches the layer fresh,
+//! and the router then inserts its own extensions into the map the budget's insert made.
 //!
 //! ```text
-//! cargo bench -p hopbudget --bench http_ratio --features http
+//! cargo bench -p hopbudget --bench http_ratio --features http        # fresh, routed
+//! cargo bench -p hopbudget --bench http_ratio --features http,axum   # and app
 //! ```
 //!
 //! `HOPBUDGET_RATIO_ROUNDS` sets the number of rounds (default 401).
@@ -95,23 +101,32 @@ fn quantile(values: &mut [f64], q: f64) -> f64 {
     values[((values.len() - 1) as f64 * q).round() as usize]
 }
 
-fn compare(routed: bool, rounds: usize) {
+/// The three stacks around `inner`: as is, behind `Timeout`, behind the server layer.
+fn stacks<S, B>(inner: S) -> Vec<(&'static str, Box<dyn Stack>)>
+where
+    S: Service<Req, Response = http::Response<B>> + Clone + 'static,
+    S::Error: std::fmt::Debug + Into<tower::BoxError>,
+    B: http_body::Body<Data = bytes::Bytes> + 'static,
+{
     let timeout = Duration::from_millis(500);
-    let mut stacks: Vec<(&str, Box<dyn Stack>)> = vec![
-        ("bare", Box::new(Timed(Bare))),
+    vec![
+        ("bare", Box::new(Timed(inner.clone()))),
         (
             "timeout",
             Box::new(Timed(
-                tower::timeout::TimeoutLayer::new(timeout).layer(Bare),
+                tower::timeout::TimeoutLayer::new(timeout).layer(inner.clone()),
             )),
         ),
         (
             "layer",
             Box::new(Timed(
-                ServerBudgetLayer::new(Profile::default()).layer(Bare),
+                ServerBudgetLayer::new(Profile::default()).layer(inner),
             )),
         ),
-    ];
+    ]
+}
+
+fn compare(request: &str, mut stacks: Vec<(&str, Box<dyn Stack>)>, routed: bool, rounds: usize) {
     // Warm up caches, the allocator and the layer's per-thread spares.
     for (_, stack) in &mut stacks {
         stack.batch(routed);
@@ -129,7 +144,6 @@ fn compare(routed: bool, rounds: usize) {
         }
         ratios.push(this_round[2] / this_round[1]);
     }
-    let request = if routed { "routed" } else { "fresh" };
     let medians: Vec<String> = stacks
         .iter()
         .zip(&mut ns)
@@ -157,9 +171,17 @@ fn main() {
         .unwrap();
     let _enter = rt.enter();
     let rounds = rounds();
+    let wanted = |name: &str| filter.is_empty() || filter.iter().any(|f| name.contains(f.as_str()));
     for (name, routed) in [("fresh", false), ("routed", true)] {
-        if filter.is_empty() || filter.iter().any(|f| name.contains(f.as_str())) {
-            compare(routed, rounds);
+        if wanted(name) {
+            compare(name, stacks(Bare), routed, rounds);
         }
+    }
+    // The stacks around a whole axum app, as `axum::serve` runs them: the request reaches the
+    // layer fresh, and the router inserts its own extensions after the budget's.
+    #[cfg(feature = "axum")]
+    if wanted("app") {
+        let app = axum::Router::new().route("/quote", axum::routing::get(|| async { "ok" }));
+        compare("app", stacks(app), false, rounds);
     }
 }

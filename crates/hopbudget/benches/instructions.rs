@@ -17,6 +17,10 @@
 //! no extension map yet) or with `-routed` (one extension already there, as behind axum's
 //! router, which inserts `OriginalUri` and `MatchedPath`).
 //!
+//! Around a whole axum app, in process (a router with one instant route; the request reaches
+//! the layer with no extension map, and the router inserts its own after the budget):
+//! `app-bare`, `app-timeout` and `app-layer`.
+//!
 //! End to end (an axum server and a hyper HTTP/1.1 client on one thread over loopback, one
 //! request in flight): `e2e-bare`, `e2e-timeout` (`tower-http`'s `TimeoutLayer`), `e2e-trace`
 //! (`tower-http`'s `TraceLayer`, no subscriber) and `e2e-layer`.
@@ -59,7 +63,9 @@ where
         }
         let _ = svc.ready().now_or_never();
         let res = svc.call(req).now_or_never().expect("an instant service");
-        let body = res.unwrap().into_body().collect().now_or_never();
+        let res = res.unwrap();
+        assert_eq!(res.status(), 200, "the stack did not answer its route");
+        let body = res.into_body().collect().now_or_never();
         std::hint::black_box(body);
     }
 }
@@ -92,8 +98,13 @@ fn app() -> axum::Router {
     axum::Router::new().route("/items/{id}", axum::routing::get(|| async { "ok" }))
 }
 
-const STACKS: &str = "bare, timeout, layer (each also with -routed), e2e-bare, e2e-timeout, \
-                      e2e-trace, e2e-layer";
+/// The in-process app: one route, answering at once, where `in_process` sends its requests.
+fn quote_app() -> axum::Router {
+    axum::Router::new().route("/quote", axum::routing::get(|| async { "ok" }))
+}
+
+const STACKS: &str = "bare, timeout, layer (each also with -routed), app-bare, app-timeout, \
+                      app-layer, e2e-bare, e2e-timeout, e2e-trace, e2e-layer";
 
 fn main() {
     let mut args = std::env::args().skip(1);
@@ -126,6 +137,19 @@ fn main() {
             ServerBudgetLayer::new(Profile::default()).layer(Bare),
             requests,
             routed,
+        ),
+        // The layer around a whole axum app, as `axum::serve` runs it: the request reaches the
+        // layer fresh, and the router inserts its own extensions after the budget.
+        "app-bare" if !routed => in_process(quote_app(), requests, false),
+        "app-timeout" if !routed => in_process(
+            tower::timeout::TimeoutLayer::new(timeout).layer(quote_app()),
+            requests,
+            false,
+        ),
+        "app-layer" if !routed => in_process(
+            ServerBudgetLayer::new(Profile::default()).layer(quote_app()),
+            requests,
+            false,
         ),
         "e2e-bare" if !routed => rt.block_on(end_to_end(app(), requests)),
         "e2e-timeout" if !routed => {
