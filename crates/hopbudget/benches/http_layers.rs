@@ -174,9 +174,7 @@ mod stack_with_request_build {
 mod stack_routed_request {
     use super::*;
 
-    /// Stands in for axum's `MatchedPath`; only its presence matters.
-    #[derive(Clone)]
-    struct RoutedBy;
+    use super::support::RoutedBy;
 
     fn run_routed<S>(bencher: divan::Bencher, svc: S)
     where

@@ -40,16 +40,12 @@ use http_body_util::Full;
 use tower::{Layer, Service, ServiceExt};
 
 mod support;
-use support::{Bare, Req};
+use support::{Bare, Req, RoutedBy};
 
 /// Requests per stack per round: long enough to time well, short enough that a pair of
 /// batches sees the same machine.
 const BATCH: u32 = 2_000;
 const ROUNDS: usize = 401;
-
-/// Stands in for axum's `MatchedPath`; only its presence matters.
-#[derive(Clone)]
-struct RoutedBy;
 
 fn request(routed: bool) -> Req {
     let mut req = Request::get("/quote")
@@ -181,7 +177,6 @@ fn main() {
     // layer fresh, and the router inserts its own extensions after the budget's.
     #[cfg(feature = "axum")]
     if wanted("app") {
-        let app = axum::Router::new().route("/quote", axum::routing::get(|| async { "ok" }));
-        compare("app", stacks(app), false, rounds);
+        compare("app", stacks(support::quote_app()), false, rounds);
     }
 }

@@ -39,11 +39,7 @@ use hyper_util::rt::TokioIo;
 use tower::{Layer, Service, ServiceExt};
 
 mod support;
-use support::{Bare, Req};
-
-/// Stands in for the extensions axum's router has inserted by the time a route layer runs.
-#[derive(Clone)]
-struct Routed;
+use support::{Bare, Req, RoutedBy, quote_app};
 
 /// `requests` requests through `svc`, each answered at once and its body read to its end.
 fn in_process<S, B>(mut svc: S, requests: usize, routed: bool)
@@ -59,7 +55,7 @@ where
             .body(Full::new(Bytes::new()))
             .unwrap();
         if routed {
-            req.extensions_mut().insert(Routed);
+            req.extensions_mut().insert(RoutedBy);
         }
         let _ = svc.ready().now_or_never();
         let res = svc.call(req).now_or_never().expect("an instant service");
@@ -96,11 +92,6 @@ async fn end_to_end(router: axum::Router, requests: usize) {
 
 fn app() -> axum::Router {
     axum::Router::new().route("/items/{id}", axum::routing::get(|| async { "ok" }))
-}
-
-/// The in-process app: one route, answering at once, where `in_process` sends its requests.
-fn quote_app() -> axum::Router {
-    axum::Router::new().route("/quote", axum::routing::get(|| async { "ok" }))
 }
 
 const STACKS: &str = "bare, timeout, layer (each also with -routed), app-bare, app-timeout, \

@@ -31,3 +31,16 @@ impl Service<Req> for Bare {
         std::future::ready(Ok(Response::new(Full::new(Bytes::from_static(b"ok")))))
     }
 }
+
+/// Stands in for the extensions axum's router has inserted (`MatchedPath`, `OriginalUri`) by
+/// the time a layer added with `Router::layer` sees a request; only its presence matters.
+#[derive(Clone)]
+pub(crate) struct RoutedBy;
+
+/// A whole axum app with one route, `/quote`, answering `ok` at once: what a layer wrapped
+/// around the router (as `axum::serve` runs it) sees behind it.
+#[cfg(feature = "axum")]
+#[allow(dead_code)] // `http_layers` does not use it
+pub(crate) fn quote_app() -> axum::Router {
+    axum::Router::new().route("/quote", axum::routing::get(|| async { "ok" }))
+}
