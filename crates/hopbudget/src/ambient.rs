@@ -50,7 +50,7 @@ pub(crate) fn enter<R>(budget: &RequestBudget, f: impl FnOnce() -> R) -> R {
 /// so no reference-count updates on the path every poll of a server layer takes. `lent` is
 /// empty while the guard lives. A guard, not a closure: a poll's result and a request then move
 /// straight to where they are used, not through a closure's captures and return value.
-#[inline]
+#[inline(always)]
 pub(crate) fn lend(lent: &mut Option<RequestBudget>) -> Lent<'_> {
     let mut carried = lent.take();
     match CURRENT.try_with(|slot| slot.replace(carried.take())) {
@@ -77,7 +77,7 @@ pub(crate) struct Lent<'a> {
 }
 
 impl Drop for Lent<'_> {
-    #[inline]
+    #[inline(always)]
     fn drop(&mut self) {
         let Some(lent) = self.lent.take() else { return };
         let before = self.before.take();

@@ -382,12 +382,14 @@ impl RequestBudget {
     /// monotonic deadline on arrival).
     ///
     /// See the [example](Self#examples).
+    #[inline]
     pub fn from_carrier(carrier: Carrier, budget: Duration, policy: HopPolicy) -> Self {
         Self::starting_now(budget, Source::Carrier(carrier), policy)
     }
 
     /// `budget` from now, reading the clock once: the deadline and the budget at arrival come
     /// from the same instant (the HTTP and gRPC layers create one of these per request).
+    #[inline]
     fn starting_now(budget: Duration, source: Source, policy: HopPolicy) -> Self {
         let now = tokio::time::Instant::now();
         // `now + budget` is the deadline and `budget` the budget at arrival, unless the sum
@@ -625,6 +627,7 @@ impl RequestBudget {
 
     /// The cause recorded on this budget or the nearest ancestor that has one, without
     /// recursion however deep the tree is.
+    #[inline]
     pub(crate) fn recorded_cause(&self) -> Option<EndCause> {
         let own = self.inner.state.load(Ordering::Acquire);
         if own != LIVE {

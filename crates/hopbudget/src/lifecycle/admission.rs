@@ -117,6 +117,7 @@ impl HopConfig {
     /// Decide on a request from its deadline headers and its route.
     ///
     /// See the [example](super#example-a-custom-protocol-adapter).
+    #[inline]
     pub fn admit(self: &Arc<Self>, headers: &HeaderMap, route: RouteLabel<'_>) -> Verdict {
         let inbound = read_inbound(
             headers,
@@ -257,13 +258,20 @@ const MARKER_PREFIX: &str = "x-deadline-";
 /// assert!(!headers.contains_key("x-deadline-outcome"));
 /// assert_eq!(headers["x-request-timeout-ms"], "300");
 /// ```
+#[inline]
 pub fn strip_internal_markers(headers: &mut HeaderMap) {
-    if !headers
+    if headers
         .keys()
         .any(|name| name.as_str().starts_with(MARKER_PREFIX))
     {
-        return;
+        strip_forged(headers);
     }
+}
+
+/// The rare half of [`strip_internal_markers`], out of line so the common check inlines.
+#[cold]
+#[inline(never)]
+fn strip_forged(headers: &mut HeaderMap) {
     let forged: Vec<_> = headers
         .keys()
         .filter(|name| name.as_str().starts_with(MARKER_PREFIX))

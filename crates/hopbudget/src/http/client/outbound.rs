@@ -222,6 +222,7 @@ fn encode(carrier: Carrier, forward: Duration) -> HeaderValue {
 /// the request still has time, and C6 lets a retry spend it.
 ///
 /// See the [module example](super#example).
+#[inline]
 pub fn classify(map: &HttpStatusMap, status: u16, headers: &HeaderMap) -> Outcome {
     if let Some(named) = small_map_get(headers, &super::super::OUTCOME_HEADER) {
         match named.as_bytes() {

@@ -120,6 +120,7 @@ impl<B: Body> fmt::Debug for ResponseBody<B> {
 type Polled<B> = Poll<Option<Result<Frame<<B as Body>::Data>, <B as Body>::Error>>>;
 
 /// Poll `body` inside the guard's scope; finish the hop when the body has ended.
+#[inline]
 fn poll_guarded<B: Body>(
     body: Pin<&mut B>,
     guard: &mut Option<HopGuard>,

@@ -129,6 +129,7 @@ impl<F, B> fmt::Debug for ResponseFuture<F, B> {
 /// The outcome a handler's own answer states (C17): its expiry, refusal or cancellation,
 /// read as a hopbudget client reads it (the `x-deadline-outcome` mark first, then the
 /// profile's status codes).
+#[inline]
 fn note_answer(guard: &mut HopGuard, status: &HttpStatusMap, res: &http::response::Parts) {
     let headers = &res.headers;
     match classify(status, res.status.as_u16(), headers) {
@@ -149,6 +150,7 @@ fn note_answer(guard: &mut HopGuard, status: &HttpStatusMap, res: &http::respons
 /// A handler's own expiry or cancellation answer (a 504 it returned for a downstream that ran
 /// out of time) carries the `x-deadline-outcome` marker as the layer's own answers do, so the
 /// hop above can tell it from a proxy's own timeout, which has no marker (C4, C17).
+#[inline]
 fn mark_handler_outcome(res: &mut http::response::Parts, status: &HttpStatusMap) {
     let code = res.status.as_u16();
     let name = if code == status.expired {
