@@ -96,13 +96,18 @@ where
 enum Primitive {
     ClockRead,
     /// A request built and dropped, with the budget inserted: minus the `Build` batch, the
-    /// insert alone.
-    Insert(hopbudget::RequestBudget),
-    Build,
+    /// insert alone. Into a map already made when `routed`.
+    Insert {
+        budget: hopbudget::RequestBudget,
+        routed: bool,
+    },
+    Build {
+        routed: bool,
+    },
 }
 
 impl Stack for Primitive {
-    fn batch(&mut self, routed: bool) -> f64 {
+    fn batch(&mut self, _: bool) -> f64 {
         let start = Instant::now();
         match self {
             Primitive::ClockRead => {
@@ -110,16 +115,16 @@ impl Stack for Primitive {
                     black_box(tokio::time::Instant::now());
                 }
             }
-            Primitive::Insert(budget) => {
+            Primitive::Insert { budget, routed } => {
                 for _ in 0..BATCH {
-                    let mut req = request(routed);
+                    let mut req = request(*routed);
                     req.extensions_mut().insert(budget.clone());
                     black_box(req);
                 }
             }
-            Primitive::Build => {
+            Primitive::Build { routed } => {
                 for _ in 0..BATCH {
-                    black_box(request(routed));
+                    black_box(request(*routed));
                 }
             }
         }
@@ -167,18 +172,27 @@ where
     ]
 }
 
-/// The primitives, timed beside the three stacks.
-fn primitives() -> Vec<(&'static str, Box<dyn Stack>)> {
+/// The primitives, timed beside the three stacks. `map_made`: the insert goes into a map the
+/// request already has, as behind a router, and as in a whole axum app, where the router's
+/// own inserts would otherwise have made it.
+fn primitives(map_made: bool) -> Vec<(&'static str, Box<dyn Stack>)> {
     let budget = hopbudget::RequestBudget::local(Duration::from_millis(500), Default::default());
+    let routed = map_made;
     vec![
         ("clock", Box::new(Primitive::ClockRead)),
-        ("insert", Box::new(Primitive::Insert(budget))),
-        ("build", Box::new(Primitive::Build)),
+        ("insert", Box::new(Primitive::Insert { budget, routed })),
+        ("build", Box::new(Primitive::Build { routed })),
     ]
 }
 
-fn compare(request: &str, mut stacks: Vec<(&str, Box<dyn Stack>)>, routed: bool, rounds: usize) {
-    stacks.extend(primitives());
+fn compare(
+    request: &str,
+    mut stacks: Vec<(&str, Box<dyn Stack>)>,
+    routed: bool,
+    map_made: bool,
+    rounds: usize,
+) {
+    stacks.extend(primitives(map_made));
     // Warm up caches, the allocator and the layer's per-thread spares.
     for (_, stack) in &mut stacks {
         stack.batch(routed);
@@ -235,13 +249,13 @@ fn main() {
     let wanted = |name: &str| filter.is_empty() || filter.iter().any(|f| name.contains(f.as_str()));
     for (name, routed) in [("fresh", false), ("routed", true)] {
         if wanted(name) {
-            compare(name, stacks(Bare), routed, rounds);
+            compare(name, stacks(Bare), routed, routed, rounds);
         }
     }
     // The stacks around a whole axum app, as `axum::serve` runs them: the request reaches the
     // layer fresh, and the router inserts its own extensions after the budget's.
     #[cfg(feature = "axum")]
     if wanted("app") {
-        compare("app", stacks(support::quote_app()), false, rounds);
+        compare("app", stacks(support::quote_app()), false, true, rounds);
     }
 }
