@@ -23,10 +23,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use grpc_support::*;
-use hopbudget::Profile;
 use hopbudget_testkit::HOP_CALL_PATH;
-use hopbudget_testkit::pb::CallReply;
-use prost::Message;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 fn node() -> String {
@@ -95,82 +92,15 @@ async fn grpcjs_call(
     serde_json::from_slice(&out.stdout).expect("one JSON line")
 }
 
-fn hex_decode(s: &str) -> Vec<u8> {
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex"))
-        .collect()
-}
-
 #[tokio::test]
 async fn grpcjs_client_deadline_is_read_refused_and_expired_as_deadline_exceeded() {
     if !grpcjs_available() {
         return;
     }
-    let server = serve_profile(
-        "interop-js",
-        Profile::from_yaml(
-            &format!("routes:\n  - path: {HOP_CALL_PATH}\n    min_budget_ms: 200\n"),
-            "interop.yaml",
-        )
-        .unwrap(),
-    )
+    peer::client_deadline_is_read_refused_and_expired("grpc-js", |addr, req, timeout| async move {
+        grpcjs_call(addr, &req, timeout).await
+    })
     .await;
-
-    // 1. A 2 s grpc-js deadline arrives as grpc-timeout and becomes this hop's budget.
-    let ok = grpcjs_call(
-        server.addr,
-        &call(&[], 0).encode_to_vec(),
-        Duration::from_secs(2),
-    )
-    .await;
-    assert_eq!(ok["code"], "OK", "{ok}");
-    let reply =
-        CallReply::decode(hex_decode(ok["reply_hex"].as_str().unwrap()).as_slice()).unwrap();
-    assert_eq!(reply.source, ["grpc-timeout"], "{reply:?}");
-    let seen = Duration::from_micros(reply.remaining_us[0]);
-    assert!(
-        seen <= Duration::from_secs(2) && seen > Duration::from_millis(1500),
-        "grpc-js's 2 s deadline arrived as {seen:?} (raw header {:?})",
-        reply.grpc_timeout
-    );
-
-    // 2. 100 ms against a route that needs 200 ms: refused before the handler, and grpc-js
-    //    sees DEADLINE_EXCEEDED with the refusal and what it needed in the trailers.
-    let before = server.stats.entered();
-    let refused = grpcjs_call(
-        server.addr,
-        &call(&[], 0).encode_to_vec(),
-        Duration::from_millis(100),
-    )
-    .await;
-    assert_eq!(refused["code"], "DEADLINE_EXCEEDED", "{refused}");
-    assert_eq!(
-        refused["trailers"]["x-deadline-outcome"], "refused",
-        "{refused}"
-    );
-    assert_eq!(
-        refused["trailers"]["x-deadline-required-ms"], "200",
-        "{refused}"
-    );
-    assert_eq!(server.stats.entered(), before, "the handler never ran");
-
-    // 3. 300 ms with 5 s of work: expiry, which grpc-js sees as DEADLINE_EXCEEDED, and the
-    //    handler's work stops.
-    let expired = grpcjs_call(
-        server.addr,
-        &call(&[], 5_000).encode_to_vec(),
-        Duration::from_millis(300),
-    )
-    .await;
-    assert_eq!(expired["code"], "DEADLINE_EXCEEDED", "{expired}");
-    assert!(
-        server
-            .stats
-            .wait_for(Duration::from_secs(2), |s| s.live() == 0)
-            .await,
-        "the handler's work stopped"
-    );
 }
 
 #[tokio::test]
@@ -193,24 +123,6 @@ async fn grpcjs_server_sees_the_deadline_the_client_layer_stamps() {
         .trim()
         .parse()
         .unwrap();
-    let mut client = grpc_client(&Profile::default(), &format!("http://127.0.0.1:{port}"));
-
-    // The budget is 400 ms; the layer forwards 400 - 5 - 1 ms, rounded down.
-    let reply = budget(400)
-        .scope(client.call(call(&[], 0)))
-        .await
-        .expect("grpc-js answers");
-    let remaining: u64 = reply
-        .metadata()
-        .get("x-time-remaining-ms")
-        .expect("trailer from grpc-js")
-        .to_str()
-        .unwrap()
-        .parse()
-        .unwrap();
-    assert!(
-        remaining <= 394 && remaining > 200,
-        "grpc-js's call.getDeadline() left {remaining} ms"
-    );
+    peer::server_sees_the_deadline_the_client_layer_stamps("grpc-js", port).await;
     drop(child);
 }

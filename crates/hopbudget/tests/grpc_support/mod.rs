@@ -3,6 +3,8 @@
 //! for sending exact `grpc-timeout` bytes.
 #![allow(dead_code, unreachable_pub, missing_docs)]
 
+pub mod peer;
+
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
