@@ -1,6 +1,6 @@
 //! The interop checks every gRPC implementation that is not tonic must pass, shared by
-//! `tests/grpc_grpcio.rs` and `tests/grpc_grpcjs.rs`: each brings only the way to drive its
-//! peer (a client call that answers with one JSON value, a server's port).
+//! `tests/grpc_grpcio.rs`, `tests/grpc_grpcjs.rs` and `tests/grpc_grpcgo.rs`: each brings only
+//! the way to drive its peer (a client call that answers with one JSON value, a server's port).
 
 use std::future::Future;
 use std::net::SocketAddr;
