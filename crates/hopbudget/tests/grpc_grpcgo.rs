@@ -6,8 +6,8 @@
 //! cancels (C5), and that the server's own expiry reaches it marked as such (C4).
 //!
 //! Needs Go and Debian's grpc-go (`apt-get install golang-go golang-google-grpc-dev`): the test
-//! builds `tests/interop/grpcgo_peer` into `target/grpcgo` with `GOPATH=/usr/share/gocode`
-//! (`HOPBUDGET_GO`, default `go`; `HOPBUDGET_GOPATH`). `.ci/run` installs both. By hand:
+//! builds `tests/interop/grpcgo_peer` into `target/go` from Debian's Go sources (see
+//! `go_support`). `.ci/run` installs both. By hand:
 //!
 //! ```sh
 //! apt-get install golang-go golang-google-grpc-dev
@@ -18,6 +18,7 @@
 //! it fails.
 #![cfg(feature = "grpc")]
 
+mod go_support;
 mod grpc_support;
 
 use std::path::PathBuf;
@@ -31,59 +32,12 @@ use hopbudget_testkit::HOP_CALL_PATH;
 use prost::Message;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-fn workspace() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// The peer binary, built once per test run; `Err` says what is missing.
-fn peer_binary() -> &'static Result<PathBuf, String> {
-    static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    BUILT.get_or_init(|| {
-        let go = std::env::var("HOPBUDGET_GO").unwrap_or_else(|_| "go".into());
-        let gopath =
-            std::env::var("HOPBUDGET_GOPATH").unwrap_or_else(|_| "/usr/share/gocode".into());
-        let out = workspace().join("target/grpcgo/grpcgo_peer");
-        let source = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/interop/grpcgo_peer");
-        let built = std::process::Command::new(&go)
-            .args(["build", "-o"])
-            .arg(&out)
-            .arg(".")
-            .current_dir(&source)
-            .env("GO111MODULE", "off")
-            .env("GOPATH", &gopath)
-            // Go needs a build cache; a CI job may have no `$HOME` to put it in.
-            .env("GOCACHE", workspace().join("target/grpcgo/cache"))
-            .output();
-        match built {
-            Ok(o) if o.status.success() => Ok(out),
-            Ok(o) => Err(format!(
-                "`{go} build` of {} failed (is grpc-go in {gopath}? apt-get install \
-                 golang-google-grpc-dev):\n{}",
-                source.display(),
-                String::from_utf8_lossy(&o.stderr)
-            )),
-            Err(e) => Err(format!(
-                "cannot run `{go}` ({e}): apt-get install golang-go golang-google-grpc-dev \
-                 (or set HOPBUDGET_GO / HOPBUDGET_GOPATH)"
-            )),
-        }
-    })
-}
-
-/// The peer, or `None` (test skipped) when Go or grpc-go is missing; under
-/// `HOPBUDGET_REQUIRE_SERVICES=1` a missing peer fails the test.
+/// The peer, built once per test run by `go_support`.
 fn peer() -> Option<tokio::process::Command> {
-    match peer_binary() {
-        Ok(path) => Some(tokio::process::Command::new(path)),
-        Err(message) => {
-            assert!(
-                std::env::var("HOPBUDGET_REQUIRE_SERVICES").as_deref() != Ok("1"),
-                "{message}"
-            );
-            eprintln!("skipped: {message}");
-            None
-        }
-    }
+    static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    go_support::peer(
+        BUILT.get_or_init(|| go_support::build("grpcgo_peer", "golang-google-grpc-dev")),
+    )
 }
 
 /// Run the grpc-go client once (`cancel`: end its context early); its JSON answer.

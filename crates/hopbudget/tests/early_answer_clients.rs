@@ -1,0 +1,217 @@
+//! S14 with clients that are not Rust: each sends its headers, then its body a moment later, as
+//! an upload streamed from a slow source is sent. The server layer answers before the body was
+//! read, and the client must receive that answer every time, not a broken pipe or a reset
+//! (C18), on fresh and on kept-alive connections, for bodies up to the 1 MiB the layer drains:
+//!
+//! - Node.js's `http` module: the 503 refusal (the route needs 200 ms, the client has 120 ms);
+//! - Go's `net/http`: the same refusal, with `Content-Length` and chunked bodies, and the 504 of
+//!   an expiry that came while the handler was still waiting for the body (50 ms budget, the
+//!   body 100 ms late).
+//!
+//! Needs `node` (set `HOPBUDGET_NODE` to its path; default `node` on the `PATH`) and Go
+//! (`apt-get install golang-go`; see `go_support`). Without one, its test says so and passes,
+//! unless `HOPBUDGET_REQUIRE_SERVICES=1` (CI), where it fails.
+#![cfg(feature = "axum")]
+
+mod go_support;
+mod http_support;
+
+use std::path::PathBuf;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::routing::post;
+use hopbudget::http::server::ServerBudgetLayer;
+
+fn node() -> Option<String> {
+    let node = std::env::var("HOPBUDGET_NODE").unwrap_or_else(|_| "node".into());
+    let found = std::process::Command::new(&node)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if found {
+        return Some(node);
+    }
+    let message = format!(
+        "Node.js not found as `{node}`: install node (the machines carry node 20) or set \
+         HOPBUDGET_NODE to its path"
+    );
+    assert!(
+        std::env::var("HOPBUDGET_REQUIRE_SERVICES").as_deref() != Ok("1"),
+        "{message}"
+    );
+    eprintln!("skipped: {message}");
+    None
+}
+
+/// A server with `/tax`, which needs 200 ms (refused below), and `/upload`, which has no rule;
+/// both handlers read the whole body. Returns its base URL.
+async fn serve() -> String {
+    let p = http_support::profile("service: tax\nroutes: [{path: /tax, min_budget_ms: 200}]");
+    let echo_length = || post(|body: Bytes| async move { format!("{}", body.len()) });
+    http_support::serve(
+        Router::new()
+            .route("/tax", echo_length())
+            .route("/upload", echo_length())
+            .layer(ServerBudgetLayer::new(p)),
+    )
+    .await
+}
+
+/// The client's tally, which must be `rounds` answers of `status` and no error.
+fn assert_every_round_answered(out: &std::process::Output, status: &str, rounds: u32, case: &str) {
+    assert!(
+        out.status.success(),
+        "the client failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let tally: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON line");
+    assert_eq!(
+        tally,
+        serde_json::json!({"status": {status: rounds}, "error": {}}),
+        "{case}: every round must see the {status}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s14_node_http_client_writing_its_body_late_receives_the_503() {
+    let Some(node) = node() else {
+        return;
+    };
+    let url = serve().await;
+    let script =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/interop/node_early_refusal.js");
+    for (body_bytes, agent) in [
+        ("16", "fresh"),
+        ("262144", "fresh"),
+        ("16", "keep-alive"),
+        // The layer drains at most 1 MiB of an unread body before it closes (C18); a larger
+        // body may still see the close as a reset, by design.
+        ("524288", "keep-alive"),
+    ] {
+        let out = tokio::process::Command::new(&node)
+            .arg(&script)
+            .args([&format!("{url}/tax"), "120", body_bytes, "40", agent])
+            .output()
+            .await
+            .expect("node runs");
+        assert_every_round_answered(
+            &out,
+            "503",
+            40,
+            &format!("node, a {body_bytes}-byte body sent after the headers ({agent})"),
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s14_go_http_client_writing_its_body_late_receives_the_503_and_the_504() {
+    let built = go_support::build("go_early_answer", "");
+    if go_support::peer(&built).is_none() {
+        return;
+    }
+    let url = serve().await;
+    for (path, budget_ms, status, body_bytes, agent, framing, delay_ms, pieces) in [
+        // Refused before the handler ran: the body is not read at all.
+        ("/tax", "120", "503", "16", "fresh", "length", "20", "1"),
+        (
+            "/tax",
+            "120",
+            "503",
+            "16",
+            "keep-alive",
+            "length",
+            "20",
+            "1",
+        ),
+        (
+            "/tax",
+            "120",
+            "503",
+            "524288",
+            "keep-alive",
+            "length",
+            "20",
+            "1",
+        ),
+        (
+            "/tax",
+            "120",
+            "503",
+            "16",
+            "keep-alive",
+            "chunked",
+            "20",
+            "1",
+        ),
+        (
+            "/tax", "120", "503", "524288", "fresh", "chunked", "20", "1",
+        ),
+        // The body right behind the headers: it reaches the server while the answer is
+        // written, and unread it would turn the close into a reset.
+        ("/tax", "120", "503", "524288", "fresh", "length", "0", "1"),
+        (
+            "/tax",
+            "120",
+            "503",
+            "524288",
+            "keep-alive",
+            "chunked",
+            "0",
+            "1",
+        ),
+        // Expired while the handler waited for a body that came 100 ms late.
+        ("/upload", "50", "504", "16", "fresh", "length", "100", "1"),
+        (
+            "/upload",
+            "50",
+            "504",
+            "524288",
+            "keep-alive",
+            "length",
+            "100",
+            "1",
+        ),
+        (
+            "/upload",
+            "50",
+            "504",
+            "16",
+            "keep-alive",
+            "chunked",
+            "100",
+            "1",
+        ),
+        // Expired while the body still trickled in (20 pieces, 10 ms apart).
+        (
+            "/upload", "50", "504", "524288", "fresh", "length", "10", "20",
+        ),
+        (
+            "/upload",
+            "50",
+            "504",
+            "524288",
+            "keep-alive",
+            "chunked",
+            "10",
+            "20",
+        ),
+    ] {
+        let out = go_support::peer(&built)
+            .expect("built above")
+            .args([&format!("{url}{path}"), budget_ms, body_bytes, "20", agent])
+            .args([framing, delay_ms, pieces])
+            .output()
+            .await
+            .expect("the Go client runs");
+        assert_every_round_answered(
+            &out,
+            status,
+            20,
+            &format!(
+                "Go, {path} with {budget_ms} ms, a {body_bytes}-byte {framing} body in \
+                 {pieces} piece(s) {delay_ms} ms apart after the headers ({agent})"
+            ),
+        );
+    }
+}
