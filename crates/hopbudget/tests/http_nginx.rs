@@ -1,0 +1,232 @@
+//! A real reverse proxy between two hops: nginx, in front of a service with
+//! `ServerBudgetLayer`, called through reqwest's `BudgetMiddleware`. nginx ignores deadlines
+//! (it is the hop of S13 that could break the chain) but passes headers both ways, so:
+//!
+//! - the caller's `x-request-timeout-ms` reaches the service through nginx, and the service's
+//!   budget comes from it, not from the edge total;
+//! - the service's expiry 504 and refusal 503 reach the caller with their markers, and become
+//!   `BudgetError::Expired` and `BudgetError::Refused` with the service's requirement (C17);
+//! - nginx's *own* 504, when its `proxy_read_timeout` fires first, carries no marker and comes
+//!   while the caller still has budget: the caller gets it as an upstream failure, with its
+//!   budget untouched, not as its own expiry (S13: the proxy's timeout is visible as such).
+//!
+//! Needs nginx (`apt-get install nginx-light`; `HOPBUDGET_NGINX`, default `nginx` on the `PATH`
+//! or `/usr/sbin/nginx`). The test runs its own nginx on a free loopback port, with its
+//! configuration, logs and pid file in a temporary directory. Without nginx the test says so
+//! and passes, unless `HOPBUDGET_REQUIRE_SERVICES=1` (CI), where it fails.
+#![cfg(all(feature = "axum", feature = "reqwest"))]
+
+mod http_support;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use axum::Router;
+use axum::routing::get;
+use hopbudget::http::reqwest::budget_error;
+use hopbudget::http::server::ServerBudgetLayer;
+use hopbudget::{BudgetError, HopPolicy, RequestBudget};
+
+fn nginx() -> Option<PathBuf> {
+    let candidates = match std::env::var_os("HOPBUDGET_NGINX") {
+        Some(path) => vec![PathBuf::from(path)],
+        None => vec![PathBuf::from("nginx"), PathBuf::from("/usr/sbin/nginx")],
+    };
+    let found = candidates.into_iter().find(|nginx| {
+        std::process::Command::new(nginx)
+            .arg("-v")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    });
+    if found.is_none() {
+        let message = "nginx not found: apt-get install nginx-light (or set HOPBUDGET_NGINX)";
+        assert!(
+            std::env::var("HOPBUDGET_REQUIRE_SERVICES").as_deref() != Ok("1"),
+            "{message}"
+        );
+        eprintln!("skipped: {message}");
+    }
+    found
+}
+
+/// A running nginx, stopped on drop.
+struct Nginx {
+    child: std::process::Child,
+    url: String,
+    dir: PathBuf,
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Start `nginx` in the foreground, proxying to `upstream` (`127.0.0.1:PORT`). `/` goes to the
+/// service with nginx's defaults; `/short/` gives up on the service after 100 ms.
+async fn start_nginx(nginx: &PathBuf, upstream: &str) -> Nginx {
+    // A free port: bound and released; nginx binds it a moment later.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dir = std::env::temp_dir().join(format!("hopbudget-nginx-{}-{port}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let prefix = dir.display();
+    let conf = format!(
+        "daemon off;\n\
+         master_process off;\n\
+         worker_processes 1;\n\
+         pid {prefix}/nginx.pid;\n\
+         error_log {prefix}/error.log warn;\n\
+         events {{ worker_connections 64; }}\n\
+         http {{\n\
+           access_log off;\n\
+           client_body_temp_path {prefix}/body;\n\
+           proxy_temp_path {prefix}/proxy;\n\
+           fastcgi_temp_path {prefix}/fastcgi;\n\
+           uwsgi_temp_path {prefix}/uwsgi;\n\
+           scgi_temp_path {prefix}/scgi;\n\
+           upstream service {{ server {upstream}; }}\n\
+           server {{\n\
+             listen 127.0.0.1:{port};\n\
+             location / {{ proxy_http_version 1.1; proxy_pass http://service; }}\n\
+             location /short/ {{\n\
+               proxy_http_version 1.1;\n\
+               proxy_read_timeout 100ms;\n\
+               proxy_pass http://service/;\n\
+             }}\n\
+           }}\n\
+         }}\n"
+    );
+    let conf_path = dir.join("nginx.conf");
+    std::fs::write(&conf_path, conf).unwrap();
+    let child = std::process::Command::new(nginx)
+        .arg("-p")
+        .arg(&dir)
+        .arg("-c")
+        .arg(&conf_path)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("nginx starts");
+    let url = format!("http://127.0.0.1:{port}");
+    let mut nginx = Nginx { child, url, dir };
+    for _ in 0..200 {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok()
+        {
+            return nginx;
+        }
+        if let Ok(Some(status)) = nginx.child.try_wait() {
+            let log = std::fs::read_to_string(nginx.dir.join("error.log")).unwrap_or_default();
+            panic!("nginx exited ({status}): {log}");
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("nginx did not listen on {port} within 2 s");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn budgets_and_outcomes_cross_nginx_and_its_own_timeout_is_not_the_callers_expiry() {
+    let Some(nginx) = nginx() else { return };
+    let profile = http_support::profile(
+        "service: tax\nedge_total_ms: 9000\nroutes: [{path: /tax, min_budget_ms: 200}]",
+    );
+    let service = http_support::serve(
+        Router::new()
+            .route(
+                "/budget",
+                get(|| async {
+                    let budget = RequestBudget::current().expect("inside the layer");
+                    format!(
+                        "{} {}",
+                        budget.source().as_str(),
+                        budget.remaining().as_millis()
+                    )
+                }),
+            )
+            .route("/tax", get(|| async { "taxed" }))
+            .route(
+                "/slow",
+                get(|| async {
+                    tokio::time::sleep(Duration::from_secs(5)).await;
+                    "late"
+                }),
+            )
+            .layer(ServerBudgetLayer::new(profile.clone())),
+    )
+    .await;
+    let proxy = start_nginx(&nginx, service.trim_start_matches("http://")).await;
+    let client = http_support::client(&profile);
+    let budget = |ms| RequestBudget::local(Duration::from_millis(ms), HopPolicy::DEFAULT);
+
+    // The caller's budget crosses nginx: the service reads it, less the caller's margin.
+    let seen = budget(800)
+        .scope(async {
+            client
+                .get(format!("{}/budget", proxy.url))
+                .send()
+                .await?
+                .text()
+                .await
+                .map_err(reqwest_middleware::Error::from)
+        })
+        .await
+        .unwrap();
+    let (source, ms) = seen.split_once(' ').unwrap();
+    let ms: u64 = ms.parse().unwrap();
+    assert_eq!(
+        source, "relative-ms",
+        "the budget did not cross nginx: {seen}"
+    );
+    assert!(
+        ms < 800 && ms > 500,
+        "the service saw {ms} ms of an 800 ms budget"
+    );
+
+    // The service's refusal crosses nginx with what it needed (C3, C17).
+    let refused = budget(150)
+        .scope(client.get(format!("{}/tax", proxy.url)).send())
+        .await
+        .unwrap_err();
+    match budget_error(&refused) {
+        Some(BudgetError::Refused(r)) => {
+            assert_eq!(r.required(), Duration::from_millis(200), "{r:?}")
+        }
+        other => panic!("the refusal did not cross nginx: {other:?} ({refused})"),
+    }
+
+    // The service's expiry crosses nginx as the caller's expiry (C4, C17).
+    let started = std::time::Instant::now();
+    let expired = budget(300)
+        .scope(client.get(format!("{}/slow", proxy.url)).send())
+        .await
+        .unwrap_err();
+    assert_eq!(
+        budget_error(&expired),
+        Some(&BudgetError::Expired),
+        "{expired}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(2));
+
+    // nginx's own timeout: a 504 with no marker while the caller has 2 s. An upstream failure,
+    // returned as it is; the caller's budget is untouched (S13).
+    let caller = budget(2_000);
+    let own = caller
+        .scope(client.get(format!("{}/short/slow", proxy.url)).send())
+        .await
+        .expect("nginx's 504 is returned as a response");
+    assert_eq!(own.status(), 504);
+    assert!(!own.headers().contains_key("x-deadline-outcome"));
+    assert_eq!(
+        caller.end_cause(),
+        None,
+        "nginx's timeout ended the caller's budget"
+    );
+    assert!(caller.remaining() > Duration::from_secs(1));
+    drop(proxy);
+}
