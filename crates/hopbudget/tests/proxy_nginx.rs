@@ -1,14 +1,17 @@
 //! A real reverse proxy between two hops: nginx, in front of a service with
-//! `ServerBudgetLayer`, called through reqwest's `BudgetMiddleware`. nginx ignores deadlines
-//! (it is the hop of S13 that could break the chain) but passes headers both ways, so:
+//! `ServerBudgetLayer` called through reqwest's `BudgetMiddleware`, and (feature `grpc`) with
+//! `grpc_pass` in front of a tonic service with `GrpcServerLayer` called through
+//! `GrpcClientLayer`. nginx ignores deadlines (it is the hop of S13 that could break the chain)
+//! but passes headers and trailers both ways, so:
 //!
-//! - the caller's `x-request-timeout-ms` reaches the service through nginx, and the service's
-//!   budget comes from it, not from the edge total;
-//! - the service's expiry 504 and refusal 503 reach the caller with their markers, and become
+//! - the caller's `x-request-timeout-ms` (or `grpc-timeout`) reaches the service through nginx,
+//!   and the service's budget comes from it, not from the edge total;
+//! - the service's expiry and refusal reach the caller with their markers, and become
 //!   `BudgetError::Expired` and `BudgetError::Refused` with the service's requirement (C17);
-//! - nginx's *own* 504, when its `proxy_read_timeout` fires first, carries no marker and comes
-//!   while the caller still has budget: the caller gets it as an upstream failure, with its
-//!   budget untouched, not as its own expiry (S13: the proxy's timeout is visible as such).
+//! - nginx's *own* 504, when its `proxy_read_timeout` (`grpc_read_timeout`) fires first,
+//!   carries no marker and comes while the caller still has budget: the caller gets it as an
+//!   upstream failure (over gRPC a code that is not a deadline code), with its budget
+//!   untouched, not as its own expiry (S13: the proxy's timeout is visible as such).
 //!
 //! Needs nginx (`apt-get install nginx-light`; `HOPBUDGET_NGINX`, default `nginx` on the `PATH`
 //! or `/usr/sbin/nginx`). The test runs its own nginx on a free loopback port, with its
@@ -52,7 +55,13 @@ fn nginx() -> Option<PathBuf> {
 /// A running nginx, stopped on drop.
 struct Nginx {
     child: std::process::Child,
+    /// HTTP/1.1 in front of the HTTP service: `/` with nginx's defaults, `/short/` giving up
+    /// after 100 ms.
     url: String,
+    /// h2c in front of the gRPC service, with nginx's defaults.
+    grpc_url: String,
+    /// The same, giving up after 100 ms.
+    grpc_short_url: String,
     dir: PathBuf,
 }
 
@@ -64,15 +73,19 @@ impl Drop for Nginx {
     }
 }
 
-/// Start `nginx` in the foreground, proxying to `upstream` (`127.0.0.1:PORT`). `/` goes to the
-/// service with nginx's defaults; `/short/` gives up on the service after 100 ms.
-async fn start_nginx(nginx: &PathBuf, upstream: &str) -> Nginx {
-    // A free port: bound and released; nginx binds it a moment later.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
+/// A free loopback port: bound and released; nginx binds it a moment later.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
-        .port();
+        .port()
+}
+
+/// Start `nginx` in the foreground, proxying to the HTTP service at `upstream` and the gRPC
+/// service at `grpc_upstream` (each `127.0.0.1:PORT`; see [`Nginx`]).
+async fn start_nginx(nginx: &PathBuf, upstream: &str, grpc_upstream: &str) -> Nginx {
+    let (port, grpc_port, grpc_short_port) = (free_port(), free_port(), free_port());
     let dir = std::env::temp_dir().join(format!("hopbudget-nginx-{}-{port}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let prefix = dir.display();
@@ -100,6 +113,14 @@ async fn start_nginx(nginx: &PathBuf, upstream: &str) -> Nginx {
                proxy_pass http://service/;\n\
              }}\n\
            }}\n\
+           server {{\n\
+             listen 127.0.0.1:{grpc_port} http2;\n\
+             location / {{ grpc_pass grpc://{grpc_upstream}; }}\n\
+           }}\n\
+           server {{\n\
+             listen 127.0.0.1:{grpc_short_port} http2;\n\
+             location / {{ grpc_read_timeout 100ms; grpc_pass grpc://{grpc_upstream}; }}\n\
+           }}\n\
          }}\n"
     );
     let conf_path = dir.join("nginx.conf");
@@ -112,13 +133,21 @@ async fn start_nginx(nginx: &PathBuf, upstream: &str) -> Nginx {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("nginx starts");
-    let url = format!("http://127.0.0.1:{port}");
-    let mut nginx = Nginx { child, url, dir };
+    let mut nginx = Nginx {
+        child,
+        url: format!("http://127.0.0.1:{port}"),
+        grpc_url: format!("http://127.0.0.1:{grpc_port}"),
+        grpc_short_url: format!("http://127.0.0.1:{grpc_short_port}"),
+        dir,
+    };
     for _ in 0..200 {
-        if tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .is_ok()
-        {
+        let mut listening = true;
+        for port in [port, grpc_port, grpc_short_port] {
+            listening &= tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .is_ok();
+        }
+        if listening {
             return nginx;
         }
         if let Ok(Some(status)) = nginx.child.try_wait() {
@@ -131,7 +160,7 @@ async fn start_nginx(nginx: &PathBuf, upstream: &str) -> Nginx {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn budgets_and_outcomes_cross_nginx_and_its_own_timeout_is_not_the_callers_expiry() {
+async fn http_budgets_and_outcomes_cross_nginx_and_its_own_timeout_is_not_the_callers_expiry() {
     let Some(nginx) = nginx() else { return };
     let profile = http_support::profile(
         "service: tax\nedge_total_ms: 9000\nroutes: [{path: /tax, min_budget_ms: 200}]",
@@ -160,7 +189,8 @@ async fn budgets_and_outcomes_cross_nginx_and_its_own_timeout_is_not_the_callers
             .layer(ServerBudgetLayer::new(profile.clone())),
     )
     .await;
-    let proxy = start_nginx(&nginx, service.trim_start_matches("http://")).await;
+    // No gRPC service here: nginx's gRPC servers point at a closed port, unused.
+    let proxy = start_nginx(&nginx, service.trim_start_matches("http://"), "127.0.0.1:9").await;
     let client = http_support::client(&profile);
     let budget = |ms| RequestBudget::local(Duration::from_millis(ms), HopPolicy::DEFAULT);
 
@@ -222,6 +252,94 @@ async fn budgets_and_outcomes_cross_nginx_and_its_own_timeout_is_not_the_callers
         .expect("nginx's 504 is returned as a response");
     assert_eq!(own.status(), 504);
     assert!(!own.headers().contains_key("x-deadline-outcome"));
+    assert_eq!(
+        caller.end_cause(),
+        None,
+        "nginx's timeout ended the caller's budget"
+    );
+    assert!(caller.remaining() > Duration::from_secs(1));
+    drop(proxy);
+}
+
+#[cfg(feature = "grpc")]
+mod grpc_support;
+
+#[cfg(feature = "grpc")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_budgets_and_outcomes_cross_nginx_and_its_own_timeout_is_not_a_deadline_code() {
+    use grpc_support::{budget, call, grpc_client, serve_profile};
+    use hopbudget_testkit::HOP_CALL_PATH;
+
+    let Some(nginx) = nginx() else { return };
+    let service = serve_profile(
+        "tax",
+        hopbudget::Profile::from_yaml(
+            &format!("routes:\n  - path: {HOP_CALL_PATH}\n    min_budget_ms: 200\n"),
+            "tax.yaml",
+        )
+        .unwrap(),
+    )
+    .await;
+    let proxy = start_nginx(&nginx, "127.0.0.1:9", &service.addr.to_string()).await;
+    let profile = hopbudget::Profile::default();
+
+    // The caller's budget crosses nginx as `grpc-timeout`.
+    let reply = budget(800)
+        .scope(grpc_client(&profile, &proxy.grpc_url).call(call(&[], 0)))
+        .await
+        .expect("answered through nginx")
+        .into_inner();
+    assert_eq!(reply.source, ["grpc-timeout"], "{reply:?}");
+    let seen = Duration::from_micros(reply.remaining_us[0]);
+    assert!(
+        seen < Duration::from_millis(800) && seen > Duration::from_millis(500),
+        "the service saw {seen:?} of an 800 ms budget"
+    );
+
+    // The service's refusal crosses nginx, trailers and all (C3, C17).
+    let refused = budget(150)
+        .scope(grpc_client(&profile, &proxy.grpc_url).call(call(&[], 0)))
+        .await
+        .unwrap_err();
+    match BudgetError::from_grpc(&refused) {
+        Some(BudgetError::Refused(r)) => {
+            assert_eq!(r.required(), Duration::from_millis(200), "{r:?}")
+        }
+        other => panic!("the refusal did not cross nginx: {other:?} ({refused:?})"),
+    }
+
+    // The service's expiry crosses nginx; its work stops (C4, C7).
+    let expired = budget(300)
+        .scope(grpc_client(&profile, &proxy.grpc_url).call(call(&[], 5_000)))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        BudgetError::from_grpc(&expired),
+        Some(BudgetError::Expired),
+        "{expired:?}"
+    );
+    assert!(
+        service
+            .stats
+            .wait_for(Duration::from_secs(2), |s| s.live() == 0)
+            .await,
+        "the service's work still runs after the deadline"
+    );
+
+    // nginx's own timeout under a 2 s budget: not a deadline code, and the budget stays open.
+    let caller = budget(2_000);
+    let own = caller
+        .scope(grpc_client(&profile, &proxy.grpc_short_url).call(call(&[], 5_000)))
+        .await
+        .unwrap_err();
+    assert!(
+        !matches!(
+            own.code(),
+            tonic::Code::DeadlineExceeded | tonic::Code::Cancelled | tonic::Code::Ok
+        ),
+        "nginx's own timeout came back as a deadline outcome: {own:?}"
+    );
+    assert_eq!(BudgetError::from_grpc(&own), None, "{own:?}");
     assert_eq!(
         caller.end_cause(),
         None,
