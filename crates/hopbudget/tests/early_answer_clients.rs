@@ -111,92 +111,41 @@ async fn s14_go_http_client_writing_its_body_late_receives_the_503_and_the_504()
         return;
     }
     let url = serve().await;
-    for (path, budget_ms, status, body_bytes, agent, framing, delay_ms, pieces) in [
+    // path, budget ms, expected status, body bytes, connections, framing, ms between pieces,
+    // pieces.
+    for case in [
         // Refused before the handler ran: the body is not read at all.
-        ("/tax", "120", "503", "16", "fresh", "length", "20", "1"),
-        (
-            "/tax",
-            "120",
-            "503",
-            "16",
-            "keep-alive",
-            "length",
-            "20",
-            "1",
-        ),
-        (
-            "/tax",
-            "120",
-            "503",
-            "524288",
-            "keep-alive",
-            "length",
-            "20",
-            "1",
-        ),
-        (
-            "/tax",
-            "120",
-            "503",
-            "16",
-            "keep-alive",
-            "chunked",
-            "20",
-            "1",
-        ),
-        (
-            "/tax", "120", "503", "524288", "fresh", "chunked", "20", "1",
-        ),
+        "/tax 120 503 16 fresh length 20 1",
+        "/tax 120 503 16 keep-alive length 20 1",
+        "/tax 120 503 524288 keep-alive length 20 1",
+        "/tax 120 503 16 keep-alive chunked 20 1",
+        "/tax 120 503 524288 fresh chunked 20 1",
         // The body right behind the headers: it reaches the server while the answer is
         // written, and unread it would turn the close into a reset.
-        ("/tax", "120", "503", "524288", "fresh", "length", "0", "1"),
-        (
-            "/tax",
-            "120",
-            "503",
-            "524288",
-            "keep-alive",
-            "chunked",
-            "0",
-            "1",
-        ),
+        "/tax 120 503 524288 fresh length 0 1",
+        "/tax 120 503 524288 keep-alive chunked 0 1",
         // Expired while the handler waited for a body that came 100 ms late.
-        ("/upload", "50", "504", "16", "fresh", "length", "100", "1"),
-        (
-            "/upload",
-            "50",
-            "504",
-            "524288",
-            "keep-alive",
-            "length",
-            "100",
-            "1",
-        ),
-        (
-            "/upload",
-            "50",
-            "504",
-            "16",
-            "keep-alive",
-            "chunked",
-            "100",
-            "1",
-        ),
+        "/upload 50 504 16 fresh length 100 1",
+        "/upload 50 504 524288 keep-alive length 100 1",
+        "/upload 50 504 16 keep-alive chunked 100 1",
         // Expired while the body still trickled in (20 pieces, 10 ms apart).
-        (
-            "/upload", "50", "504", "524288", "fresh", "length", "10", "20",
-        ),
-        (
-            "/upload",
-            "50",
-            "504",
-            "524288",
-            "keep-alive",
-            "chunked",
-            "10",
-            "20",
-        ),
+        "/upload 50 504 524288 fresh length 10 20",
+        "/upload 50 504 524288 keep-alive chunked 10 20",
     ] {
+        let fields: Vec<&str> = case.split(' ').collect();
+        let [
+            path,
+            budget_ms,
+            status,
+            body_bytes,
+            agent,
+            framing,
+            delay_ms,
+            pieces,
+        ] = fields[..]
+        else {
+            panic!("a case has eight fields: {case}");
+        };
         let out = go_support::peer(&built)
             .expect("built above")
             .args([&format!("{url}{path}"), budget_ms, body_bytes, "20", agent])
