@@ -22,7 +22,6 @@ mod go_support;
 mod grpc_support;
 
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -30,7 +29,6 @@ use grpc_support::*;
 use hopbudget::{EndCause, Profile};
 use hopbudget_testkit::HOP_CALL_PATH;
 use prost::Message;
-use tokio::io::{AsyncBufReadExt, BufReader};
 
 /// The peer, built once per test run by `go_support`.
 fn peer() -> Option<tokio::process::Command> {
@@ -55,13 +53,7 @@ async fn grpcgo_call(
     if let Some(cancel) = cancel {
         command.arg(cancel.as_millis().to_string());
     }
-    let out = command.output().await.expect("the grpc-go peer runs");
-    assert!(
-        out.status.success(),
-        "grpc-go client failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("one JSON line")
+    peer::client_answer("grpc-go", command.output().await)
 }
 
 #[tokio::test]
@@ -77,24 +69,9 @@ async fn grpcgo_client_deadline_is_read_refused_and_expired_as_deadline_exceeded
 
 #[tokio::test]
 async fn grpcgo_server_sees_the_deadline_the_client_layer_stamps() {
-    let Some(mut command) = peer() else { return };
-    let mut child = command
-        .args(["server", HOP_CALL_PATH, "0"])
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("the grpc-go peer runs");
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let port: u16 = lines
-        .next_line()
-        .await
-        .unwrap()
-        .expect("the grpc-go server prints its port")
-        .trim()
-        .parse()
-        .unwrap();
-    peer::server_sees_the_deadline_the_client_layer_stamps("grpc-go", port).await;
-    drop(child);
+    let Some(mut server) = peer() else { return };
+    server.args(["server", HOP_CALL_PATH, "0"]);
+    peer::server_sees_the_deadline_the_client_layer_stamps("grpc-go", server).await;
 }
 
 /// grpc-go's client ends the call itself, with RST_STREAM, when its context is cancelled: the

@@ -20,12 +20,10 @@
 mod grpc_support;
 
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::time::Duration;
 
 use grpc_support::*;
 use hopbudget_testkit::HOP_CALL_PATH;
-use tokio::io::{AsyncBufReadExt, BufReader};
 
 fn python() -> String {
     std::env::var("HOPBUDGET_GRPCIO_PYTHON").unwrap_or_else(|_| "python3".into())
@@ -70,14 +68,8 @@ async fn grpcio_call(
         .arg(req.iter().map(|b| format!("{b:02x}")).collect::<String>())
         .arg(timeout.as_secs_f64().to_string())
         .output()
-        .await
-        .unwrap_or_else(|e| panic!("cannot run {} (set HOPBUDGET_GRPCIO_PYTHON): {e}", python()));
-    assert!(
-        out.status.success(),
-        "grpcio client failed (is grpcio installed? `pip install grpcio`):\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("one JSON line")
+        .await;
+    peer::client_answer("grpcio (set HOPBUDGET_GRPCIO_PYTHON)", out)
 }
 
 #[tokio::test]
@@ -96,22 +88,7 @@ async fn grpcio_server_sees_the_deadline_the_client_layer_stamps() {
     if !grpcio_available() {
         return;
     }
-    let mut child = tokio::process::Command::new(python())
-        .arg(peer_script())
-        .args(["server", "0"])
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run {}: {e}", python()));
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let port: u16 = lines
-        .next_line()
-        .await
-        .unwrap()
-        .expect("the grpcio server prints its port")
-        .trim()
-        .parse()
-        .unwrap();
-    peer::server_sees_the_deadline_the_client_layer_stamps("grpcio", port).await;
-    drop(child);
+    let mut server = tokio::process::Command::new(python());
+    server.arg(peer_script()).args(["server", "0"]);
+    peer::server_sees_the_deadline_the_client_layer_stamps("grpcio", server).await;
 }

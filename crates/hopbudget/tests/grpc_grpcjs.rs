@@ -19,12 +19,10 @@
 mod grpc_support;
 
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::time::Duration;
 
 use grpc_support::*;
 use hopbudget_testkit::HOP_CALL_PATH;
-use tokio::io::{AsyncBufReadExt, BufReader};
 
 fn node() -> String {
     std::env::var("HOPBUDGET_NODE").unwrap_or_else(|_| "node".into())
@@ -82,14 +80,8 @@ async fn grpcjs_call(
         .arg(req.iter().map(|b| format!("{b:02x}")).collect::<String>())
         .arg(timeout.as_millis().to_string())
         .output()
-        .await
-        .unwrap_or_else(|e| panic!("cannot run {} (set HOPBUDGET_NODE): {e}", node()));
-    assert!(
-        out.status.success(),
-        "grpc-js client failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("one JSON line")
+        .await;
+    peer::client_answer("grpc-js (set HOPBUDGET_NODE)", out)
 }
 
 #[tokio::test]
@@ -108,21 +100,7 @@ async fn grpcjs_server_sees_the_deadline_the_client_layer_stamps() {
     if !grpcjs_available() {
         return;
     }
-    let mut child = peer()
-        .args(["server", HOP_CALL_PATH, "0"])
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run {}: {e}", node()));
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let port: u16 = lines
-        .next_line()
-        .await
-        .unwrap()
-        .expect("the grpc-js server prints its port")
-        .trim()
-        .parse()
-        .unwrap();
-    peer::server_sees_the_deadline_the_client_layer_stamps("grpc-js", port).await;
-    drop(child);
+    let mut server = peer();
+    server.args(["server", HOP_CALL_PATH, "0"]);
+    peer::server_sees_the_deadline_the_client_layer_stamps("grpc-js", server).await;
 }

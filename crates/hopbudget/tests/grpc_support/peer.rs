@@ -1,6 +1,7 @@
 //! The interop checks every gRPC implementation that is not tonic must pass, shared by
 //! `tests/grpc_grpcio.rs`, `tests/grpc_grpcjs.rs` and `tests/grpc_grpcgo.rs`: each brings only
-//! the way to drive its peer (a client call that answers with one JSON value, a server's port).
+//! the way to drive its peer (a client call that answers with one JSON line, read by
+//! [`client_answer`]; a server command that prints its port).
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -12,6 +13,17 @@ use hopbudget_testkit::pb::CallReply;
 use prost::Message;
 
 use super::{budget, call, grpc_client, serve_profile};
+
+/// What a peer's client printed: one JSON line, after it exited successfully.
+pub fn client_answer(peer: &str, out: std::io::Result<std::process::Output>) -> serde_json::Value {
+    let out = out.unwrap_or_else(|e| panic!("cannot run the {peer} client: {e}"));
+    assert!(
+        out.status.success(),
+        "{peer} client failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("one JSON line")
+}
 
 /// Decode the peer's `reply_hex`.
 fn hex_decode(s: &str) -> Vec<u8> {
@@ -96,10 +108,30 @@ where
     );
 }
 
-/// The peer as the server behind `GrpcClientLayer`, on `127.0.0.1:port`, answering every call
-/// with trailing metadata `x-time-remaining-ms`: what its own deadline API said was left when
-/// the call arrived. A 400 ms budget is forwarded as 400 - 5 - 1 ms, rounded down.
-pub async fn server_sees_the_deadline_the_client_layer_stamps(peer: &str, port: u16) {
+/// The peer as the server behind `GrpcClientLayer`: `server` starts it on `127.0.0.1`, printing
+/// its port on the first line, and it answers every call with trailing metadata
+/// `x-time-remaining-ms`: what its own deadline API said was left when the call arrived. A
+/// 400 ms budget is forwarded as 400 - 5 - 1 ms, rounded down.
+pub async fn server_sees_the_deadline_the_client_layer_stamps(
+    peer: &str,
+    mut server: tokio::process::Command,
+) {
+    use tokio::io::AsyncBufReadExt;
+    let mut child = server
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run the {peer} server: {e}"));
+    let stdout = child.stdout.take().expect("piped");
+    let port: u16 = tokio::io::BufReader::new(stdout)
+        .lines()
+        .next_line()
+        .await
+        .unwrap()
+        .unwrap_or_else(|| panic!("the {peer} server prints its port"))
+        .trim()
+        .parse()
+        .unwrap();
     let mut client = grpc_client(&Profile::default(), &format!("http://127.0.0.1:{port}"));
     let reply = budget(400)
         .scope(client.call(call(&[], 0)))
@@ -117,4 +149,5 @@ pub async fn server_sees_the_deadline_the_client_layer_stamps(peer: &str, port: 
         remaining <= 394 && remaining > 200,
         "{peer}'s server saw {remaining} ms left"
     );
+    drop(child);
 }
