@@ -6,11 +6,13 @@
 //! - Node.js's `http` module: the 503 refusal (the route needs 200 ms, the client has 120 ms);
 //! - Go's `net/http`: the same refusal, with `Content-Length` and chunked bodies, and the 504 of
 //!   an expiry that came while the handler was still waiting for the body (50 ms budget, the
-//!   body 100 ms late).
+//!   body 100 ms late, or trickling in);
+//! - Python's standard `http.client` and `requests` (urllib3): the same cases as Go.
 //!
-//! Needs `node` (set `HOPBUDGET_NODE` to its path; default `node` on the `PATH`) and Go
-//! (`apt-get install golang-go`; see `go_support`). Without one, its test says so and passes,
-//! unless `HOPBUDGET_REQUIRE_SERVICES=1` (CI), where it fails.
+//! Needs `node` (set `HOPBUDGET_NODE` to its path; default `node` on the `PATH`), Go
+//! (`apt-get install golang-go`; see `go_support`) and a Python with `requests` (set
+//! `HOPBUDGET_PYTHON`; default `python3`; `.ci/run` installs it into `target/pyvenv`). Without
+//! one, its test says so and passes, unless `HOPBUDGET_REQUIRE_SERVICES=1` (CI), where it fails.
 #![cfg(feature = "axum")]
 
 mod go_support;
@@ -104,6 +106,36 @@ async fn s14_node_http_client_writing_its_body_late_receives_the_503() {
     }
 }
 
+/// The early answers each client must receive: path, budget ms, expected status, body bytes,
+/// connections, framing, ms between pieces, pieces.
+const CASES: [&str; 12] = [
+    // Refused before the handler ran: the body is not read at all.
+    "/tax 120 503 16 fresh length 20 1",
+    "/tax 120 503 16 keep-alive length 20 1",
+    "/tax 120 503 524288 keep-alive length 20 1",
+    "/tax 120 503 16 keep-alive chunked 20 1",
+    "/tax 120 503 524288 fresh chunked 20 1",
+    // The body right behind the headers: it reaches the server while the answer is
+    // written, and unread it would turn the close into a reset.
+    "/tax 120 503 524288 fresh length 0 1",
+    "/tax 120 503 524288 keep-alive chunked 0 1",
+    // Expired while the handler waited for a body that came 100 ms late.
+    "/upload 50 504 16 fresh length 100 1",
+    "/upload 50 504 524288 keep-alive length 100 1",
+    "/upload 50 504 16 keep-alive chunked 100 1",
+    // Expired while the body still trickled in (20 pieces, 10 ms apart).
+    "/upload 50 504 524288 fresh length 10 20",
+    "/upload 50 504 524288 keep-alive chunked 10 20",
+];
+
+/// One of [`CASES`], split into its eight fields.
+fn fields(case: &str) -> [&str; 8] {
+    let fields: Vec<&str> = case.split(' ').collect();
+    fields
+        .try_into()
+        .unwrap_or_else(|_| panic!("a case has eight fields: {case}"))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s14_go_http_client_writing_its_body_late_receives_the_503_and_the_504() {
     let built = go_support::build("go_early_answer", "");
@@ -111,28 +143,7 @@ async fn s14_go_http_client_writing_its_body_late_receives_the_503_and_the_504()
         return;
     }
     let url = serve().await;
-    // path, budget ms, expected status, body bytes, connections, framing, ms between pieces,
-    // pieces.
-    for case in [
-        // Refused before the handler ran: the body is not read at all.
-        "/tax 120 503 16 fresh length 20 1",
-        "/tax 120 503 16 keep-alive length 20 1",
-        "/tax 120 503 524288 keep-alive length 20 1",
-        "/tax 120 503 16 keep-alive chunked 20 1",
-        "/tax 120 503 524288 fresh chunked 20 1",
-        // The body right behind the headers: it reaches the server while the answer is
-        // written, and unread it would turn the close into a reset.
-        "/tax 120 503 524288 fresh length 0 1",
-        "/tax 120 503 524288 keep-alive chunked 0 1",
-        // Expired while the handler waited for a body that came 100 ms late.
-        "/upload 50 504 16 fresh length 100 1",
-        "/upload 50 504 524288 keep-alive length 100 1",
-        "/upload 50 504 16 keep-alive chunked 100 1",
-        // Expired while the body still trickled in (20 pieces, 10 ms apart).
-        "/upload 50 504 524288 fresh length 10 20",
-        "/upload 50 504 524288 keep-alive chunked 10 20",
-    ] {
-        let fields: Vec<&str> = case.split(' ').collect();
+    for case in CASES {
         let [
             path,
             budget_ms,
@@ -142,10 +153,7 @@ async fn s14_go_http_client_writing_its_body_late_receives_the_503_and_the_504()
             framing,
             delay_ms,
             pieces,
-        ] = fields[..]
-        else {
-            panic!("a case has eight fields: {case}");
-        };
+        ] = fields(case);
         let out = go_support::peer(&built)
             .expect("built above")
             .args([&format!("{url}{path}"), budget_ms, body_bytes, "20", agent])
@@ -162,5 +170,72 @@ async fn s14_go_http_client_writing_its_body_late_receives_the_503_and_the_504()
                  {pieces} piece(s) {delay_ms} ms apart after the headers ({agent})"
             ),
         );
+    }
+}
+
+/// The Python to run the Python clients with (`HOPBUDGET_PYTHON`, default `python3`), if it
+/// can import `requests`.
+fn python_with_requests() -> Option<String> {
+    let python = std::env::var("HOPBUDGET_PYTHON").unwrap_or_else(|_| "python3".into());
+    let found = std::process::Command::new(&python)
+        .args(["-c", "import requests"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if found {
+        return Some(python);
+    }
+    let message = format!(
+        "no Python with `requests` as `{python}`: `python3 -m venv target/pyvenv && \
+         target/pyvenv/bin/pip install requests`, then set HOPBUDGET_PYTHON=target/pyvenv/bin/python"
+    );
+    assert!(
+        std::env::var("HOPBUDGET_REQUIRE_SERVICES").as_deref() != Ok("1"),
+        "{message}"
+    );
+    eprintln!("skipped: {message}");
+    None
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s14_python_http_clients_writing_their_body_late_receive_the_503_and_the_504() {
+    let Some(python) = python_with_requests() else {
+        return;
+    };
+    let url = serve().await;
+    let script =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/interop/python_early_answer.py");
+    // The standard library's http.client gives up at the first broken pipe: without the
+    // layer's drain, 20 of 20 rounds of the chunked keep-alive refusal failed with
+    // `BrokenPipeError`. requests (urllib3 2) reads the answer after a broken pipe, so it
+    // receives every answer with or without the drain; it is here for the answers themselves.
+    for client in ["stdlib", "requests"] {
+        for case in CASES {
+            let [
+                path,
+                budget_ms,
+                status,
+                body_bytes,
+                agent,
+                framing,
+                delay_ms,
+                pieces,
+            ] = fields(case);
+            let out = tokio::process::Command::new(&python)
+                .arg(&script)
+                .args([client, &format!("{url}{path}"), budget_ms, body_bytes, "20"])
+                .args([agent, framing, delay_ms, pieces])
+                .output()
+                .await
+                .expect("the Python client runs");
+            assert_every_round_answered(
+                &out,
+                status,
+                20,
+                &format!(
+                    "Python {client}, {path} with {budget_ms} ms, a {body_bytes}-byte {framing} \
+                     body in {pieces} piece(s) {delay_ms} ms apart after the headers ({agent})"
+                ),
+            );
+        }
     }
 }
