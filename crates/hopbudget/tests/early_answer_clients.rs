@@ -4,6 +4,8 @@
 //! (C18), on fresh and on kept-alive connections, for bodies up to the 1 MiB the layer drains:
 //!
 //! - Node.js's `http` module: the 503 refusal (the route needs 200 ms, the client has 120 ms);
+//! - Node.js's `http2` module, over HTTP/2: the 503 and the 504, kept although the server resets
+//!   the stream after answering, and the session carrying the next request;
 //! - Go's `net/http`: the same refusal, with `Content-Length` and chunked bodies, and the 504 of
 //!   an expiry that came while the handler was still waiting for the body (50 ms budget, the
 //!   body 100 ms late, or trickling in);
@@ -102,6 +104,47 @@ async fn s14_node_http_client_writing_its_body_late_receives_the_503() {
             "503",
             40,
             &format!("node, a {body_bytes}-byte body sent after the headers ({agent})"),
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c18_node_http2_client_keeps_the_early_answer_and_its_session() {
+    let Some(node) = node() else {
+        return;
+    };
+    let url = serve().await;
+    let script =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/interop/node_h2_early_answer.js");
+    // path, budget ms, expected status, body bytes, ms from the headers to the body. 2 MiB is
+    // more than the stream's flow-control window (hyper's default, 1 MiB), so the client is
+    // still sending when the answer and the stream's reset arrive. Not 4 MiB: after a few such
+    // answers Node's client stalls its session, against axum without the layer too (Go's
+    // http2 client and nghttp do not).
+    for case in [
+        "/tax 120 503 16 20",
+        "/tax 120 503 2097152 0",
+        "/upload 50 504 16 100",
+        "/upload 50 504 2097152 100",
+    ] {
+        let fields: Vec<&str> = case.split(' ').collect();
+        let [path, budget_ms, status, body_bytes, delay_ms] = fields[..] else {
+            panic!("a case has five fields: {case}");
+        };
+        let out = tokio::process::Command::new(&node)
+            .arg(&script)
+            .args([&url, path, budget_ms, body_bytes, delay_ms, "20"])
+            .output()
+            .await
+            .expect("node runs");
+        assert_every_round_answered(
+            &out,
+            status,
+            20,
+            &format!(
+                "node http2, {path} with {budget_ms} ms, a {body_bytes}-byte body {delay_ms} ms \
+                 after the headers, 20 rounds on one session"
+            ),
         );
     }
 }
