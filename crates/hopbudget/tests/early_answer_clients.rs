@@ -217,33 +217,27 @@ struct Case<'a> {
 
 impl<'a> Case<'a> {
     fn parse(case: &'a str) -> Self {
-        let fields: Vec<&str> = case.split(' ').collect();
-        let [
-            path,
-            budget_ms,
-            status,
-            body_bytes,
-            agent,
-            framing,
-            delay_ms,
-            pieces,
-        ] = fields[..]
-        else {
-            panic!("a case has eight fields: {case}");
+        let mut fields = case.split(' ');
+        let mut next = || {
+            fields
+                .next()
+                .unwrap_or_else(|| panic!("a case has eight fields: {case}"))
         };
-        Case {
-            path,
-            budget_ms,
-            status,
-            body_bytes,
-            agent,
-            framing,
-            delay_ms,
-            pieces,
-        }
+        let read = Case {
+            path: next(),
+            budget_ms: next(),
+            status: next(),
+            body_bytes: next(),
+            agent: next(),
+            framing: next(),
+            delay_ms: next(),
+            pieces: next(),
+        };
+        assert!(fields.next().is_none(), "a case has eight fields: {case}");
+        read
     }
 
-    /// The arguments the Go and Python clients take after their URL and before nothing else:
+    /// The arguments the Go and Python clients both take (the Python one after its CLIENT):
     /// `URL TIMEOUT_MS BODY_BYTES ROUNDS AGENT FRAMING DELAY_MS PIECES`, with 20 rounds.
     fn client_args(&self, base_url: &str) -> [String; 8] {
         [
