@@ -73,19 +73,18 @@ impl Drop for Nginx {
     }
 }
 
-/// A free loopback port: bound and released; nginx binds it a moment later.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+/// `N` distinct free loopback ports: all bound at once (so no two are the same), then
+/// released together; nginx binds them a moment later.
+fn free_ports<const N: usize>() -> [u16; N] {
+    let listeners: [std::net::TcpListener; N] =
+        std::array::from_fn(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap());
+    listeners.map(|l| l.local_addr().unwrap().port())
 }
 
 /// Start `nginx` in the foreground, proxying to the HTTP service at `upstream` and the gRPC
 /// service at `grpc_upstream` (each `127.0.0.1:PORT`; see [`Nginx`]).
 async fn start_nginx(nginx: &PathBuf, upstream: &str, grpc_upstream: &str) -> Nginx {
-    let (port, grpc_port, grpc_short_port) = (free_port(), free_port(), free_port());
+    let [port, grpc_port, grpc_short_port] = free_ports();
     let dir = std::env::temp_dir().join(format!("hopbudget-nginx-{}-{port}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let prefix = dir.display();
