@@ -79,6 +79,13 @@ fn python_with_requests() -> Option<String> {
     )
 }
 
+/// A client script of this test's, under `tests/interop`.
+fn interop_script(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/interop")
+        .join(name)
+}
+
 /// A server with `/tax`, which needs 200 ms (refused below), and `/upload`, which has no rule;
 /// both handlers read the whole body. Returns its base URL.
 async fn serve() -> String {
@@ -114,8 +121,7 @@ async fn s14_node_http_client_writing_its_body_late_receives_the_503() {
         return;
     };
     let url = serve().await;
-    let script =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/interop/node_early_refusal.js");
+    let script = interop_script("node_early_refusal.js");
     for (body_bytes, agent) in [
         ("16", "fresh"),
         ("262144", "fresh"),
@@ -145,8 +151,7 @@ async fn c18_node_http2_client_keeps_the_early_answer_and_its_session() {
         return;
     };
     let url = serve().await;
-    let script =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/interop/node_h2_early_answer.js");
+    let script = interop_script("node_h2_early_answer.js");
     // path, budget ms, expected status, body bytes, ms from the headers to the body. Bodies
     // within the stream's flow-control window (hyper's default, 1 MiB): with a larger one,
     // still waiting to send when the reset comes, Node's client sometimes ends the stream
@@ -300,8 +305,7 @@ async fn s14_python_http_clients_writing_their_body_late_receive_the_503_and_the
         return;
     };
     let url = serve().await;
-    let script =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/interop/python_early_answer.py");
+    let script = interop_script("python_early_answer.py");
     // The standard library's http.client gives up at the first broken pipe: without the
     // layer's drain, 20 of 20 rounds of the chunked keep-alive refusal failed with
     // `BrokenPipeError`. requests (urllib3 2) reads the answer after a broken pipe, so it
