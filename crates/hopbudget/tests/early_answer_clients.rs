@@ -170,21 +170,26 @@ async fn c18_node_http2_client_keeps_the_early_answer_and_its_session() {
         };
         let out = tokio::process::Command::new(&node)
             .arg(&script)
-            .args([&url, path, budget_ms, body_bytes, delay_ms, "20"])
+            .args([&url, path, budget_ms, body_bytes, delay_ms])
+            .arg(ROUNDS.to_string())
             .output()
             .await
             .expect("node runs");
         assert_every_round_answered(
             &out,
             status,
-            20,
+            ROUNDS,
             &format!(
                 "node http2, {path} with {budget_ms} ms, a {body_bytes}-byte body {delay_ms} ms \
-                 after the headers, 20 rounds on one session"
+                 after the headers, {ROUNDS} rounds on one session"
             ),
         );
     }
 }
+
+/// Rounds of each case for the Node `http2`, Go and Python clients: every one must see the
+/// answer.
+const ROUNDS: u32 = 20;
 
 /// The early answers each client must receive: path, budget ms, expected status, body bytes,
 /// connections, framing, ms between pieces, pieces.
@@ -243,13 +248,13 @@ impl<'a> Case<'a> {
     }
 
     /// The arguments the Go and Python clients both take (the Python one after its CLIENT):
-    /// `URL TIMEOUT_MS BODY_BYTES ROUNDS AGENT FRAMING DELAY_MS PIECES`, with 20 rounds.
+    /// `URL TIMEOUT_MS BODY_BYTES ROUNDS AGENT FRAMING DELAY_MS PIECES`, with [`ROUNDS`] rounds.
     fn client_args(&self, base_url: &str) -> [String; 8] {
         [
             format!("{base_url}{}", self.path),
             self.budget_ms.into(),
             self.body_bytes.into(),
-            "20".into(),
+            ROUNDS.to_string(),
             self.agent.into(),
             self.framing.into(),
             self.delay_ms.into(),
@@ -272,7 +277,7 @@ impl<'a> Case<'a> {
         assert_every_round_answered(
             out,
             self.status,
-            20,
+            ROUNDS,
             &format!(
                 "{client}, {path} with {budget_ms} ms, a {body_bytes}-byte {framing} body in \
                  {pieces} piece(s) {delay_ms} ms apart after the headers ({agent})"
