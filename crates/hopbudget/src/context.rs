@@ -746,6 +746,12 @@ impl RequestBudget {
     ///
     /// See the [example](Self#examples).
     pub fn token(&self) -> CancellationToken {
+        // A token asked for after the deadline is cancelled already (C7): the timer task that
+        // would cancel it has not run yet, and code that checks `is_cancelled()` at once must
+        // not start late work meanwhile. One clock read, only while the budget is live.
+        if self.inner.state.load(Ordering::Acquire) == LIVE && self.deadline().is_expired() {
+            self.end_with(EXPIRED);
+        }
         if let Some(token) = self.inner.token.get() {
             return token.clone();
         }
@@ -1107,6 +1113,22 @@ mod tests {
         b.cancel();
         assert!(child.token().is_cancelled());
         assert_eq!(child.done().await, EndCause::Cancelled);
+    }
+
+    /// C7: a token first asked for after the deadline is cancelled at once, before any timer
+    /// task could run; so is an existing token whose timer has not fired yet.
+    #[tokio::test(start_paused = true)]
+    async fn token_taken_after_the_deadline_is_already_cancelled() {
+        let b = budget(50);
+        let child = b.child();
+        tokio::time::advance(Duration::from_millis(60)).await;
+        assert!(child.token().is_cancelled(), "a child's first token");
+        assert!(b.token().is_cancelled(), "the budget's own first token");
+        assert_eq!(
+            b.end_cause(),
+            Some(EndCause::Expired),
+            "expiry, not cancellation"
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -377,3 +377,39 @@ async fn epoch_carrier_when_the_profile_trusts_clocks() {
     let ms: u64 = ms.parse().unwrap();
     assert!((200..=394).contains(&ms), "{ms}");
 }
+
+/// C7: a handler that blocked past its deadline and only then asks for the budget's token
+/// gets one that is already cancelled, so work it would start on the token's word does not
+/// start late. The timer that cancels tokens at the deadline is armed only when a token is
+/// first made, and has not run yet at that point.
+#[tokio::test]
+async fn c7_a_token_taken_after_the_deadline_is_already_cancelled() {
+    let p = profile("service: blocker");
+    let seen = Arc::new(std::sync::Mutex::new(None));
+    let url = serve(
+        Router::new()
+            .route(
+                "/",
+                get({
+                    let seen = seen.clone();
+                    move |budget: RequestBudget| async move {
+                        // Synchronous work the handler did not yield in: the layer's own timer
+                        // cannot run on this task meanwhile.
+                        std::thread::sleep(Duration::from_millis(120));
+                        let token = budget.token();
+                        *seen.lock().unwrap() = Some((token.is_cancelled(), budget.end_cause()));
+                        "late"
+                    }
+                }),
+            )
+            .layer(ServerBudgetLayer::new(p)),
+    )
+    .await;
+    let _ = get_with(&url, Some("40")).await;
+    let seen = *seen.lock().unwrap();
+    assert_eq!(
+        seen,
+        Some((true, Some(hopbudget::EndCause::Expired))),
+        "the token handed out after the deadline must be cancelled at once, as expiry"
+    );
+}
