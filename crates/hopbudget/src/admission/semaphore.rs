@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::QueuePolicy;
 use super::queue::{Admit, Slot, WaitQueue};
 use crate::error::BudgetError;
-use crate::{Deadline, RequestBudget};
+use crate::{Deadline, EndCause, RequestBudget};
 
 /// A semaphore whose waiters are ordered and dropped by their budgets (C21).
 ///
@@ -16,7 +16,9 @@ use crate::{Deadline, RequestBudget};
 /// remaining) at the instant the budget left no longer covers `cost`, without ever taking a
 /// permit; with no ambient budget the caller waits in FIFO order and is never refused for
 /// time. Waiters are served earliest-deadline-first unless another [`QueuePolicy`] is chosen.
-/// Dropping the `acquire` future leaves the queue at once; a permit never leaks.
+/// A budget that has already ended waits for nothing, and a waiter whose budget is cancelled
+/// while it waits leaves the queue at once with that cause, so the next free permit goes to a
+/// live waiter. Dropping the `acquire` future leaves the queue at once; a permit never leaks.
 ///
 /// Clones share the permits.
 ///
@@ -93,8 +95,10 @@ impl BudgetSemaphore {
     ///
     /// See the [example](Self#examples).
     pub async fn acquire(&self, cost: Duration) -> Result<BudgetPermit, BudgetError> {
-        let deadline = RequestBudget::current().map(|b| b.deadline());
-        self.acquire_until(deadline, cost).await
+        match RequestBudget::current() {
+            Some(budget) => self.acquire_with(&budget, cost).await,
+            None => self.acquire_until(None, cost).await,
+        }
     }
 
     /// Wait for a permit for work that needs `cost`, under `budget`.
@@ -110,7 +114,26 @@ impl BudgetSemaphore {
         if let Some(cause) = budget.recorded_cause() {
             return Err(cause.into());
         }
-        self.acquire_until(Some(budget.deadline()), cost).await
+        let slot = match self.queue.admit(Some(budget.deadline()), cost) {
+            Admit::Granted(slot) => slot,
+            Admit::Refused(e) => return Err(e),
+            Admit::Queued(waiter) => {
+                // A waiter whose budget is cancelled while it waits leaves the queue at once
+                // (C21): its deadline may be the earliest, and the next freed slot would go
+                // to work nobody wants ahead of a live waiter. The token is made only here,
+                // when there is a wait to cut short.
+                let token = budget.token();
+                tokio::select! {
+                    biased;
+                    () = token.cancelled() => {
+                        let cause = budget.end_cause().unwrap_or(EndCause::Cancelled);
+                        return Err(cause.into());
+                    }
+                    granted = waiter => granted?,
+                }
+            }
+        };
+        Ok(BudgetPermit { _slot: slot })
     }
 
     /// Wait for a permit for work that needs `cost` and must end by `deadline` (`None`: no

@@ -382,3 +382,49 @@ async fn the_error_answer_returns_the_budget_error() {
         Some(BudgetError::Refused(_))
     ));
 }
+
+/// C21: `acquire()` under a cancelled ambient budget is refused with that cause, as
+/// `acquire_with` is, and takes no permit.
+#[tokio::test(start_paused = true)]
+async fn acquire_under_a_cancelled_ambient_budget_is_refused() {
+    let sem = BudgetSemaphore::new(1);
+    let b = budget(1_000);
+    b.cancel();
+    let got = b.scope(sem.acquire(ms(5))).await;
+    assert_eq!(got.unwrap_err(), BudgetError::Cancelled);
+    assert_eq!(sem.available_permits(), 1, "no permit taken");
+}
+
+/// C21: a waiter whose budget is cancelled while it waits leaves the queue at once, although
+/// its deadline is the earliest, and the freed permit goes to the live waiter behind it.
+#[tokio::test(start_paused = true)]
+async fn a_waiter_cancelled_while_queued_leaves_at_once_and_takes_no_slot() {
+    let sem = BudgetSemaphore::new(1);
+    let log = Log::default();
+    let held = sem.acquire(ms(0)).await.unwrap();
+    let early = budget(100);
+    let gone = {
+        let (sem, log) = (sem.clone(), log.clone());
+        tokio::spawn(early.clone().scope(async move {
+            let permit = sem.acquire(ms(5)).await?;
+            log.lock().unwrap().push("cancelled");
+            drop(permit);
+            Ok::<_, BudgetError>(())
+        }))
+    };
+    let live = waiter(&sem, &log, "live", 500, ms(5), ms(1));
+    settle().await;
+    assert_eq!(sem.waiting(), 2);
+    early.cancel();
+    settle().await;
+    assert_eq!(
+        sem.waiting(),
+        1,
+        "the cancelled waiter left the queue at once"
+    );
+    assert_eq!(gone.await.unwrap(), Err(BudgetError::Cancelled));
+    drop(held);
+    live.await.unwrap().unwrap();
+    assert_eq!(*log.lock().unwrap(), ["live"]);
+    assert_eq!(sem.available_permits(), 1);
+}
