@@ -246,3 +246,128 @@ async fn redis_commands_are_bounded_by_the_budget() {
     assert!(took < Duration::from_secs(2), "waited {took:?}");
     blocked.abort();
 }
+
+/// A Redis server of this test's own, on a free loopback port, so it can be frozen and
+/// killed without touching the machine's.
+struct OwnRedis {
+    child: std::process::Child,
+    url: String,
+}
+
+impl OwnRedis {
+    fn start() -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("a free loopback port");
+        let child = std::process::Command::new("redis-server")
+            .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!("cannot start redis-server ({e}): install it with `apt-get install redis-server`")
+            });
+        Self {
+            child,
+            url: format!("redis://127.0.0.1:{port}"),
+        }
+    }
+
+    async fn connect(&self) -> MultiplexedConnection {
+        let client = redis::Client::open(self.url.as_str()).unwrap();
+        for _ in 0..100 {
+            if let Ok(c) = client.get_multiplexed_async_connection().await {
+                return c;
+            }
+            tokio::time::sleep(ms(50)).await;
+        }
+        panic!("the test's own redis-server at {} never answered", self.url);
+    }
+
+    fn signal(&self, sig: &str) {
+        let ok = std::process::Command::new("kill")
+            .args([sig, &self.child.id().to_string()])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "kill {sig} failed");
+    }
+}
+
+impl Drop for OwnRedis {
+    fn drop(&mut self) {
+        // A frozen server cannot die of SIGKILL until it runs again; a dead one ignores both.
+        let _ = std::process::Command::new("kill")
+            .args(["-CONT", &self.child.id().to_string()])
+            .status();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Issue 32 item 10: a Redis server that stops answering (frozen with SIGSTOP: its socket
+/// still accepts bytes, nothing comes back) costs a read no more than its budget: it ends
+/// `expired` at the deadline instead of hanging, the recompute never runs, and once the
+/// server answers again the same cache serves from it.
+#[tokio::test]
+async fn a_redis_that_stops_answering_costs_no_more_than_the_budget() {
+    let server = OwnRedis::start();
+    let conn = server.connect().await;
+    let cache = StaleCache::new(conn, "catalog", "prices")
+        .fresh_for(FRESH)
+        .stale_for(STALE);
+    let k = key("frozen");
+    let calls = Arc::new(AtomicUsize::new(0));
+    let warm = cache
+        .get(&budget(2_000), &k, RECOMPUTE, counted(&calls, "1"))
+        .await
+        .unwrap();
+    assert_eq!(warm.choice, CacheChoice::Recomputed);
+
+    server.signal("-STOP");
+    let started = Instant::now();
+    let frozen = cache
+        .get(&budget(300), &k, ms(10), counted(&calls, "2"))
+        .await;
+    let took = started.elapsed();
+    match frozen {
+        Err(CacheError::Budget(BudgetError::Expired)) => {}
+        other => panic!("a frozen Redis must end the read as expired, got {other:?}"),
+    }
+    assert!(took < Duration::from_secs(3), "the read hung for {took:?}");
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "no recompute started");
+
+    server.signal("-CONT");
+    let back = cache
+        .get(&budget(2_000), &k, RECOMPUTE, counted(&calls, "3"))
+        .await
+        .unwrap();
+    assert_eq!(
+        (back.value.as_str(), back.choice),
+        ("1", CacheChoice::Fresh)
+    );
+}
+
+/// Issue 32 item 10: a Redis server that is gone fails the read at once with an error that
+/// says it is Redis, never a hang until the deadline and never a budget outcome.
+#[tokio::test]
+async fn a_redis_that_is_gone_fails_the_read_clearly_and_at_once() {
+    let mut server = OwnRedis::start();
+    let conn = server.connect().await;
+    let cache = StaleCache::new(conn, "catalog", "prices");
+    server.child.kill().unwrap();
+    server.child.wait().unwrap();
+    let started = Instant::now();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let gone = cache
+        .get(&budget(5_000), &key("gone"), ms(10), counted(&calls, "x"))
+        .await;
+    match &gone {
+        Err(e @ CacheError::Redis(_)) => {
+            assert!(e.to_string().starts_with("redis: "), "{e}");
+        }
+        other => panic!("expected a Redis error, got {other:?}"),
+    }
+    assert!(started.elapsed() < Duration::from_secs(4), "not at once");
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+}
