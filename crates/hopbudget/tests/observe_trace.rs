@@ -23,6 +23,8 @@ type Parents = Arc<Mutex<Vec<(Id, Option<Id>)>>>;
 #[derive(Clone, Default)]
 struct Capture {
     spans: Arc<Mutex<Vec<(Id, String, Fields)>>>,
+    /// Every event: its target, and its fields with the message under `message`.
+    events: Arc<Mutex<Vec<(String, Fields)>>>,
     /// Each span's parent, by span id.
     parents: Parents,
 }
@@ -60,6 +62,14 @@ impl<S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'
             .lock()
             .unwrap()
             .push((id.clone(), attrs.metadata().name().into(), fields));
+    }
+    fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
+        let mut fields = Fields::new();
+        event.record(&mut Collect(&mut fields));
+        self.events
+            .lock()
+            .unwrap()
+            .push((event.metadata().target().into(), fields));
     }
     fn on_record(&self, id: &Id, values: &Record<'_>, _: Context<'_, S>) {
         let mut spans = self.spans.lock().unwrap();
@@ -345,4 +355,85 @@ mod otel {
         assert_eq!(attr(late, "deadline.overrun_ms"), Some(&Value::I64(75)));
         assert_eq!(attr(late, "deadline.required_ms"), None);
     }
+}
+
+/// Issue #33: with `log: {hops: true}` the server layer writes one line per hop end on the
+/// `hopbudget::hop` target (service, route, outcome, budget at arrival and its source, time
+/// used), and refusals and missing deadlines are written at INFO on `hopbudget::notice`,
+/// rate-limited so a burst of refusals writes a few lines, not one each. Through a real axum
+/// server and reqwest over loopback.
+#[cfg(all(feature = "axum", feature = "reqwest"))]
+#[tokio::test]
+async fn the_layer_logs_one_line_per_hop_and_rate_limited_notices() {
+    use axum::Router;
+    use axum::routing::get;
+    use hopbudget::http::server::ServerBudgetLayer;
+
+    let capture = Capture::default();
+    let _guard =
+        tracing::subscriber::set_default(tracing_subscriber::registry().with(capture.clone()));
+    let profile = hopbudget::Profile::from_yaml(
+        "service: tax\nlog: {hops: true, notices_per_s: 2}\nroutes: [{path: /short, min_budget_ms: 200}]",
+        "test.yaml",
+    )
+    .unwrap();
+    let app = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .route("/short", get(|| async { "never" }))
+        .layer(ServerBudgetLayer::new(profile));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let client = reqwest::Client::new();
+    let get = |path: &str, header: Option<&str>| {
+        let mut req = client.get(format!("{url}{path}"));
+        if let Some(h) = header {
+            req = req.header("x-request-timeout-ms", h);
+        }
+        async move { req.send().await.unwrap().status().as_u16() }
+    };
+    assert_eq!(get("/", Some("300")).await, 200);
+    assert_eq!(get("/", None).await, 200);
+    for _ in 0..20 {
+        assert_eq!(get("/short", Some("50")).await, 503);
+    }
+
+    let events = capture.events.lock().unwrap().clone();
+    let on = |target: &str| -> Vec<Fields> {
+        events
+            .iter()
+            .filter(|(t, _)| t == target)
+            .map(|(_, f)| f.clone())
+            .collect()
+    };
+    let hops = on("hopbudget::hop");
+    assert_eq!(hops.len(), 22, "one line per hop: {hops:?}");
+    let first = &hops[0];
+    assert_eq!(first["service"], "tax");
+    assert_eq!(first["route"], "/");
+    assert_eq!(first["outcome"], "completed");
+    assert_eq!(first["source"], "relative-ms");
+    let budget: u64 = first["budget_ms"].parse().unwrap();
+    assert!((295..=300).contains(&budget), "{first:?}");
+    assert!(first.contains_key("used_ms"), "{first:?}");
+    assert_eq!(hops[1]["source"], "fallback");
+    assert_eq!(hops[2]["outcome"], "refused");
+    assert_eq!(hops[2]["required_ms"], "200");
+
+    let notices = on("hopbudget::notice");
+    let missing = notices
+        .iter()
+        .filter(|f| f["message"].starts_with("deadline received: none"))
+        .count();
+    let refused: Vec<_> = notices
+        .iter()
+        .filter(|f| f["message"].starts_with("refused before work"))
+        .collect();
+    assert_eq!(missing, 1, "{notices:?}");
+    assert!(
+        (1..=4).contains(&refused.len()),
+        "20 refusals within a second or two write at most two lines a second: {refused:?}"
+    );
+    assert!(refused[0]["remaining_ms"].parse::<u64>().unwrap() <= 50);
+    assert_eq!(refused[0]["required_ms"], "200");
 }

@@ -185,18 +185,27 @@ impl HopConfig {
                 }
                 RequestBudget::from_carrier(inbound.carrier, inbound.budget, policy)
             }
-            Ok(None) => RequestBudget::new(
-                Deadline::after(self.profile.edge_total()),
-                Source::Fallback,
-                policy,
-            ),
+            Ok(None) => {
+                observe::notice_missing(
+                    &self.service,
+                    label,
+                    self.profile.edge_total(),
+                    self.profile.spec().log.notices_per_s,
+                );
+                RequestBudget::new(
+                    Deadline::after(self.profile.edge_total()),
+                    Source::Fallback,
+                    policy,
+                )
+            }
         };
         let route = HopRoute::new(
             &self.service,
             label,
             self.protocol,
             self.profile.low_budget(),
-        );
+        )
+        .with_line(self.profile.spec().log.hops);
         let hop = Hop::open(route, &budget);
         // The hop span is the child of the caller's span across the wire (feature `otel`).
         #[cfg(feature = "otel")]
@@ -221,6 +230,13 @@ impl HopConfig {
             },
         };
         if arrived < min {
+            observe::notice_refused(
+                &self.service,
+                label,
+                min,
+                arrived,
+                self.profile.spec().log.notices_per_s,
+            );
             hop.refuse(min);
             return Verdict::Refused(Refused::new(min, arrived));
         }

@@ -40,6 +40,8 @@ mod metrics_names;
 pub use metrics_names::*;
 #[cfg(feature = "metrics")]
 pub(crate) use metrics_names::{cache_read_key, count, degraded_key};
+mod notice;
+pub(crate) use notice::{missing as notice_missing, refused as notice_refused};
 #[cfg(feature = "otlp")]
 pub mod otlp;
 #[cfg(feature = "prometheus")]
@@ -181,6 +183,7 @@ pub(crate) struct HopRoute<'a> {
     route: &'a str,
     protocol: Protocol,
     low_budget: Duration,
+    line: bool,
     #[cfg(feature = "metrics")]
     keys: metrics_names::Keys,
 }
@@ -201,8 +204,27 @@ impl<'a> HopRoute<'a> {
             route,
             protocol,
             low_budget,
+            line: false,
         }
     }
+
+    /// Write one line at the hop's end (the profile's `log.hops`).
+    pub(crate) fn with_line(mut self, line: bool) -> Self {
+        self.line = line;
+        self
+    }
+}
+
+/// What a hop keeps to write its one line at the end (`log.hops`): kept, boxed, only when
+/// the line is asked for, so a hop without it carries one empty pointer.
+#[derive(Debug)]
+struct HopLine {
+    service: Arc<str>,
+    route: Arc<str>,
+    protocol: Protocol,
+    arrived: Duration,
+    source: Source,
+    started: tokio::time::Instant,
 }
 
 /// One hop, from arrival to terminal status.
@@ -252,6 +274,7 @@ pub struct Hop {
     // keeps nothing of its labels.
     #[cfg(feature = "metrics")]
     keys: metrics_names::Keys,
+    line: Option<Box<HopLine>>,
     finished: bool,
 }
 
@@ -269,6 +292,7 @@ impl Hop {
                 route: &labels.route,
                 protocol: labels.protocol,
                 low_budget: labels.low_budget,
+                line: false,
                 #[cfg(feature = "metrics")]
                 keys,
             },
@@ -302,10 +326,21 @@ impl Hop {
         metrics_names::record_arrival(&route.keys, route.low_budget, remaining, source);
         #[cfg(not(feature = "metrics"))]
         let _ = route.low_budget;
+        let line = route.line.then(|| {
+            Box::new(HopLine {
+                service: Arc::from(route.service),
+                route: Arc::from(route.route),
+                protocol: route.protocol,
+                arrived: remaining,
+                source,
+                started: tokio::time::Instant::now(),
+            })
+        });
         Self {
             span,
             #[cfg(feature = "metrics")]
             keys: route.keys,
+            line,
             finished: false,
         }
     }
@@ -357,6 +392,21 @@ impl Hop {
         }
         #[cfg(feature = "metrics")]
         metrics_names::record_end(&self.keys, outcome);
+        if let Some(line) = self.line.take() {
+            tracing::info!(
+                target: "hopbudget::hop",
+                parent: &self.span,
+                service = %line.service,
+                route = %line.route,
+                protocol = line.protocol.as_str(),
+                outcome = outcome.as_str(),
+                budget_ms = notice::millis(line.arrived),
+                source = line.source.as_str(),
+                used_ms = notice::millis(line.started.elapsed()),
+                required_ms = required.map(notice::millis),
+                "hop ended"
+            );
+        }
     }
 }
 
