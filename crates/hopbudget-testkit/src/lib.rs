@@ -1,9 +1,15 @@
-//! Test protos for hopbudget's gRPC integration tests and benchmarks.
+//! Test helpers for apps that use hopbudget, and the test protos of hopbudget's own gRPC
+//! tests and benchmarks.
+//!
+//! [`hops::HopCapture`] captures the outcome of every hop per test, without a global metrics
+//! recorder, and waits for a hop to end.
 //!
 //! `proto/hop.proto` defines one service, `hopbudget.testkit.Hop`, whose single method does a
 //! configurable amount of work, optionally calls a list of downstream hops, and reports the
 //! budget each hop saw. The proto is compiled at build time with `protox`, so no `protoc`
 //! download is needed. The handler itself lives with the tests, which wire it to hopbudget.
+
+pub mod hops;
 
 /// Code generated from `proto/hop.proto` by tonic-prost-build.
 #[allow(

@@ -437,3 +437,66 @@ async fn the_layer_logs_one_line_per_hop_and_rate_limited_notices() {
     assert!(refused[0]["remaining_ms"].parse::<u64>().unwrap() <= 50);
     assert_eq!(refused[0]["required_ms"], "200");
 }
+
+/// Issue #33 item 6: a user's test reads hop outcomes with `hopbudget_testkit::hops::HopCapture`
+/// (no global recorder, no `/metrics` parsing) and waits for a hop to end: a real axum app
+/// behind `ServerBudgetLayer`, called by reqwest over loopback, with one answer, one refusal
+/// and one client that gives up.
+#[cfg(all(feature = "axum", feature = "reqwest"))]
+#[tokio::test]
+async fn a_users_test_captures_hop_outcomes_and_waits_for_them() {
+    use axum::Router;
+    use axum::routing::get;
+    use hopbudget::http::server::ServerBudgetLayer;
+    use hopbudget_testkit::hops::HopCapture;
+
+    let hops = HopCapture::new();
+    let _guard = hops.install();
+    let profile = hopbudget::Profile::from_yaml(
+        "service: orders\nroutes: [{path: /orders, min_budget_ms: 100}]",
+        "test.yaml",
+    )
+    .unwrap();
+    let app = Router::new()
+        .route("/orders", get(|| async { "ok" }))
+        .route(
+            "/slow",
+            get(|| async {
+                tokio::time::sleep(Duration::from_secs(10)).await;
+                "late"
+            }),
+        )
+        .layer(ServerBudgetLayer::new(profile));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let client = reqwest::Client::new();
+    let call = |path: &str, budget: &str| {
+        client
+            .get(format!("{url}{path}"))
+            .header("x-request-timeout-ms", budget)
+    };
+    assert_eq!(call("/orders", "500").send().await.unwrap().status(), 200);
+    assert_eq!(call("/orders", "50").send().await.unwrap().status(), 503);
+    let gave_up = call("/slow", "5000")
+        .timeout(Duration::from_millis(100))
+        .send()
+        .await;
+    assert!(gave_up.is_err(), "the client gave up");
+
+    let wait = |route: &'static str, outcome: &'static str| {
+        tokio::time::timeout(
+            Duration::from_secs(5),
+            hops.wait_for(move |h| h.route == route && h.outcome == outcome),
+        )
+    };
+    let refused = wait("/orders", "refused").await.expect("a refused hop");
+    assert_eq!(
+        (refused.required_ms, refused.service.as_str()),
+        (Some(100), "orders")
+    );
+    let cancelled = wait("/slow", "cancelled").await.expect("a cancelled hop");
+    assert_eq!(cancelled.source, "relative-ms");
+    assert!(cancelled.remaining_ms.is_some_and(|ms| ms > 4_900));
+    assert_eq!(hops.outcomes("/orders"), ["completed", "refused"]);
+}

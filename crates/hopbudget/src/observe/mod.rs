@@ -385,10 +385,11 @@ impl Hop {
         }
         self.finished = true;
         if !self.span.is_disabled() {
-            self.span.record("deadline.outcome", outcome.as_str());
+            // The outcome last: a subscriber may take the hop as ended when it arrives.
             if let Some(required) = required {
                 self.span.record("deadline.required_ms", span_ms(required));
             }
+            self.span.record("deadline.outcome", outcome.as_str());
         }
         #[cfg(feature = "metrics")]
         metrics_names::record_end(&self.keys, outcome);
