@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use hopbudget::grpc::client::{GrpcClient, GrpcClientLayer};
+use hopbudget::grpc::server::BudgetExt;
 use hopbudget::grpc::server::GrpcServerLayer;
 use hopbudget::{EndCause, Profile, RequestBudget};
 use hopbudget_testkit::pb::hop_client::HopClient;
@@ -168,11 +169,14 @@ impl Hop for HopHandler {
 
     async fn call(&self, request: Request<CallRequest>) -> Result<Response<CallReply>, Status> {
         self.stats.entered.fetch_add(1, Ordering::SeqCst);
-        let budget = request
-            .extensions()
-            .get::<RequestBudget>()
-            .cloned()
-            .ok_or_else(|| Status::internal("no RequestBudget in the request extensions"))?;
+        // The one call a user's handler makes (issue #33), on every gRPC test's path; the
+        // layer must also have put the budget in the extensions, not only in the task scope.
+        let budget = request.budget()?;
+        if request.extensions().get::<RequestBudget>().is_none() {
+            return Err(Status::internal(
+                "no RequestBudget in the request extensions",
+            ));
+        }
         let ambient =
             RequestBudget::current().ok_or_else(|| Status::internal("no ambient RequestBudget"))?;
         if !ambient.ptr_eq(&budget) {

@@ -93,25 +93,26 @@
 //! # }
 //! ```
 //!
-//! A handler reads the budget like this (from the extensions, or ambiently):
+//! A handler reads the budget in one call with [`BudgetExt::budget`] (from the extensions, or
+//! ambiently), or `INTERNAL` when the layer is missing:
 //!
 //! ```
-//! use hopbudget::RequestBudget;
+//! use hopbudget::grpc::server::BudgetExt;
 //!
-//! fn remaining_ms<T>(request: &tonic::Request<T>) -> Option<u128> {
-//!     let budget = request.extensions().get::<RequestBudget>()?;
-//!     debug_assert!(RequestBudget::current().is_none_or(|c| c.ptr_eq(budget)));
-//!     Some(budget.remaining().as_millis())
+//! fn remaining_ms<T>(request: &tonic::Request<T>) -> Result<u128, tonic::Status> {
+//!     Ok(request.budget()?.remaining().as_millis())
 //! }
-//! # assert_eq!(remaining_ms(&tonic::Request::new(())), None);
+//! # assert_eq!(remaining_ms(&tonic::Request::new(())).unwrap_err().code(), tonic::Code::Internal);
 //! ```
 
 mod body;
+mod extract;
 mod future;
 mod layer;
 mod service;
 
 pub use body::ResponseBody;
+pub use extract::BudgetExt;
 pub use future::ResponseFuture;
 pub use layer::GrpcServerLayer;
 pub use service::GrpcServer;
