@@ -121,7 +121,7 @@ pub use task::{
 /// The README's code blocks, compiled as doctests (`cargo test --doc -p hopbudget
 /// --all-features`), so the examples a user reads first always build.
 #[cfg(all(doctest, feature = "axum", feature = "reqwest", feature = "grpc"))]
-#[doc = include_str!("../../../README.md")]
+#[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
 /// Not part of the API: helpers the `hopbudget` command-line tool, a sibling crate in this
