@@ -6,7 +6,8 @@
 //!
 //! The behaviour is specified as numbered rules (C1-C21) and scenarios (S1-S18) in
 //! `docs/contract.md` in the repository; the docs cite them by number, and each entry there
-//! names the modules and tests behind it.
+//! names the modules and tests behind it. The guide, `docs/guide/` in the repository, has a
+//! page per topic; each module below names its page.
 //!
 //! ## The pieces
 //!
