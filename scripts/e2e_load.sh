@@ -4,9 +4,9 @@
 # server's process and runtime.
 #
 #   scripts/e2e_load.sh                  wrk, server and wrk pinned to a core each (PIN=1)
-#   LOADGEN=oha PIN=0 scripts/e2e_load.sh   oha, unpinned: the README's oha figures
+#   LOADGEN=oha PIN=0 scripts/e2e_load.sh   oha, unpinned (oha then needs as much CPU as the server)
 #
-# ROUNDS=15, RUN_SECONDS=2, CONNECTIONS=32 by default, as in the README.
+# ROUNDS=15, RUN_SECONDS=2, CONNECTIONS=32 by default, as in docs/performance.md.
 #
 # The bench serves its four axum servers (bare, TimeoutLayer, ServerBudgetLayer, TraceLayer)
 # with HOPBUDGET_E2E_SERVE=1. In each round every layered server runs between two runs of the

@@ -11,7 +11,8 @@ use clap::{Parser, Subcommand, ValueEnum};
 use crate::demo::{self, DemoOptions, Mode, Topology};
 use crate::{profile_cmd, serve};
 
-/// End-to-end deadline propagation across service hops.
+/// End-to-end deadline propagation across service hops: check adoption profiles, run the
+/// demo, run one demo service, audit traces for lost deadlines, soak a chain.
 #[derive(Debug, Parser)]
 #[command(name = "hopbudget", version, about)]
 pub struct Cli {
@@ -21,25 +22,32 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Work with adoption profiles.
+    /// Check adoption profiles (the per-service YAML the hopbudget layers read).
     Profile {
         #[command(subcommand)]
         command: ProfileCommand,
     },
-    /// Run the checkout call graph (S7) with per-hop timeouts (work detached, or dropped with
-    /// its caller) and with propagated deadlines, and compare them side by side (S18).
+    /// Compare per-hop timeouts with propagated deadlines on a checkout call graph.
+    ///
+    /// Eight services on loopback, run three times over the same traffic: per-hop timeouts
+    /// with detached work, per-hop timeouts with drop-cancellation, and propagated deadlines.
+    /// Prints them side by side and writes table.txt, results.json and report.html.
     Demo(DemoArgs),
-    /// Run one service of a demo topology alone (one process per host), with Prometheus
-    /// metrics, a log line per hop, and a clean stop on SIGTERM or Ctrl-C.
+    /// Run one service of a demo topology alone (one process per host).
+    ///
+    /// With Prometheus metrics, a log line per hop, and a clean stop on SIGTERM or Ctrl-C.
     #[command(after_help = SERVE_HELP)]
     Serve(ServeArgs),
-    /// Find where deadlines get lost, from OTLP JSON traces (exit 1 on a chain break).
+    /// Find where deadlines get lost, from OTLP JSON traces (exit 1 when a hop resets the
+    /// budget).
     Audit(crate::audit::command::AuditArgs),
     /// Write synthetic OTLP JSON traces of the checkout graph (for measuring `audit`).
     #[command(hide = true)]
     GenTraces(crate::audit::command::GenTracesArgs),
-    /// Drive a three-hop chain at a fixed rate for a bounded time and check that nothing
-    /// leaks or is lost (exit 1 when a check fails).
+    /// Load a three-hop chain and check that nothing leaks or is lost (exit 1 if so).
+    ///
+    /// A fixed rate for a bounded time, with good, short, expiring, cancelled and malformed
+    /// requests; then the chain drains and every hop's accounts, tasks and memory are checked.
     Soak(crate::soak::SoakArgs),
 }
 
@@ -48,16 +56,17 @@ const SERVE_HELP: &str = "\
 What the service answers:
   HTTP service: POST /call, header `x-demo-request-id: <u64>` required (400 without it);
     answers 200 {\"service\": ..., \"degraded\": n}, or 503 + Retry-After: 0 (refused before
-    work, C3), 504 (expired), 499 (the caller went away).
+    work: too little budget left), 504 (expired), 499 (the caller went away).
   gRPC service: /hopbudget.demo.Hop/Call (proto/demo.proto: HopRequest { request_id }),
     answers HopReply, or DEADLINE_EXCEEDED (expired; marked `x-deadline-outcome: refused`
     with x-deadline-required-ms / x-deadline-remaining-ms when refused), CANCELLED.
 Deadline carriers read (propagated mode, default profile; --profile changes the list):
   grpc-timeout, x-request-timeout-ms (relative ms), connect-timeout-ms,
   x-envoy-expected-rq-timeout-ms; the tightest wins. x-request-deadline (absolute epoch ms)
-  when the profile lists `epoch-ms`. No deadline: the profile's edge total (C8).
+  when the profile lists `epoch-ms`. No deadline: the profile's edge total (edge_total_ms).
 Operations:
-  GET /metrics on --metrics ADDR (Prometheus text; hopbudget_* metrics, see the README);
+  GET /metrics on --metrics ADDR (Prometheus text; the hopbudget_* metrics of the guide's
+    observability page, docs/guide/observability.md);
   one line per hop on stdout: service, route, budget_ms, source, outcome;
   SIGTERM or Ctrl-C: stop accepting, let in-flight calls finish (at most 5 s), exit 0.";
 
@@ -73,11 +82,13 @@ enum ProfileCommand {
 /// A mode, or all of them (S18).
 #[derive(Clone, Copy, Debug, ValueEnum)]
 enum ModeArg {
-    /// Per-hop fresh timeouts, each handler on a detached task (the seeds' incident).
+    /// Per-hop fresh timeouts, each handler on a detached task: work goes on after its caller
+    /// gave up.
     Detached,
-    /// Per-hop fresh timeouts with Rust's drop-cancellation, nothing else.
+    /// Per-hop fresh timeouts with Rust's drop-cancellation: work stops with its caller, but
+    /// no hop knows the time left.
     Timeouts,
-    /// hopbudget at every hop.
+    /// hopbudget at every hop: one propagated deadline, refusals, cheaper paths.
     Propagated,
     /// All three, in that order.
     All,
@@ -124,8 +135,8 @@ struct DemoArgs {
     /// Seconds of arrivals per sweep point and mode.
     #[arg(long, default_value_t = 4.0)]
     sweep_duration: f64,
-    /// This service ignores inbound deadlines and uses its own default (S13); traces are
-    /// written as OTLP JSON.
+    /// This service ignores inbound deadlines and uses its own default timeout (a broken
+    /// chain); traces are written as OTLP JSON, for `hopbudget audit`.
     #[arg(long, value_name = "SERVICE")]
     forgetful: Option<String>,
     /// Write OTLP JSON traces (one file per mode) even without --forgetful.
@@ -161,7 +172,7 @@ struct ServeArgs {
     /// Behaviour of this service.
     #[arg(long, value_enum, default_value = "propagated")]
     mode: OneMode,
-    /// Ignore inbound deadlines (S13).
+    /// Ignore inbound deadlines and use the service's own default timeout (a broken chain).
     #[arg(long)]
     forgetful: bool,
     /// Adoption profile (YAML) for the service's hopbudget layers; the topology's

@@ -10,6 +10,8 @@
 //! `hopbudget::redis::StaleCache` (feature `redis`).
 //!
 //! See the examples on [`plan`] (the decision) and [`CacheReads`] (a whole read, recorded).
+//!
+//! Guide: *The database, the cache, and cheaper paths*, `docs/guide/database-and-cache.md` in the repository.
 
 use std::sync::Arc;
 use std::time::Duration;

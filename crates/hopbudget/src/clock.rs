@@ -6,6 +6,8 @@
 //! stamper's or gate's `with_wall_clock`.
 //!
 //! See the example on [`WallClock`].
+//!
+//! Guide: *Budgets, carriers and retries*, `docs/guide/concepts.md` in the repository.
 
 #[cfg(test)]
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};

@@ -8,6 +8,8 @@
 //! then add every further problem they find.
 //!
 //! See the example on [`ConfigError`].
+//!
+//! Guide: *The adoption profile*, `docs/guide/profile.md` in the repository.
 
 use std::fmt;
 use std::path::{Path, PathBuf};

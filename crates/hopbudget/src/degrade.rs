@@ -9,6 +9,8 @@
 //! with labels `service`, `route` and `path` (rule C14).
 //!
 //! See the example on [`Degrade`].
+//!
+//! Guide: *The database, the cache, and cheaper paths*, `docs/guide/database-and-cache.md` in the repository.
 
 use std::future::Future;
 use std::sync::Arc;

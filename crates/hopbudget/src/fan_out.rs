@@ -6,6 +6,8 @@
 //! forget.
 //!
 //! See the example on [`FanOut`].
+//!
+//! Guide: *Budgets, carriers and retries*, `docs/guide/concepts.md` in the repository.
 
 use std::collections::HashMap;
 use std::fmt;

@@ -16,6 +16,8 @@
 //!
 //! See the example on [`LearnedThreshold`]; a profile turns it on per route with `learn:`
 //! (the example on [`Profile`](crate::Profile) reads a route's rule).
+//!
+//! Guide: *The adoption profile*, `docs/guide/profile.md` in the repository.
 
 use std::fmt;
 use std::sync::Mutex;

@@ -6,7 +6,8 @@
 //!
 //! The behaviour is specified as numbered rules (C1-C21) and scenarios (S1-S18) in
 //! `docs/contract.md` in the repository; the docs cite them by number, and each entry there
-//! names the modules and tests behind it.
+//! names the modules and tests behind it. The guide, `docs/guide/` in the repository, has a
+//! page per topic; each module below names its page.
 //!
 //! ## The pieces
 //!
@@ -48,7 +49,7 @@
 //! | `postgres` | `postgres`: PostgreSQL queries under a statement timeout from the budget, with real cancels |
 //! | `redis` | `redis`: a read-through Redis cache that serves stale when a recompute cannot finish |
 //! | `nats` | `queue::nats`: JetStream publisher, consumer and dead-letter stream; core NATS request/reply |
-//! | `kafka` | `queue::kafka`: Kafka producer and consumer through rdkafka (builds librdkafka with cmake) |
+//! | `kafka` | `queue::kafka`: Kafka producer and consumer through rdkafka (builds librdkafka with a C compiler and make) |
 //! | `otel` | `observe::propagation`: W3C trace context (the installed propagator) across hops |
 //! | `full` | all of the above |
 //!
@@ -117,6 +118,12 @@ pub use profile::validated::Profile;
 pub use task::{
     FutureExt, TaskHandle, WithBudget, spawn, spawn_blocking, spawn_detached, spawn_with,
 };
+
+/// The README's code blocks, compiled as doctests (`cargo test --doc -p hopbudget
+/// --all-features`), so the examples a user reads first always build.
+#[cfg(all(doctest, feature = "axum", feature = "reqwest", feature = "grpc"))]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
 
 /// Not part of the API: helpers the `hopbudget` command-line tool, a sibling crate in this
 /// workspace, shares with the library so that its configuration files report problems the way

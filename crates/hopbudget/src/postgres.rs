@@ -38,6 +38,8 @@
 //! assert_eq!(rows[0].get::<_, i32>(0), 42);
 //! # Ok(()) }
 //! ```
+//!
+//! Guide: *The database, the cache, and cheaper paths*, `docs/guide/database-and-cache.md` in the repository.
 
 use std::fmt;
 use std::time::Duration;

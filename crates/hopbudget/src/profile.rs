@@ -11,6 +11,8 @@
 //! [`config::ConfigError`](crate::config::ConfigError)s.
 //!
 //! See the example on [`Profile`](crate::Profile#examples).
+//!
+//! Guide: *The adoption profile*, `docs/guide/profile.md` in the repository.
 
 use std::path::Path;
 use std::sync::Arc;

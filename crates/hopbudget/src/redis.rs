@@ -48,6 +48,8 @@
 //! }
 //! # Ok(()) }
 //! ```
+//!
+//! Guide: *The database, the cache, and cheaper paths*, `docs/guide/database-and-cache.md` in the repository.
 
 use std::fmt;
 use std::future::Future;

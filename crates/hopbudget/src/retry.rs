@@ -9,6 +9,8 @@
 //!   attempt from the same shrinking deadline, never a fresh one.
 //!
 //! See the example on [`DeadlineRetry`].
+//!
+//! Guide: *Budgets, carriers and retries*, `docs/guide/concepts.md` in the repository.
 
 use std::future::{Ready, ready};
 use std::time::Duration;

@@ -5,6 +5,8 @@
 //! is ever spelled 429 / RESOURCE_EXHAUSTED, which mean quota, not time.
 //!
 //! See the example on [`Outcome`](crate::Outcome#examples), which spells each outcome with these maps.
+//!
+//! Guide: *Errors across hops and shims*, `docs/guide/errors.md` in the repository.
 
 use serde::{Deserialize, Serialize};
 

@@ -10,7 +10,8 @@ use super::{AuditOptions, render};
 /// `hopbudget audit FILE…`.
 #[derive(Debug, clap::Args)]
 #[command(
-    after_help = "Exit status: 1 when a budget reset (chain break, S13) is found; else 3 \
+    after_help = "Exit status: 1 when a budget reset is found (a hop started with more time than its \
+    caller had left: the chain lost its deadline there); else 3 \
     when some input could not be read (each problem is listed with file, line and reason); \
     else 0. 2 is a usage error."
 )]
@@ -52,7 +53,7 @@ pub struct GenTracesArgs {
     /// How many spans (rounded up to whole traces of 8 hops).
     #[arg(long, default_value_t = 1_000_000)]
     spans: u64,
-    /// This service ignores inbound deadlines (S13).
+    /// This service ignores inbound deadlines (a broken chain).
     #[arg(long, value_name = "SERVICE")]
     forgetful: Option<String>,
     /// Random seed.

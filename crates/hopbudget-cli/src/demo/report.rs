@@ -414,9 +414,9 @@ pub fn html(r: &DemoResults) -> Result<String, String> {
         "<h1>hopbudget demo</h1>\n<p>The checkout call graph of scenario S7, run over the \
          same seeded arrival schedule in each mode ({}): <b>detached</b> gives every hop a \
          fresh timeout and runs its handler on a detached task, so work survives a caller \
-         that left (the seeds' incident); <b>timeouts</b> gives every hop a fresh timeout \
-         and nothing else, with Rust's drop-cancellation (a caller that gives up resets the \
-         call, and the callee's handler is dropped); <b>propagated</b> carries one \
+         that left, as in a service that detaches its work; <b>timeouts</b> gives every hop \
+         a fresh timeout and nothing else, with Rust's drop-cancellation (a caller that gives \
+         up resets the call, and the callee's handler is dropped); <b>propagated</b> carries one \
          shrinking deadline through every hop with hopbudget (S18). Client budget {} ms, \
          client timeout {} ms.</p>",
         modes.join(", "),

@@ -105,6 +105,8 @@
 //! # #[cfg(not(feature = "http"))]
 //! # fn main() {}
 //! ```
+//!
+//! Guide: *Admission under overload*, `docs/guide/admission.md` in the repository.
 
 mod answer;
 mod future;

@@ -35,6 +35,8 @@
 //!     .expect("a carrier arrived");
 //! assert_eq!((inbound.carrier, inbound.budget), (Carrier::Envoy, Duration::from_millis(250)));
 //! ```
+//!
+//! Guide: *Budgets, carriers and retries*, `docs/guide/concepts.md` in the repository.
 
 mod encoded;
 pub mod epoch;

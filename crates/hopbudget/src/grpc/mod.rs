@@ -51,6 +51,8 @@
 //! layer of one protocol installs the budget, the client layer of the other reads it.
 //!
 //! See the examples on [`GrpcServerLayer`](server#example) and [`GrpcClientLayer`](client#example).
+//!
+//! Guide: *gRPC hops*, `docs/guide/grpc.md` in the repository.
 
 pub mod client;
 mod convert;

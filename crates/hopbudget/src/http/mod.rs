@@ -18,6 +18,8 @@
 //! caller can tell them apart even when a profile maps two outcomes to one status code.
 //!
 //! See the examples on [`ServerBudgetLayer`](server#example) and [`ClientBudgetLayer`](client#example).
+//!
+//! Guide: *HTTP hops*, `docs/guide/http.md` in the repository.
 
 mod answer;
 pub mod client;

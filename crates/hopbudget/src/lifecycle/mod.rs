@@ -45,6 +45,8 @@
 //! assert_eq!(config.route_label(RouteLabel::Path("/orders/7")), hopbudget::lifecycle::OTHER_ROUTE);
 //! # }
 //! ```
+//!
+//! Guide: *Observability*, `docs/guide/observability.md` in the repository.
 
 mod admission;
 mod guard;

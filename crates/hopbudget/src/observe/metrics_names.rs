@@ -1,7 +1,8 @@
 //! Metric names and their recording, through the `metrics` facade.
 //!
-//! Every name, type and label is listed in the README's "Observability" section. Keys for a
-//! service and route are built once per [`HopLabels`] (shared by its clones) and handed to
+//! Every name, type and label is listed in the guide's observability page
+//! (`docs/guide/observability.md`). Keys for a service and route are built once per
+//! [`HopLabels`] (shared by its clones) and handed to
 //! whatever recorder is current, so a hop allocates nothing for its metrics, and with no
 //! recorder installed each update is a thread-local check and a no-op call.
 

@@ -25,6 +25,8 @@
 //! writes spans to a file as OTLP JSON.
 //!
 //! See the example on [`Hop`].
+//!
+//! Guide: *Observability*, `docs/guide/observability.md` in the repository.
 use std::sync::Arc;
 use std::time::Duration;
 

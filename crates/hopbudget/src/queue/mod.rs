@@ -53,6 +53,8 @@
 //! }
 //! # }
 //! ```
+//!
+//! Guide: *The queue boundary*, `docs/guide/queues.md` in the repository.
 
 mod carrier;
 mod dead_letter;

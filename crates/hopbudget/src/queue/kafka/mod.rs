@@ -1,5 +1,5 @@
-//! Kafka at the queue boundary (feature `kafka`, through rdkafka; librdkafka is built with
-//! cmake, so the machine needs `cmake` and a C compiler).
+//! Kafka at the queue boundary (feature `kafka`, through rdkafka; librdkafka is built from
+//! source with its own configure script, so the machine needs a C compiler and make).
 //!
 //! - [`Producer`]: records stamped with the current request's deadline
 //!   ([`Stamper`](super::Stamper)), refused before anything is queued when the budget cannot
