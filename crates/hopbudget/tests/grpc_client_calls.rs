@@ -9,8 +9,11 @@ mod grpc_support;
 use std::time::{Duration, Instant};
 
 use grpc_support::*;
-use hopbudget::grpc::client::{GrpcClient, GrpcClientLayer};
-use hopbudget::{Profile, RequestBudget};
+use std::sync::Arc;
+
+use hopbudget::grpc::client::{GrpcClient, GrpcClientLayer, ReplayLayer, into_tonic};
+use hopbudget::retry::{DeadlineRetry, GrpcReplies};
+use hopbudget::{BudgetError, Profile, Refused, RequestBudget};
 use hopbudget_testkit::HOP_WATCH_PATH;
 use hopbudget_testkit::pb::CallRequest;
 use hopbudget_testkit::pb::hop_client::HopClient;
@@ -301,4 +304,122 @@ async fn a_peers_cancelled_at_its_deadline_is_expiry_as_in_the_http_clients() {
         Some(hopbudget::BudgetError::Expired),
         "{status:?}"
     );
+}
+
+// ---- issue 32, item 8: a retry sees a gRPC refusal (C6) ----
+
+/// A server behind `GrpcServerLayer` whose first call refuses (stating it needs `needs`), and
+/// whose later calls succeed. Counts the calls its handler got.
+async fn refuse_once_server(
+    needs: Duration,
+) -> (std::net::SocketAddr, Arc<std::sync::atomic::AtomicUsize>) {
+    struct RefuseOnce {
+        needs: Duration,
+        calls: Arc<std::sync::atomic::AtomicUsize>,
+    }
+    #[tonic::async_trait]
+    impl hopbudget_testkit::pb::hop_server::Hop for RefuseOnce {
+        type WatchStream = WatchStream;
+        async fn watch(
+            &self,
+            _: tonic::Request<CallRequest>,
+        ) -> Result<tonic::Response<WatchStream>, tonic::Status> {
+            Err(tonic::Status::unimplemented("watch"))
+        }
+        async fn call(
+            &self,
+            request: tonic::Request<CallRequest>,
+        ) -> Result<tonic::Response<hopbudget_testkit::pb::CallReply>, tonic::Status> {
+            let budget = RequestBudget::current().expect("the server layer's budget");
+            let n = self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            if n == 0 {
+                // This replica is busy: it states what a call needs to be worth starting (C3),
+                // and another attempt (another replica) may have it.
+                let refused = Refused::new(self.needs, budget.remaining());
+                return Err(BudgetError::Refused(refused).into());
+            }
+            let told = request
+                .metadata()
+                .get("grpc-timeout")
+                .map(|v| v.to_str().unwrap().to_owned())
+                .unwrap_or_default();
+            Ok(tonic::Response::new(hopbudget_testkit::pb::CallReply {
+                grpc_timeout: vec![told],
+                ..Default::default()
+            }))
+        }
+    }
+    let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let handler = RefuseOnce {
+        needs,
+        calls: calls.clone(),
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        tonic::transport::Server::builder()
+            .layer(hopbudget::grpc::server::GrpcServerLayer::new(
+                Profile::default().with_service("busy"),
+            ))
+            .add_service(hopbudget_testkit::pb::hop_server::HopServer::new(handler))
+            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener))
+            .await
+            .unwrap();
+    });
+    (addr, calls)
+}
+
+/// The stack the docs pair: the body kept for a second attempt, `DeadlineRetry` classified by
+/// `GrpcReplies` outside `GrpcClientLayer`, a real tonic `Channel` below.
+fn retrying_client(
+    addr: std::net::SocketAddr,
+) -> HopClient<
+    impl tonic::client::GrpcService<
+        tonic::body::Body,
+        ResponseBody = impl http_body::Body<Data = bytes::Bytes, Error = impl Into<tower::BoxError>>
+                       + Send
+                       + 'static,
+        Error = impl Into<tower::BoxError>,
+        Future = impl Send,
+    >,
+> {
+    let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{addr}")).unwrap();
+    HopClient::new(
+        ServiceBuilder::new()
+            .layer(ReplayLayer)
+            .layer(tower::retry::RetryLayer::new(DeadlineRetry::new(
+                GrpcReplies,
+                2,
+            )))
+            .layer(GrpcClientLayer::new(Profile::default()).destination(endpoint.uri()))
+            .map_request(into_tonic)
+            .service(endpoint.connect_lazy()),
+    )
+}
+
+#[tokio::test]
+async fn a_grpc_refusal_is_retried_only_when_the_forward_budget_covers_the_requirement() {
+    // 1 s left: the forward budget (994 ms) covers the 200 ms the refuser needs: one retry,
+    // which succeeds, stamped from the same shrinking budget (C6).
+    let (addr, calls) = refuse_once_server(Duration::from_millis(200)).await;
+    let reply = budget(1_000)
+        .scope(retrying_client(addr).call(call(&[], 0)))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 2);
+    assert!(told_ms(&reply.grpc_timeout[0]) <= 994, "{reply:?}");
+
+    // 150 ms left: 144 ms to forward does not cover 200 ms. No retry; the refusal, with the
+    // requirement it stated, is the caller's answer.
+    let (addr, calls) = refuse_once_server(Duration::from_millis(200)).await;
+    let status = budget(150)
+        .scope(retrying_client(addr).call(call(&[], 0)))
+        .await
+        .unwrap_err();
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
+    match BudgetError::from_grpc(&status) {
+        Some(BudgetError::Refused(r)) => assert_eq!(r.required(), Duration::from_millis(200)),
+        other => panic!("expected the refusal, got {other:?} from {status:?}"),
+    }
 }
