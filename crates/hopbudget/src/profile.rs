@@ -30,7 +30,7 @@ use crate::status::{GrpcCode, GrpcStatusMap, HttpStatusMap};
 mod trust;
 pub(crate) mod validated;
 
-pub use trust::TrustedHosts;
+pub use trust::{TrustedHosts, UnknownDestination};
 // The one public path is `hopbudget::Profile`; inside the crate `crate::profile::Profile`
 // still names it (and this module's doc links and tests use it).
 #[allow(unused_imports)]
@@ -263,6 +263,9 @@ pub struct OutboundSpec {
     /// Listing hosts replaces the default (loopback, private addresses, names without a dot,
     /// `*.internal`, `*.local`, `*.svc`, `*.cluster.local`).
     pub trusted_hosts: Vec<String>,
+    /// A call that names no host: `trusted` (default) or `untrusted`. See
+    /// [`UnknownDestination`].
+    pub unknown_destination: UnknownDestination,
 }
 
 impl Default for OutboundSpec {
@@ -270,6 +273,7 @@ impl Default for OutboundSpec {
         Self {
             http: Carrier::RelativeMs,
             trusted_hosts: trust::default_patterns(),
+            unknown_destination: UnknownDestination::default(),
         }
     }
 }

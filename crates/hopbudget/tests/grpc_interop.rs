@@ -29,6 +29,14 @@ fn assert_invalid_argument(raw: &Raw, entered: usize, reason: &str) {
         "names the header: {message}"
     );
     assert!(message.contains(reason), "says why ({reason}): {message}");
+    // The contract's table: hopbudget's own answers name their outcome (C10, issue 32).
+    assert_eq!(
+        raw.metadata
+            .get("x-deadline-outcome")
+            .map(|v| v.to_str().unwrap()),
+        Some("malformed"),
+        "marked malformed: {raw:?}"
+    );
     assert_eq!(entered, 0, "the handler never runs on a malformed deadline");
 }
 

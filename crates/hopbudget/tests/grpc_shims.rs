@@ -88,9 +88,10 @@ async fn http_edge(grpc_url: String) -> String {
             .get("next")
             .map(|s| s.split(',').collect())
             .unwrap_or_default();
+        let work_ms = q.get("work_ms").and_then(|s| s.parse().ok()).unwrap_or(0);
         // The call is all there is: GrpcClientLayer finds the ambient HTTP budget.
         let reply = grpc_client(&Profile::default(), &grpc_url)
-            .call(call(&next, 0))
+            .call(call(&next, work_ms))
             .await?
             .into_inner();
         let mut out = vec![seen.to_string()];
@@ -240,4 +241,39 @@ async fn a_refusal_below_the_shim_reaches_the_http_client_as_a_refusal() {
         other => panic!("expected a refusal, got {other:?} from {err:?}"),
     }
     assert_eq!(mid.stats.entered(), 0, "the refusing handler never ran");
+}
+
+#[tokio::test]
+async fn an_expiry_the_callees_profile_spells_unavailable_is_expiry_across_the_shim() {
+    // The gRPC hop's profile spells expiry UNAVAILABLE (validation allows it) and caps its
+    // budget at 150 ms; its work takes 10 s. Its answer, UNAVAILABLE marked `expired`, is read
+    // by the marker: 504 expired at the HTTP edge, not 502 (C4, C10, issue 32).
+    let unavailable = Profile::from_yaml(
+        "max_ms: 150\nedge_total_ms: 150\nstatus: {grpc: {expired: UNAVAILABLE}}\n",
+        "unavailable.yaml",
+    )
+    .unwrap();
+    let mid = serve_profile("unavailable", unavailable).await;
+    let edge = http_edge(mid.url()).await;
+    let start = RequestBudget::local(Duration::from_millis(800), Profile::default().policy());
+    let err = start
+        .scope(client().get(format!("{edge}/edge?work_ms=10000")).send())
+        .await
+        .expect_err("expired below the shim");
+    assert_eq!(
+        BudgetError::find(&err),
+        Some(&BudgetError::Expired),
+        "{err:?}"
+    );
+    // And a tonic caller reads the same status back as expiry.
+    let status = budget(800)
+        .scope(grpc_client(&Profile::default(), &mid.url()).call(call(&[], 10_000)))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+    assert_eq!(
+        BudgetError::from_grpc(&status),
+        Some(BudgetError::Expired),
+        "{status:?}"
+    );
 }

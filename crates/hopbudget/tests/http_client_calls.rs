@@ -391,3 +391,136 @@ async fn reqwest_s16_an_untrusted_destination_sees_no_deadline_header() {
     );
     assert_eq!(deadline_headers(&seen[1]), Vec::<String>::new());
 }
+
+// ---- issue 32, item 1: trust is decided on where the call goes (C19, S16) ----
+
+#[tokio::test]
+async fn s16_a_request_to_a_loopback_egress_proxy_for_a_third_party_carries_no_deadline() {
+    // An egress sidecar on loopback: the URI names 127.0.0.1, the `Host` header names the
+    // third party the sidecar forwards to. The call goes to the third party.
+    let (url, seen) = recording_server(Duration::ZERO).await;
+    let client = hyper_client(ClientBudgetLayer::new(Profile::default()));
+    let mut via_sidecar = get_req(&url);
+    via_sidecar
+        .headers_mut()
+        .insert(http::header::HOST, "api.payments.example".parse().unwrap());
+    budget(500)
+        .scope(client.clone().oneshot(via_sidecar))
+        .await
+        .unwrap();
+    // The same sidecar forwarding to an internal service.
+    let mut internal = get_req(&url);
+    internal
+        .headers_mut()
+        .insert(http::header::HOST, "tax.internal".parse().unwrap());
+    budget(500).scope(client.oneshot(internal)).await.unwrap();
+    let seen = seen.lock().unwrap();
+    assert_eq!(
+        deadline_headers(&seen[0]),
+        Vec::<String>::new(),
+        "the third party behind the sidecar learns no deadline"
+    );
+    assert!(timeout_ms(&seen[1]).is_some_and(|ms| ms <= 494));
+}
+
+#[tokio::test]
+async fn s16_reqwest_behind_a_forward_proxy_judges_the_destination_not_the_proxy() {
+    // `Proxy::http`: reqwest sends `GET http://api.payments.example/ HTTP/1.1` to the proxy
+    // on loopback; the middleware sees the destination's URL, and that is what is judged. The
+    // recording server stands in for the proxy and records what it was sent.
+    let (proxy_url, seen) = recording_server(Duration::ZERO).await;
+    let proxied = reqwest::Client::builder()
+        .proxy(reqwest::Proxy::http(&proxy_url).unwrap())
+        .build()
+        .unwrap();
+    let client = reqwest_middleware::ClientBuilder::new(proxied)
+        .with(BudgetMiddleware::new(Profile::default()))
+        .build();
+    for url in ["http://api.payments.example/", "http://tax.internal/"] {
+        let res = client
+            .get(url)
+            .with_extension(budget(500))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 200);
+    }
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 2, "both calls reached the proxy");
+    assert_eq!(
+        deadline_headers(&seen[0]),
+        Vec::<String>::new(),
+        "through the proxy to a third party"
+    );
+    assert!(
+        timeout_ms(&seen[1]).is_some_and(|ms| ms <= 494),
+        "through the proxy to an internal host"
+    );
+}
+
+// ---- issue 32, item 4: one reading of a late `cancelled` (C4) ----
+
+/// A server that waits until the deadline it was told has passed, then answers 499 marked
+/// `cancelled`: as a callee that saw its caller leave right at the deadline answers.
+async fn late_cancelling_server() -> String {
+    let url = serve(Router::new().route(
+        "/",
+        get(|headers: HeaderMap| async move {
+            let told = timeout_ms(&headers).unwrap_or(0);
+            tokio::time::sleep(Duration::from_millis(told + 1)).await;
+            (
+                http::StatusCode::from_u16(499).unwrap(),
+                [("x-deadline-outcome", "cancelled")],
+                "cancelled",
+            )
+        }),
+    ))
+    .await;
+    format!("{url}/")
+}
+
+#[tokio::test]
+async fn a_cancelled_answer_after_the_callees_deadline_is_expiry_in_both_http_clients() {
+    let url = late_cancelling_server().await;
+    // A 100 ms transit allowance: the callee is told 500 - 5 - 100 = 395 ms, this hop waits
+    // until 495 ms, so the callee's answer at ~396 ms arrives after its deadline and well
+    // inside the wait: only the reading of the answer can make it an expiry.
+    let roomy = Profile::from_yaml("transit_allowance_ms: 100", "roomy.yaml").unwrap();
+    let b = || RequestBudget::local(Duration::from_millis(500), roomy.policy());
+    let tower = hyper_client(ClientBudgetLayer::new(roomy.clone()));
+    let err = b().scope(tower.oneshot(get_req(&url))).await.unwrap_err();
+    assert_eq!(
+        BudgetError::find(&*err),
+        Some(&BudgetError::Expired),
+        "{err}"
+    );
+    let reqwest = http_support::client(&roomy);
+    let err = reqwest
+        .get(&url)
+        .with_extension(b())
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(budget_error(&err), Some(&BudgetError::Expired), "{err}");
+}
+
+#[tokio::test]
+async fn a_cancelled_answer_while_the_callee_had_time_stays_cancelled() {
+    let url = serve(Router::new().route(
+        "/",
+        get(|| async {
+            (
+                http::StatusCode::from_u16(499).unwrap(),
+                [("x-deadline-outcome", "cancelled")],
+                "cancelled",
+            )
+        }),
+    ))
+    .await;
+    let tower = hyper_client(ClientBudgetLayer::new(Profile::default()));
+    let err = budget(2_000)
+        .scope(tower.oneshot(get_req(&format!("{url}/"))))
+        .await
+        .unwrap_err();
+    assert_eq!(BudgetError::find(&*err), Some(&BudgetError::Cancelled));
+}

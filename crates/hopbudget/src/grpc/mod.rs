@@ -102,6 +102,18 @@ pub fn budget_status(err: &BudgetError, map: &GrpcStatusMap) -> tonic::Status {
     status
 }
 
+/// The answer to a deadline header that cannot be read (C9): the profile's `malformed` code,
+/// a message naming the header and the problem, and `x-deadline-outcome: malformed`, as every
+/// answer hopbudget makes itself is marked (the contract's table, C10).
+pub(crate) fn malformed_status(map: &GrpcStatusMap, message: String) -> tonic::Status {
+    let mut status = tonic::Status::new(tonic_code(map.malformed), message);
+    status.metadata_mut().insert(
+        OUTCOME_METADATA,
+        tonic::metadata::AsciiMetadataValue::from_static("malformed"),
+    );
+    status
+}
+
 fn err_refused(err: &BudgetError) -> Option<Refused> {
     match err {
         BudgetError::Refused(r) => Some(*r),
@@ -129,21 +141,22 @@ impl From<BudgetError> for tonic::Status {
     }
 }
 
-/// The terminal status a `tonic::Status` stands for, if it is a deadline status:
-/// DEADLINE_EXCEEDED is `expired` unless marked `refused` in its metadata, CANCELLED is
-/// `cancelled`. Other codes are application results: `None`.
+/// The terminal status a `tonic::Status` stands for, if it is a deadline status, read as the
+/// client layers read every answer (C4, C10): the `x-deadline-outcome` marker first, so a
+/// hopbudget answer keeps its outcome under any profile's codes (expiry spelled UNAVAILABLE is
+/// still `expired`; `malformed` is no deadline outcome); without a marker, the codes as gRPC
+/// defines them: DEADLINE_EXCEEDED is `expired`, CANCELLED is `cancelled`. Other codes are
+/// application results: `None`.
 ///
 /// See the [example](budget_status#examples).
 pub fn outcome(status: &tonic::Status) -> Option<Outcome> {
-    let marked = status
+    let marker = status
         .metadata()
         .get(OUTCOME_METADATA)
-        .and_then(|v| v.to_str().ok());
-    match status.code() {
-        tonic::Code::DeadlineExceeded if marked == Some("refused") => Some(Outcome::Refused),
-        tonic::Code::DeadlineExceeded => Some(Outcome::Expired),
-        tonic::Code::Cancelled => Some(Outcome::Cancelled),
-        _ => None,
+        .and_then(|v| crate::http::client::parse_marker(v.as_encoded_bytes()));
+    match crate::http::client::grpc_code_outcome(status.code() as i32, marker) {
+        Outcome::Completed => None,
+        outcome => Some(outcome),
     }
 }
 
@@ -171,7 +184,7 @@ pub(crate) fn status_parts(status: tonic::Status) -> http::response::Parts {
 }
 
 /// Read `grpc-status` from a header or trailer map.
-fn grpc_status_of(headers: &http::HeaderMap) -> Option<i32> {
+pub(crate) fn grpc_status_of(headers: &http::HeaderMap) -> Option<i32> {
     // A `HeaderName` made once: looking up by `&str` parses and validates the name on every
     // call, and this runs on every answer of every hop.
     static GRPC_STATUS: http::HeaderName = http::HeaderName::from_static("grpc-status");

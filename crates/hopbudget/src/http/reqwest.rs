@@ -57,7 +57,7 @@ use http::Extensions;
 use reqwest::ResponseBuilderExt;
 use reqwest_middleware::{Error, Middleware, Next, Result};
 
-use super::client::{Bound, ResponseBody, Shared, Trust, reply_error};
+use super::client::{Bound, ResponseBody, Shared, Trust, host_header, reply_error};
 use crate::{BudgetError, Profile, RequestBudget};
 
 /// reqwest-middleware [`Middleware`] that carries the request budget onto outbound calls.
@@ -137,17 +137,26 @@ impl Middleware for BudgetMiddleware {
         next: Next<'_>,
     ) -> Result<reqwest::Response> {
         let per_call = per_call(&self.shared, &req);
+        // C19: the URL's host is where the call goes, through a forward proxy too (reqwest
+        // applies `Proxy` below the middleware and keeps the destination in the URL); a `Host`
+        // header set by hand is judged as well.
         let host = req.url().host_str().map(str::to_owned);
+        let host_header = host_header(req.headers()).map(str::to_owned);
         // C3: no connection, no bytes for a refused call.
         let call = self
             .shared
-            .plan(extensions.get::<RequestBudget>(), per_call, host.as_deref())
+            .plan(
+                extensions.get::<RequestBudget>(),
+                per_call,
+                host.as_deref(),
+                host_header.as_deref(),
+            )
             .map_err(Error::middleware)?;
         self.shared.stamp_http(req.headers_mut(), &call);
         // The callee's hop span continues this trace (feature `otel`).
         #[cfg(feature = "otel")]
         crate::observe::propagation::inject_current(req.headers_mut());
-        let mut bound = Bound::new(call.budget, call.watched, call.wait_until);
+        let mut bound = Bound::new(&call);
         let res = {
             let send = next.run(req, extensions);
             tokio::pin!(send);
@@ -168,6 +177,7 @@ impl Middleware for BudgetMiddleware {
             res.status().as_u16(),
             res.headers(),
             bound.budget(),
+            bound.told(),
         ) {
             return Err(Error::middleware(error));
         }

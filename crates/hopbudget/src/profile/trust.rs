@@ -10,6 +10,45 @@
 
 use std::net::{IpAddr, Ipv4Addr};
 
+use serde::{Deserialize, Serialize};
+
+/// What a client layer does with a call that names no destination host
+/// (`outbound.unknown_destination`, rule C19).
+///
+/// The trust decision is made on the hosts a call names: the destination given when the
+/// layer was built (`GrpcClientLayer::destination`, the endpoint of a tonic channel), the
+/// request URI's host, the `Host` header. A tonic-generated client names none of them: its
+/// requests carry only the method path (`/pkg.Svc/Method`), and the channel adds the endpoint's
+/// authority *below* every layer stacked on it. Such a call's destination cannot be known
+/// from where the layer sits.
+///
+/// The default is [`Trusted`](Self::Trusted), and this is deliberate. gRPC itself sends
+/// `grpc-timeout` to every peer (grpc-go, grpc-java and tonic's own `set_timeout` do), a channel
+/// built without naming a destination is the common internal case, and rule C11 makes keeping
+/// the deadline the default: an internal channel keeps working without extra code. A channel
+/// to a third party is named, with `GrpcClientLayer::destination` (then the profile's
+/// `trusted_hosts` decides) or `untrusted()`. A deployment that prefers hygiene first sets
+/// `unknown_destination: untrusted`: then a call sends deadline headers only to a destination
+/// it names and the profile trusts.
+///
+/// ```
+/// use hopbudget::Profile;
+/// use hopbudget::profile::UnknownDestination;
+///
+/// assert_eq!(Profile::default().spec().outbound.unknown_destination, UnknownDestination::Trusted);
+/// let strict = Profile::from_yaml("outbound: {unknown_destination: untrusted}", "strict.yaml").unwrap();
+/// assert_eq!(strict.spec().outbound.unknown_destination, UnknownDestination::Untrusted);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum UnknownDestination {
+    /// Deadline headers go out (gRPC's own behaviour; C11).
+    #[default]
+    Trusted,
+    /// No deadline header goes out; the wait is still bounded.
+    Untrusted,
+}
+
 /// Keyword: 127.0.0.0/8, `::1`, `localhost` and `*.localhost`.
 pub(super) const LOOPBACK: &str = "loopback";
 /// Keyword: private and link-local addresses (10/8, 172.16/12, 192.168/16, 169.254/16,

@@ -6,13 +6,18 @@ use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
 use super::future::Watch;
-use crate::http::client::Bound;
-use crate::status::{GrpcCode, OUTCOME_METADATA, Outcome};
+use crate::http::client::{Bound, grpc_outcome, settle};
+use crate::status::{OUTCOME_METADATA, Outcome};
 
-/// Rewrite a CANCELLED that arrived after the deadline as DEADLINE_EXCEEDED (rule C4).
+/// Rewrite a `cancelled` answer that arrived after the deadline as the profile's expiry
+/// (rule C4), read as every client reads an answer ([`settle`]): by its marker first, so a
+/// peer that spells cancellation with another code is relabelled too.
 pub(super) fn relabel_late_cancel(headers: &mut http::HeaderMap, watch: &Watch) {
-    if crate::grpc::grpc_status_of(headers) != Some(GrpcCode::Cancelled.as_i32())
-        || !watch.is_past_deadline()
+    let Some(stated) = grpc_outcome(headers) else {
+        return;
+    };
+    if stated != Outcome::Cancelled
+        || settle(stated, watch.call_deadline, &watch.budget) != Outcome::Expired
     {
         return;
     }

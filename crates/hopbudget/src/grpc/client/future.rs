@@ -10,9 +10,10 @@ use tower::BoxError;
 use super::ResponseBody;
 use crate::budget::Deadline;
 use crate::context::RequestBudget;
-use crate::error::{BudgetError, EndCause};
+use crate::error::BudgetError;
 use crate::grpc::{budget_status, status_parts};
-use crate::http::client::{Bound, Shared};
+use crate::http::client::{Bound, Shared, settle};
+use crate::status::Outcome;
 
 pin_project! {
     /// Response future of [`GrpcClient`](super::GrpcClient).
@@ -49,10 +50,11 @@ pub(super) struct Watch {
 }
 
 impl Watch {
-    /// Whether a CANCELLED seen now is really the deadline: the downstream's time (or ours)
-    /// had run out when it arrived, as grpc-java and grpc-dotnet decide it.
+    /// Whether a failure seen now is really the deadline: the downstream's time (or ours)
+    /// had run out when it arrived, by the rule every client applies to a late `cancelled`
+    /// (C4, `http::client::reply::settle`).
     pub(super) fn is_past_deadline(&self) -> bool {
-        self.call_deadline.is_expired() || self.budget.end_cause() == Some(EndCause::Expired)
+        settle(Outcome::Cancelled, self.call_deadline, &self.budget) == Outcome::Expired
     }
 
     fn answer(&self, err: BudgetError) -> http::response::Parts {

@@ -32,8 +32,28 @@ impl GrpcClientLayer {
         &self.shared.profile
     }
 
+    /// Name the destination every call of this layer reaches: the URI of the tonic
+    /// `Endpoint` the channel connects to (`endpoint.uri()`), or the origin it was given with
+    /// `Endpoint::origin`. Its host is judged by the profile's `outbound.trusted_hosts` on every
+    /// call (C19, S16): a channel to `https://api.payments.example` sends no `grpc-timeout`
+    /// and no `x-deadline-*` metadata, one to `http://tax.internal:50051` sends them.
+    ///
+    /// This is how a gRPC layer learns where its calls go: a tonic-generated client's request
+    /// carries only the method path, and the channel adds the endpoint's authority below this
+    /// layer. Without a named destination, a call that names no host follows the profile's
+    /// `outbound.unknown_destination` (default `trusted`; see
+    /// [`UnknownDestination`](crate::profile::UnknownDestination) for why). A URI without a
+    /// host leaves the destination unknown.
+    ///
+    /// See the [module example](super#example).
+    pub fn destination(self, uri: &http::Uri) -> Self {
+        Self {
+            shared: Shared::with_destination(&self.shared, uri.host()),
+        }
+    }
+
     /// Send `grpc-timeout` on every call of this channel, whatever the profile's
-    /// `outbound.trusted_hosts` says about a host in the request URI.
+    /// `outbound.trusted_hosts` says about its destination.
     ///
     /// See the [module example](super#example).
     pub fn trust_all(self) -> Self {

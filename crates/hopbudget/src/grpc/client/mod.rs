@@ -15,10 +15,18 @@
 //!   ([`RequestBudget::child_until`](crate::RequestBudget::child_until)) ending at the tighter
 //!   of the two deadlines. It never extends the budget and is never dropped.
 //! - **Stamp** `grpc-timeout` with the forward budget (remaining minus hop margin minus transit
-//!   allowance, rounded down, C2) on every call, so nobody can forget it; but only on a
-//!   trusted channel (C19, S16): a layer made [`untrusted`](GrpcClientLayer::untrusted), or a
-//!   request whose URI names a host outside the profile's `outbound.trusted_hosts`, sends no
-//!   `grpc-timeout` and no `x-deadline-*` metadata, and is still bounded locally.
+//!   allowance, rounded down, C2) on every call, so nobody can forget it; but only to a
+//!   trusted destination (C19, S16). A tonic-generated client's request carries only the
+//!   method path (`/pkg.Svc/Method`): the channel adds its endpoint's authority *below* this
+//!   layer, so the layer cannot read the destination from the request. Name it when the layer
+//!   is built, with [`destination`](GrpcClientLayer::destination)`(endpoint.uri())`, and the
+//!   profile's `outbound.trusted_hosts` decides for every call of the channel. A layer made
+//!   [`untrusted`](GrpcClientLayer::untrusted), a named destination outside the trusted
+//!   hosts, or a host in the request URI or a `host` entry outside them, sends no
+//!   `grpc-timeout` and no `x-deadline-*` metadata, and is still bounded locally. A call
+//!   whose destination is named nowhere follows `outbound.unknown_destination`: `trusted`
+//!   by default, as gRPC itself sends `grpc-timeout` to every peer and C11 keeps the deadline
+//!   unless told otherwise ([`UnknownDestination`](crate::profile::UnknownDestination)).
 //! - **Bound the wait** at the call's deadline minus the hop margin, and stop waiting as soon
 //!   as the parent budget ends (expired or cancelled). Stopping drops the call, which resets
 //!   the HTTP/2 stream so the downstream cancels its own work (C5, C7). The response *body*
@@ -27,11 +35,17 @@
 //!   cancelled ([`ResponseBody`]).
 //! - **Fall back** to the profile's edge total outside any request, counted and logged by the
 //!   same code as the HTTP client's (C8).
-//! - **Classify**: a CANCELLED that arrives after the call's deadline, and tonic's own client
-//!   timer (which it reports as CANCELLED), become DEADLINE_EXCEEDED, as grpc-java and
-//!   grpc-dotnet report them (C4).
+//! - **Classify** every answer as the HTTP clients do (one reading, C4, C10): the
+//!   `x-deadline-outcome` marker first, whatever code the callee's profile spells it with,
+//!   then the gRPC codes. A `cancelled` answer that arrives once the callee's deadline has
+//!   passed, and tonic's own client timer (which it reports as CANCELLED), become the
+//!   profile's expiry code marked `expired`, as grpc-java and grpc-dotnet report them (C4).
 //! - **Never retry**: the layer makes exactly one attempt. Put any retry layer *outside* it
-//!   with [`DeadlineRetry`](crate::retry::DeadlineRetry), which obeys C6.
+//!   with [`DeadlineRetry`](crate::retry::DeadlineRetry), which obeys C6, classified by
+//!   [`GrpcReplies`](crate::retry::GrpcReplies): a gRPC refusal arrives as a successful HTTP
+//!   response (`grpc-status` in its headers), which `BudgetErrors` never sees. A tonic body
+//!   cannot be cloned for a second attempt: [`ReplayLayer`] above the retry keeps it. The
+//!   whole stack is on [`GrpcReplies`](crate::retry::GrpcReplies).
 //!
 //! Errors of the inner service pass through boxed; the layer's own outcomes are trailers-only
 //! gRPC responses, so a tonic client sees them as an ordinary `tonic::Status`
@@ -45,10 +59,11 @@
 //! use tower::ServiceBuilder;
 //!
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-//! let channel = tonic::transport::Endpoint::from_static("http://127.0.0.1:50051").connect_lazy();
+//! let endpoint = tonic::transport::Endpoint::from_static("http://tax.internal:50051");
 //! let service = ServiceBuilder::new()
-//!     .layer(GrpcClientLayer::new(Profile::default()))
-//!     .service(channel);
+//!     // The channel's destination, so `outbound.trusted_hosts` can judge it (C19).
+//!     .layer(GrpcClientLayer::new(Profile::default()).destination(endpoint.uri()))
+//!     .service(endpoint.connect_lazy());
 //! // let mut tax = TaxClient::new(service); // any tonic-generated client
 //! # let _ = service; Ok(()) }
 //! ```
@@ -85,15 +100,18 @@
 //! assert_eq!(response.headers()["grpc-status"], "4");
 //! assert_eq!(response.headers()["x-deadline-outcome"], "refused");
 //!
-//! // A channel to a third party: no `grpc-timeout` leaves, the wait is still bounded (C19).
-//! // `trust_all()` is the opposite: the header goes to every host of the channel.
+//! // A channel to a third party. Its requests carry only the method path, as a tonic client
+//! // sends them; the destination named when the layer was built is outside the profile's
+//! // trusted hosts, so no `grpc-timeout` leaves, and the wait is still bounded (C19, S16).
+//! // `untrusted()` says the same without naming the host; `trust_all()` is the opposite.
+//! let payments: http::Uri = "https://api.payments.example".parse().unwrap();
 //! let external = ServiceBuilder::new()
-//!     .layer(GrpcClientLayer::new(Profile::default()).untrusted())
+//!     .layer(GrpcClientLayer::new(Profile::default()).destination(&payments))
 //!     .service(service_fn(|req: http::Request<()>| async move {
 //!         let sent = req.headers().contains_key("grpc-timeout").to_string();
 //!         Ok::<_, Infallible>(http::Response::builder().header("seen", sent).body(()).unwrap())
 //!     }));
-//! let call = http::Request::builder().uri("https://api.example.com/geo.Geo/Lookup").body(()).unwrap();
+//! let call = http::Request::builder().uri("/pay.Payments/Charge").body(()).unwrap();
 //! let response = budget.scope(external.oneshot(call)).await.unwrap();
 //! assert_eq!(response.headers()["seen"], "false");
 //! let all = GrpcClientLayer::new(Profile::default()).trust_all();
@@ -104,11 +122,13 @@
 mod body;
 mod future;
 mod layer;
+mod replay;
 mod service;
 
 pub use body::ResponseBody;
 pub use future::ResponseFuture;
 pub use layer::GrpcClientLayer;
+pub use replay::{Replay, ReplayBody, ReplayLayer, into_tonic};
 pub use service::GrpcClient;
 
 #[cfg(test)]

@@ -8,11 +8,10 @@ use tower_service::Service;
 use super::future::ResponseFuture;
 use super::{GrpcClientLayer, ResponseBody};
 use crate::Profile;
-use crate::budget::Deadline;
 use crate::codec::grpc_timeout;
 use crate::context::RequestBudget;
 use crate::grpc::{budget_status, status_parts};
-use crate::http::client::{Bound, Shared};
+use crate::http::client::{Bound, Shared, host_header};
 use tower::BoxError;
 
 const GRPC_TIMEOUT: HeaderName = HeaderName::from_static(crate::codec::GRPC_TIMEOUT);
@@ -93,10 +92,15 @@ where
         // The explicit budget, else the ambient one, else the edge total, counted and logged
         // as the HTTP client does (C8); then C3: below the threshold nothing is sent, not even
         // a connection attempt.
+        // C19: trust is judged on every host the call names: the destination the layer was
+        // built for (a tonic channel's endpoint; its requests carry only the method path), the
+        // URI's host (a client made `with_origin`), a `host` entry; none named: the profile's
+        // `outbound.unknown_destination`.
         let call = match shared.plan(
             req.extensions().get::<RequestBudget>(),
             per_call,
             req.uri().host(),
+            host_header(req.headers()),
         ) {
             Ok(call) => call,
             Err(err) => {
@@ -120,13 +124,12 @@ where
         // The callee's hop span continues this trace (feature `otel`).
         #[cfg(feature = "otel")]
         crate::observe::propagation::inject_current(req.headers_mut());
-        let call_deadline = Deadline::after(call.forward);
-        let bound = Bound::new(call.budget.clone(), call.watched, call.wait_until);
+        let bound = Bound::new(&call);
         ResponseFuture::waiting(
             self.inner.call(req),
             bound,
             call.budget,
-            call_deadline,
+            call.told,
             shared.clone(),
         )
     }

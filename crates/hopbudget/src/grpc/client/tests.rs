@@ -150,3 +150,26 @@ async fn a_call_outside_any_request_uses_the_edge_total_and_is_counted() {
         "{text}"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_late_cancel_spelled_with_another_code_is_read_by_its_marker() {
+    // A callee whose profile spells cancellation ABORTED marks it `cancelled`; arriving after
+    // its deadline, it is expiry here too (C4: the marker, not a hard-coded CANCELLED).
+    let peer = service_fn(|_req: http::Request<()>| async move {
+        tokio::time::sleep(Duration::from_millis(94)).await;
+        let status = crate::grpc::budget_status(
+            &crate::BudgetError::Cancelled,
+            &crate::status::GrpcStatusMap {
+                cancelled: crate::status::GrpcCode::Aborted,
+                ..Default::default()
+            },
+        );
+        Ok::<_, Infallible>(status.into_http::<Empty<Bytes>>())
+    });
+    let client = ServiceBuilder::new()
+        .layer(GrpcClientLayer::new(Profile::default()))
+        .service(peer);
+    let res = budget(100).scope(client.oneshot(request())).await.unwrap();
+    assert_eq!(res.headers()["grpc-status"], "4");
+    assert_eq!(res.headers()["x-deadline-outcome"], "expired");
+}

@@ -8,7 +8,7 @@ use super::future::ResponseFuture;
 use super::{GrpcServerLayer, ResponseBody};
 use crate::Profile;
 use crate::error::BudgetError;
-use crate::grpc::{budget_status, status_parts, tonic_code};
+use crate::grpc::{budget_status, malformed_status, status_parts};
 use crate::lifecycle::{HopConfig, RouteLabel, Verdict, strip_internal_markers};
 
 /// Middleware that gives each gRPC call its [`RequestBudget`](crate::RequestBudget). See the
@@ -94,9 +94,8 @@ where
             }
             Verdict::Malformed(malformed) => {
                 // C9: a malformed deadline is the client's error, never "no deadline".
-                let code = tonic_code(statuses.malformed);
-                return ResponseFuture::answer(status_parts(tonic::Status::new(
-                    code,
+                return ResponseFuture::answer(status_parts(malformed_status(
+                    statuses,
                     malformed.to_string(),
                 )));
             }

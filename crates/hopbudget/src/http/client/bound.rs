@@ -11,7 +11,7 @@ use std::task::{Context, Poll};
 use tokio::time::Sleep;
 use tokio_util::sync::WaitForCancellationFutureOwned;
 
-use super::outbound::ended;
+use super::outbound::{Call, ended};
 use crate::{BudgetError, Deadline, RequestBudget};
 
 /// Watches one call's wait; the timer and the cancellation future are made on the first
@@ -20,6 +20,7 @@ pub(crate) struct Bound {
     budget: RequestBudget,
     watched: RequestBudget,
     wait_until: Deadline,
+    told: Deadline,
     sleep: Option<Pin<Box<Sleep>>>,
     cancelled: Option<Pin<Box<WaitForCancellationFutureOwned>>>,
 }
@@ -34,13 +35,15 @@ impl std::fmt::Debug for Bound {
 }
 
 impl Bound {
-    /// The wait of a call running under `budget` (perhaps narrowed to the call's own timeout),
-    /// aborted when `watched` (the request's budget) ends, and over at `wait_until`.
-    pub(crate) fn new(budget: RequestBudget, watched: RequestBudget, wait_until: Deadline) -> Self {
+    /// The wait of `call`: it runs under `call.budget` (perhaps narrowed to the call's own
+    /// timeout), is aborted when `call.watched` (the request's budget) ends, and is over at
+    /// `call.wait_until`.
+    pub(crate) fn new(call: &Call) -> Self {
         Self {
-            budget,
-            watched,
-            wait_until,
+            budget: call.budget.clone(),
+            watched: call.watched.clone(),
+            wait_until: call.wait_until,
+            told: call.told,
             sleep: None,
             cancelled: None,
         }
@@ -49,6 +52,11 @@ impl Bound {
     /// The budget the call runs under.
     pub(crate) fn budget(&self) -> &RequestBudget {
         &self.budget
+    }
+
+    /// The deadline the callee was told (C4: a `cancelled` answer after it is expiry).
+    pub(crate) fn told(&self) -> Deadline {
+        self.told
     }
 
     /// Why the wait is over, if it is, without registering for a wake-up: checked before
@@ -121,7 +129,14 @@ mod tests {
 
     fn bound_for(budget: &RequestBudget) -> Bound {
         let until = budget.deadline().saturating_sub(budget.policy().hop_margin);
-        Bound::new(budget.clone(), budget.clone(), until)
+        Bound::new(&Call {
+            budget: budget.clone(),
+            watched: budget.clone(),
+            forward: budget.forward(),
+            told: Deadline::after(budget.forward()),
+            wait_until: until,
+            trusted: true,
+        })
     }
 
     async fn pending(bound: &mut Bound) -> bool {

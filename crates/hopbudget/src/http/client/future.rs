@@ -100,9 +100,13 @@ where
                     let Some(bound) = bound.take() else {
                         return Poll::Ready(Err(BudgetError::Cancelled.into()));
                     };
-                    if let Some(error) =
-                        reply_error(status, res.status().as_u16(), res.headers(), bound.budget())
-                    {
+                    if let Some(error) = reply_error(
+                        status,
+                        res.status().as_u16(),
+                        res.headers(),
+                        bound.budget(),
+                        bound.told(),
+                    ) {
                         return Poll::Ready(Err(error.into()));
                     }
                     return Poll::Ready(Ok(res.map(|body| ResponseBody::new(body, bound))));

@@ -91,6 +91,7 @@ mod bound;
 mod future;
 mod layer;
 mod outbound;
+mod reply;
 mod service;
 
 pub use body::ResponseBody;
@@ -104,4 +105,6 @@ pub(crate) use bound::Bound;
 #[cfg(feature = "reqwest")]
 pub(crate) use outbound::reply_error;
 #[cfg(any(feature = "reqwest", feature = "grpc"))]
-pub(crate) use outbound::{Shared, Trust};
+pub(crate) use outbound::{Shared, Trust, host_header};
+#[cfg(feature = "grpc")]
+pub(crate) use reply::{grpc_code_outcome, grpc_outcome, parse_marker, settle};

@@ -8,15 +8,19 @@ use std::time::Duration;
 
 use http::{HeaderMap, HeaderName, HeaderValue};
 
+use super::reply;
 use crate::clock::{SystemClock, WallClock};
 use crate::codec::{Carrier, epoch, grpc_timeout, millis};
+use crate::profile::UnknownDestination;
 use crate::status::{HttpStatusMap, Outcome};
 use crate::{BudgetError, Deadline, Profile, Refused, RequestBudget, Source};
 
 /// Which destinations a client layer sends deadline headers to (C19).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Trust {
-    /// The profile's `outbound.trusted_hosts` decides, by the request's host.
+    /// The profile's `outbound.trusted_hosts` decides, by every host the call names (the
+    /// layer's destination, the request URI's host, the `Host` header); a call that names none
+    /// follows `outbound.unknown_destination`.
     Profile,
     /// Every destination (the layer's owner vouches for it).
     All,
@@ -29,6 +33,9 @@ pub(crate) struct Shared {
     pub(crate) profile: Profile,
     pub(crate) service: Arc<str>,
     pub(crate) trust: Trust,
+    /// The host every call of this layer reaches, named when the layer was built (a tonic
+    /// channel's endpoint: its requests carry only the method path, C19).
+    pub(crate) destination: Option<Arc<str>>,
 }
 
 /// One outbound call, planned: the budget it runs under, what the callee is told, how long
@@ -41,6 +48,9 @@ pub(crate) struct Call {
     pub(crate) watched: RequestBudget,
     /// What the callee may use (C2).
     pub(crate) forward: Duration,
+    /// The callee's deadline, on this clock: `forward` from when the call was planned. A
+    /// `cancelled` answer that arrives after it is expiry (C4, [`reply::settle`]).
+    pub(crate) told: Deadline,
     /// When this hop stops waiting: the call's deadline minus the hop margin (S4).
     pub(crate) wait_until: Deadline,
     /// Whether deadline headers go out (C19).
@@ -54,6 +64,7 @@ impl Shared {
             profile,
             service,
             trust: Trust::Profile,
+            destination: None,
         })
     }
 
@@ -64,14 +75,40 @@ impl Shared {
         Arc::new(copy)
     }
 
-    /// Whether a call to `host` may carry deadline headers (C19). A request without a host
-    /// (an in-process service, or gRPC, whose channel adds the authority below this layer)
-    /// follows the layer's mark: trusted unless the layer was made `untrusted()`.
-    pub(crate) fn trusts(&self, host: Option<&str>) -> bool {
+    /// A copy of `shared` whose calls all reach `host` (C19).
+    pub(crate) fn with_destination(shared: &Arc<Self>, host: Option<&str>) -> Arc<Self> {
+        let mut copy = Self::clone(shared);
+        copy.destination = host.map(Arc::from);
+        Arc::new(copy)
+    }
+
+    /// Whether a call may carry deadline headers (C19, S16). Every host the call names must be
+    /// trusted: the layer's destination, the request URI's host (`uri_host`) and the `Host`
+    /// header (`host_header`). They differ when the URI is not where the call goes: a request
+    /// to an egress proxy or sidecar on loopback whose `Host` names a third party goes to the
+    /// third party. A call that names no host at all (a tonic channel's path-only request from
+    /// a layer built without [`with_destination`](Self::with_destination), an in-process
+    /// service) follows the profile's `outbound.unknown_destination`.
+    pub(crate) fn trusts(&self, uri_host: Option<&str>, host_header: Option<&str>) -> bool {
         match self.trust {
             Trust::All => true,
             Trust::Nobody => false,
-            Trust::Profile => host.is_none_or(|h| self.profile.trusted_hosts().allows(h)),
+            Trust::Profile => {
+                let allowed = self.profile.trusted_hosts();
+                let mut named = false;
+                for host in [self.destination.as_deref(), uri_host, host_header]
+                    .into_iter()
+                    .flatten()
+                {
+                    named = true;
+                    if !allowed.allows(host) {
+                        return false;
+                    }
+                }
+                named
+                    || self.profile.spec().outbound.unknown_destination
+                        == UnknownDestination::Trusted
+            }
         }
     }
 
@@ -82,7 +119,8 @@ impl Shared {
         &self,
         explicit: Option<&RequestBudget>,
         per_call: Option<Duration>,
-        host: Option<&str>,
+        uri_host: Option<&str>,
+        host_header: Option<&str>,
     ) -> Result<Call, BudgetError> {
         let watched = self.budget_for(explicit);
         let budget = match per_call {
@@ -99,8 +137,9 @@ impl Shared {
             budget,
             watched,
             forward,
+            told: Deadline::after(forward),
             wait_until,
-            trusted: self.trusts(host),
+            trusted: self.trusts(uri_host, host_header),
         })
     }
 
@@ -224,44 +263,24 @@ fn encode(carrier: Carrier, forward: Duration) -> HeaderValue {
 /// See the [module example](super#example).
 #[inline]
 pub fn classify(map: &HttpStatusMap, status: u16, headers: &HeaderMap) -> Outcome {
-    if let Some(named) = small_map_get(headers, &super::super::OUTCOME_HEADER) {
-        match named.as_bytes() {
-            b"expired" => return Outcome::Expired,
-            b"refused" => return Outcome::Refused,
-            b"cancelled" => return Outcome::Cancelled,
-            _ => {}
-        }
-    }
-    match map.classify(status) {
-        Outcome::Refused if !headers.contains_key(&super::super::REQUIRED_HEADER) => {
-            Outcome::Completed
-        }
-        outcome => outcome,
-    }
-}
-
-/// `headers.get(name)`, by walking a small map instead of hashing the name: every answer is
-/// classified, most carry a handful of headers, and hashing an 18-byte custom name costs more
-/// than comparing it with each of them.
-fn small_map_get<'a>(headers: &'a HeaderMap, name: &HeaderName) -> Option<&'a HeaderValue> {
-    const SCAN_BELOW: usize = 8;
-    if headers.len() <= SCAN_BELOW {
-        headers.iter().find(|(n, _)| *n == name).map(|(_, v)| v)
-    } else {
-        headers.get(name)
-    }
+    reply::http_outcome(map, status, headers)
 }
 
 /// The error a classified reply turns into; `None` for a completed call, and for a proxy's
-/// own timeout while `budget` still has time (see [`classify`]).
+/// own timeout while `budget` still has time (see [`classify`]). A `cancelled` answer that
+/// arrives after `told`, the callee's deadline, is expiry (C4, [`reply::settle`]), as the
+/// gRPC client reads it.
 pub(crate) fn reply_error(
     map: &HttpStatusMap,
     status: u16,
     headers: &HeaderMap,
     budget: &RequestBudget,
+    told: Deadline,
 ) -> Option<BudgetError> {
-    match classify(map, status, headers) {
+    let stated = classify(map, status, headers);
+    match reply::settle(stated, told, budget) {
         Outcome::Completed => None,
+        Outcome::Expired if stated == Outcome::Cancelled => Some(BudgetError::Expired),
         Outcome::Expired if is_proxy_timeout(headers, budget) => {
             tracing::warn!(
                 status,
@@ -288,6 +307,21 @@ pub(crate) fn reply_error(
     }
 }
 
+/// The host a `Host` header names (without its port), if the request has one.
+pub(crate) fn host_header(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(http::header::HOST)?.to_str().ok()?;
+    // `host:port`, `[v6]:port`, or a bare host.
+    Some(match value.rfind(':') {
+        Some(i)
+            if !value[i..].contains(']')
+                && (value.starts_with('[') || !value[..i].contains(':')) =>
+        {
+            &value[..i]
+        }
+        _ => value,
+    })
+}
+
 /// An expiry status without hopbudget's marker, while the caller could still start a call:
 /// not this request's deadline (a hopbudget server always marks its own expiry).
 fn is_proxy_timeout(headers: &HeaderMap, budget: &RequestBudget) -> bool {
@@ -305,6 +339,11 @@ pub(crate) fn ended(budget: &RequestBudget) -> BudgetError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A callee deadline that has not passed.
+    fn later() -> Deadline {
+        Deadline::after(Duration::from_secs(60))
+    }
 
     fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
         pairs
@@ -324,11 +363,14 @@ mod tests {
         let spent = RequestBudget::local(Duration::from_millis(3), Profile::default().policy());
         assert_eq!(classify(&map, 504, &HeaderMap::new()), Outcome::Expired);
         assert_eq!(
-            reply_error(&map, 504, &HeaderMap::new(), &spent),
+            reply_error(&map, 504, &HeaderMap::new(), &spent, later()),
             Some(BudgetError::Expired)
         );
         assert_eq!(classify(&map, 499, &HeaderMap::new()), Outcome::Cancelled);
-        assert_eq!(reply_error(&map, 200, &HeaderMap::new(), &spent), None);
+        assert_eq!(
+            reply_error(&map, 200, &HeaderMap::new(), &spent, later()),
+            None
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -336,17 +378,20 @@ mod tests {
         let map = HttpStatusMap::default();
         let plenty = RequestBudget::local(Duration::from_secs(2), Profile::default().policy());
         // A bare 504 with 2 s left: some proxy's own timeout, returned as is.
-        assert_eq!(reply_error(&map, 504, &HeaderMap::new(), &plenty), None);
+        assert_eq!(
+            reply_error(&map, 504, &HeaderMap::new(), &plenty, later()),
+            None
+        );
         // A hopbudget server's own expiry is marked, and is one whatever the caller has left.
         let marked = headers(&[("x-deadline-outcome", "expired")]);
         assert_eq!(
-            reply_error(&map, 504, &marked, &plenty),
+            reply_error(&map, 504, &marked, &plenty, later()),
             Some(BudgetError::Expired)
         );
         // With less than the refuse threshold to forward, the time is up: a bare 504 is expired.
         let nearly = RequestBudget::local(Duration::from_millis(15), Profile::default().policy());
         assert_eq!(
-            reply_error(&map, 504, &HeaderMap::new(), &nearly),
+            reply_error(&map, 504, &HeaderMap::new(), &nearly, later()),
             Some(BudgetError::Expired)
         );
     }
@@ -361,7 +406,7 @@ mod tests {
         ]);
         let plenty = RequestBudget::local(Duration::from_secs(2), Profile::default().policy());
         assert_eq!(
-            reply_error(&map, 503, &h, &plenty),
+            reply_error(&map, 503, &h, &plenty, later()),
             Some(BudgetError::Refused(Refused::new(
                 Duration::from_millis(200),
                 Duration::from_millis(114)

@@ -5,7 +5,7 @@ use http::{Request, Response};
 use tower_service::Service;
 
 use super::bound::Bound;
-use super::outbound::Shared;
+use super::outbound::{Shared, host_header};
 use super::{ClientBudgetLayer, ResponseBody, ResponseFuture};
 use tower::BoxError;
 
@@ -79,10 +79,13 @@ where
     fn call(&mut self, mut req: Request<ReqBody>) -> Self::Future {
         // C16: a timeout set by hand in the carrier header narrows this call, never widens it.
         let per_call = self.shared.hand_set_http(req.headers());
+        // C19: the URI's host and the `Host` header are both judged (an egress proxy on
+        // loopback whose `Host` names a third party leads to the third party).
         let call = match self.shared.plan(
             req.extensions().get::<RequestBudget>(),
             per_call,
-            host_of(&req),
+            req.uri().host(),
+            host_header(req.headers()),
         ) {
             Ok(call) => call,
             // C3: refused (or already ended) before any connection is opened.
@@ -93,58 +96,34 @@ where
         #[cfg(feature = "otel")]
         crate::observe::propagation::inject_current(req.headers_mut());
         let status = *self.shared.status();
-        let bound = Bound::new(call.budget, call.watched, call.wait_until);
+        let bound = Bound::new(&call);
         ResponseFuture::running(self.inner.call(req), bound, status)
     }
 }
 
-/// The destination host: the URI's, else the `Host` header's (without a port).
-fn host_of<B>(req: &Request<B>) -> Option<&str> {
-    if let Some(host) = req.uri().host() {
-        return Some(host);
-    }
-    let value = req.headers().get(http::header::HOST)?.to_str().ok()?;
-    // `host:port`, `[v6]:port`, or a bare host.
-    Some(match value.rfind(':') {
-        Some(i)
-            if !value[i..].contains(']')
-                && (value.starts_with('[') || !value[..i].contains(':')) =>
-        {
-            &value[..i]
-        }
-        _ => value,
-    })
-}
-
 #[cfg(test)]
 mod tests {
-    use super::host_of;
+    use super::super::outbound::host_header;
 
-    fn host(uri: &str, header: Option<&str>) -> Option<String> {
-        let mut req = http::Request::builder().uri(uri);
-        if let Some(h) = header {
-            req = req.header(http::header::HOST, h);
-        }
-        host_of(&req.body(()).unwrap()).map(str::to_owned)
+    fn host(header: &str) -> Option<String> {
+        let req = http::Request::builder()
+            .header(http::header::HOST, header)
+            .body(())
+            .unwrap();
+        host_header(req.headers()).map(str::to_owned)
     }
 
     #[test]
-    fn the_host_comes_from_the_uri_else_the_host_header() {
+    fn the_host_header_names_a_host_without_its_port() {
+        assert_eq!(host("tax.internal:8080").as_deref(), Some("tax.internal"));
+        assert_eq!(host("[::1]:80").as_deref(), Some("[::1]"));
+        assert_eq!(host("[::1]").as_deref(), Some("[::1]"));
+        assert_eq!(host("payments").as_deref(), Some("payments"));
+        let none = http::Request::new(());
         assert_eq!(
-            host("http://api.stripe.com:443/x", Some("other")).as_deref(),
-            Some("api.stripe.com")
-        );
-        assert_eq!(
-            host("/x", Some("tax.internal:8080")).as_deref(),
-            Some("tax.internal")
-        );
-        assert_eq!(host("/x", Some("[::1]:80")).as_deref(), Some("[::1]"));
-        assert_eq!(host("/x", Some("[::1]")).as_deref(), Some("[::1]"));
-        assert_eq!(host("/x", Some("payments")).as_deref(), Some("payments"));
-        assert_eq!(
-            host("/x", None),
+            host_header(none.headers()),
             None,
-            "in process: no destination to judge"
+            "in process: no host named"
         );
     }
 }
