@@ -15,7 +15,7 @@ use super::HeaderCarrier;
 use super::trace_link;
 use crate::clock::{SystemClock, WallClock};
 use crate::codec::{epoch, millis};
-use crate::{BudgetError, Deadline, Profile, RequestBudget, Source};
+use crate::{BudgetError, Profile, RequestBudget, Source};
 
 /// What a [`Stamper`] wrote on a message.
 ///
@@ -117,11 +117,8 @@ impl Stamper {
                     edge_total_ms = self.profile.edge_total().as_millis() as u64,
                     "deadline received: none; message published outside any request uses the edge total"
                 );
-                let budget = RequestBudget::new(
-                    Deadline::after(self.profile.edge_total()),
-                    Source::Fallback,
-                    self.profile.policy(),
-                );
+                let budget =
+                    RequestBudget::fallback(self.profile.edge_total(), self.profile.policy());
                 self.stamp_with(&budget, headers)
             }
         }
