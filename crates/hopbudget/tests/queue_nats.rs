@@ -581,3 +581,140 @@ async fn a_consumer_works_within_the_stamped_deadline() {
     }
     streams.delete().await;
 }
+
+/// #33, item 3 (C12): the publisher chooses the event's deadline. Inside a request with
+/// 200 ms left, an event stamped with a deadline of its own (20 s, rooted at publish
+/// time) is still processed after the request's budget is long gone; one that inherits the
+/// request's deadline (the default) is dead-lettered as expired.
+#[tokio::test]
+async fn an_event_with_its_own_deadline_outlives_the_request_that_published_it() {
+    use hopbudget::queue::{EventDeadline, Stamper};
+    let client = connect().await;
+    let streams = Streams::create(&client, "HB_OWN").await;
+    let profile = profile();
+    let inherit = Publisher::new(streams.js.clone(), &profile);
+    let own = Publisher::with_stamper(
+        streams.js.clone(),
+        Stamper::new(&profile).with_deadline(EventDeadline::Own(Duration::from_secs(20))),
+    );
+    let request = RequestBudget::local(Duration::from_millis(200), profile.policy());
+    request
+        .scope(async {
+            inherit
+                .publish(streams.subject.clone(), "job".into())
+                .await
+                .unwrap();
+            own.publish(streams.subject.clone(), "event".into())
+                .await
+                .unwrap();
+        })
+        .await;
+    // The consumer is down for longer than the request's whole budget.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let consumer = Consumer::new(
+        Gate::new(&profile, "orders"),
+        streams.js.clone(),
+        streams.dead_subject.clone(),
+    );
+    let seen: Seen = Arc::default();
+    run_until_quiet(
+        &consumer,
+        streams.consumer(Duration::from_secs(5)).await,
+        seen.clone(),
+        2,
+    )
+    .await;
+    let seen = seen.lock().unwrap().clone();
+    let names: Vec<&str> = seen.iter().map(|(n, _, _)| n.as_str()).collect();
+    assert_eq!(names, ["event"]);
+    assert!(seen[0].2 > Duration::from_secs(15), "{:?}", seen[0].2);
+    let dead = streams.dead_letters().await;
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].payload, "job");
+    assert_eq!(
+        dead[0]
+            .headers
+            .as_ref()
+            .unwrap()
+            .get(REASON_HEADER)
+            .unwrap()
+            .as_str(),
+        "expired"
+    );
+    streams.delete().await;
+}
+
+/// #33, item 1: a publisher's error converts as `BudgetError` does. An axum handler returns
+/// it with `?`: a publish its budget cannot cover answers the contract's refusal (503,
+/// `x-deadline-outcome: refused`), a broker failure (no stream captures the subject) 502; over
+/// gRPC, the same as `From<BudgetError>` and UNAVAILABLE.
+#[tokio::test]
+async fn a_publish_error_answers_like_a_budget_error() {
+    use axum::Router;
+    use axum::routing::get;
+    use hopbudget::http::server::ServerBudgetLayer;
+    use hopbudget::queue::nats::PublishError;
+    let client = connect().await;
+    let streams = Streams::create(&client, "HB_ERR").await;
+    let profile = profile();
+    let publisher = Publisher::new(streams.js.clone(), &profile);
+    let router = Router::new()
+        .route(
+            "/order",
+            get({
+                let (publisher, subject) = (publisher.clone(), streams.subject.clone());
+                move || async move {
+                    publisher.publish(subject, "order".into()).await?;
+                    Ok::<_, PublishError>("published")
+                }
+            }),
+        )
+        .route(
+            "/nowhere",
+            get({
+                let (publisher, subject) = (publisher.clone(), unique("hb.nowhere").to_lowercase());
+                move || async move {
+                    publisher.publish(subject, "order".into()).await?;
+                    Ok::<_, PublishError>("published")
+                }
+            }),
+        )
+        .layer(ServerBudgetLayer::new(profile.clone()));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let server = tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    let http = reqwest::Client::new();
+    let get = |path: &str, ms: &str| {
+        http.get(format!("{url}{path}"))
+            .header("x-request-timeout-ms", ms)
+            .send()
+    };
+
+    // 15 ms: admitted (the threshold is 10 ms), but 9 ms forward cannot cover the publish.
+    let res = get("/order", "15").await.unwrap();
+    assert_eq!(res.status(), 503);
+    assert_eq!(res.headers()["x-deadline-outcome"], "refused");
+    assert_eq!(get("/order", "5000").await.unwrap().status(), 200);
+    let res = get("/nowhere", "5000").await.unwrap();
+    assert_eq!(res.status(), 502, "{:?}", res.text().await);
+
+    // Over gRPC: the deadline outcome as `From<BudgetError>` spells it.
+    let short = RequestBudget::local(Duration::from_millis(3), profile.policy());
+    let err = short
+        .scope(publisher.publish(streams.subject.clone(), "x".into()))
+        .await
+        .unwrap_err();
+    let budget = *err.budget_error().expect("a refusal");
+    assert_eq!(
+        tonic::Status::from(err).code(),
+        tonic::Status::from(budget).code()
+    );
+    let err = publisher
+        .publish(unique("hb.nowhere").to_lowercase(), "x".into())
+        .await
+        .unwrap_err();
+    assert!(err.budget_error().is_none());
+    assert_eq!(tonic::Status::from(err).code(), tonic::Code::Unavailable);
+    server.abort();
+    streams.delete().await;
+}

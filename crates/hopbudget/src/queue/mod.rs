@@ -8,6 +8,8 @@
 //! - [`Stamper`] writes `deadline-epoch-ms` (absolute: a message can wait longer than any
 //!   clock skew) and `deadline-origin-ms` from the current request budget, less the hop margin
 //!   (rule C2), and refuses to publish a message whose budget cannot cover the next hop (C3).
+//!   An event that must outlive its request takes a deadline of its own, rooted at publish
+//!   time ([`EventDeadline::Own`], rule C12); the default inherits the request's.
 //! - [`Gate`] reads them when a message is consumed and returns a [`Decision`]:
 //!   - *expired* (passed by at least the profile's skew allowance): acknowledge, count
 //!     (`hopbudget_queue_expired_total`), republish to a dead-letter destination with reason
@@ -60,6 +62,8 @@
 mod carrier;
 mod dead_letter;
 mod gate;
+#[cfg(any(feature = "nats", feature = "kafka"))]
+mod publish_error;
 mod stamp;
 #[cfg(any(feature = "nats", feature = "kafka"))]
 mod stats;
@@ -75,7 +79,7 @@ pub mod nats;
 pub use carrier::HeaderCarrier;
 pub use dead_letter::{DETAIL_HEADER, DeadLetter, REASON_HEADER, Reason};
 pub use gate::{Admitted, Decision, Gate, Processed};
-pub use stamp::{Stamp, Stamper};
+pub use stamp::{EventDeadline, Stamp, Stamper};
 #[cfg(any(feature = "nats", feature = "kafka"))]
 #[cfg_attr(docsrs, doc(cfg(any(feature = "nats", feature = "kafka"))))]
 pub use stats::ConsumerStats;
