@@ -225,7 +225,7 @@ impl Gate {
         let verdict = self
             .config
             .admit_inbound(inbound, RouteLabel::Known(&self.queue));
-        self.decide(verdict, headers, |_| {
+        self.decide(verdict, headers, || {
             DeadLetter::expired_before_work(late_by)
         })
     }
@@ -291,7 +291,7 @@ impl Gate {
         let verdict = self
             .config
             .admit_budget(budget, RouteLabel::Known(&self.queue));
-        self.decide(verdict, headers, |_| {
+        self.decide(verdict, headers, || {
             DeadLetter::expired_during_retries(started_with, Duration::ZERO)
         })
     }
@@ -308,7 +308,7 @@ impl Gate {
         &self,
         verdict: Verdict,
         headers: &C,
-        expired: impl FnOnce(()) -> DeadLetter,
+        expired: impl FnOnce() -> DeadLetter,
     ) -> Decision {
         match verdict {
             Verdict::Malformed(malformed) => Decision::Malformed(DeadLetter::malformed(
@@ -317,7 +317,7 @@ impl Gate {
             )),
             Verdict::Expired => {
                 observe::queue_expired(self.config.service(), &self.queue);
-                Decision::Expired(expired(()))
+                Decision::Expired(expired())
             }
             Verdict::Refused(refused) => Decision::Refused(DeadLetter::refused(refused)),
             Verdict::Admitted(mut guard) => {
