@@ -311,8 +311,12 @@ impl Parts {
 /// // What a server layer creates: from a carrier, or from an explicit deadline and source.
 /// let inbound = RequestBudget::from_carrier(Carrier::GrpcTimeout, Duration::from_millis(300), HopPolicy::DEFAULT);
 /// assert_eq!(inbound.source().as_str(), "grpc-timeout");
-/// let fallback = RequestBudget::new(Deadline::after(Duration::from_secs(1)), Source::Fallback, HopPolicy::DEFAULT);
+/// let explicit = RequestBudget::new(Deadline::after(Duration::from_secs(1)), Source::Local, HopPolicy::DEFAULT);
+/// assert_eq!(explicit.source().as_str(), "local");
+/// // No deadline arrived: the edge total (C8), exactly.
+/// let fallback = RequestBudget::fallback(Duration::from_millis(1_500), HopPolicy::DEFAULT);
 /// assert_eq!(fallback.source().as_str(), "fallback");
+/// assert_eq!(fallback.at_arrival(), Duration::from_millis(1_500));
 /// # }
 /// ```
 ///
@@ -376,6 +380,17 @@ impl RequestBudget {
     /// See the [example](Self#examples).
     pub fn local(budget: Duration, policy: HopPolicy) -> Self {
         Self::starting_now(budget, Source::Local, policy)
+    }
+
+    /// The profile's edge total from now, for a request or message that arrived without a
+    /// deadline (rule C8). The clock is read once, so its budget at arrival is exactly
+    /// `edge_total`: `RequestBudget::new(Deadline::after(edge_total), ..)` reads it twice and
+    /// reports a hair less (1,499 ms for 1,500).
+    ///
+    /// See the [example](Self#examples).
+    #[inline]
+    pub fn fallback(edge_total: Duration, policy: HopPolicy) -> Self {
+        Self::starting_now(edge_total, Source::Fallback, policy)
     }
 
     /// A budget read from a carrier, starting now (rule C1: the relative value becomes a local
@@ -931,13 +946,18 @@ impl RequestBudget {
     ///
     /// See the [example](Self#examples).
     pub fn detach(&self, budget: Duration) -> RequestBudget {
-        Self::build(
-            Deadline::after(budget),
+        // One clock read for the deadline and the budget at arrival, so the detached hop
+        // reports exactly `budget` (#32).
+        let now = tokio::time::Instant::now();
+        let deadline = Deadline::after_from(now, budget);
+        let mut parts = Parts::root_at(
+            deadline,
+            deadline.remaining_at(now),
             Source::Detached,
             self.inner.policy,
-            None,
-            Some(self.id()),
-        )
+        );
+        parts.linked_from = Some(self.id());
+        Self::from_parts(parts)
     }
 
     /// Make this budget the ambient one while `fut` runs.
@@ -1167,6 +1187,17 @@ mod tests {
             "background work is not cancelled with its request"
         );
         assert_eq!(background.remaining(), Duration::from_millis(4_800));
+    }
+
+    /// On the real clock, where two reads differ: a budget with no deadline (C8) and a
+    /// detached one (C12) start with exactly what they were given (#32, item 11).
+    #[tokio::test]
+    async fn fallback_and_detached_budgets_start_with_exactly_their_budget() {
+        let fallback = RequestBudget::fallback(Duration::from_millis(1_500), HopPolicy::DEFAULT);
+        assert_eq!(fallback.at_arrival(), Duration::from_millis(1_500));
+        assert_eq!(fallback.source(), Source::Fallback);
+        let detached = fallback.detach(Duration::from_millis(1_500));
+        assert_eq!(detached.at_arrival(), Duration::from_millis(1_500));
     }
 
     #[tokio::test(start_paused = true)]

@@ -322,6 +322,7 @@ pub struct QueueSpec {
     /// The budget the producing request started with, ms (for accounting).
     pub origin_header: String,
     /// Clock skew tolerated between producer and consumer before a message counts as expired.
+    /// It is never added to the work's budget: a message inside it is refused, not run.
     pub skew_allowance_ms: i64,
 }
 

@@ -86,6 +86,20 @@ async fn no_inbound_deadline_gets_the_edge_total_and_propagates_it() {
     assert_eq!(reply.grpc_timeout[0], "", "the edge got no header");
 }
 
+/// #32, item 11: the edge default is exact over gRPC too: `edge_total_ms: 1500` and no
+/// `grpc-timeout` is a hop that starts with 1,500 ms, not 1,499 (the server layer roots the
+/// budget and its arrival value from one clock read).
+#[tokio::test]
+async fn the_edge_total_is_the_budget_at_arrival_to_the_millisecond() {
+    let p = Profile::from_yaml("service: edge\nedge_total_ms: 1500\n", "p.yaml").unwrap();
+    let edge = serve_profile("edge", p).await;
+    plain_client(&edge.url()).call(call(&[], 0)).await.unwrap();
+    assert_eq!(
+        *edge.stats.arrived.lock().unwrap(),
+        [Duration::from_millis(1_500)]
+    );
+}
+
 #[tokio::test]
 async fn a_client_outside_any_request_still_sends_a_finite_budget() {
     // C8 on the client side: no extension, no ambient budget: the edge total is forwarded.

@@ -115,19 +115,24 @@ async fn s2_tax_refuses_and_its_handler_never_runs() {
     assert_eq!(db_queries.load(Ordering::SeqCst), 1);
 }
 
-/// C8, C9: missing is the edge total; malformed is a 400 naming the header; huge is clamped.
+/// C8, C9: missing is the edge total, exactly (#32 item 11: the hop's budget at arrival is
+/// rooted and reported from one clock read, as an explicit header's is); malformed is a 400
+/// naming the header; huge is clamped.
 #[tokio::test]
 async fn missing_malformed_and_huge_headers() {
-    let p = profile("service: edge\nedge_total_ms: 800\nmax_ms: 5000");
+    let p = profile("service: edge\nedge_total_ms: 1500\nmax_ms: 5000");
     let entered = Arc::new(AtomicU64::new(0));
     let url = reporting(&p, entered.clone()).await;
 
     let (status, body) = get_with(&url, None).await;
     assert_eq!(status, 200);
-    let (ms, source) = body.split_once(' ').unwrap();
-    let ms: u64 = ms.parse().unwrap();
-    assert!((790..=800).contains(&ms), "edge total, got {ms}");
-    assert_eq!(source, "fallback");
+    assert_eq!(
+        body, "1500 fallback",
+        "the edge total, not a millisecond less"
+    );
+    let (status, body) = get_with(&url, Some("800")).await;
+    assert_eq!(status, 200);
+    assert_eq!(body, "800 relative-ms");
 
     let (status, body) = get_with(&url, Some("12ms")).await;
     assert_eq!(status, 400);
@@ -145,7 +150,7 @@ async fn missing_malformed_and_huge_headers() {
     );
     assert_eq!(
         entered.load(Ordering::SeqCst),
-        2,
+        3,
         "the malformed request never entered"
     );
 }

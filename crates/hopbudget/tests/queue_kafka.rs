@@ -200,3 +200,81 @@ async fn broker_serves_a_fetch_from_inside_a_batch() {
     assert_eq!(first.offset(), 5);
     assert_eq!(first.payload(), Some(&b"5"[..]));
 }
+
+/// #32, item 7 (C6): a handler that keeps failing retries a record under the budget it was
+/// first admitted with, then the record is dead-lettered as expired, committed, and the
+/// partition moves on. Before, a record without a deadline header got a fresh edge total at
+/// every check: never dead-lettered, never committed, the partition stuck; and a stamped one
+/// that ran out during its retries ended `refused`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_handler_ends_in_an_expired_dead_letter_and_the_partition_moves_on() {
+    let brokers = ensure_broker();
+    let topic = unique("hb-retry");
+    let dead = format!("{topic}.dead");
+    create_topics(&brokers, &[&topic, &dead]).await;
+    let profile = Profile::from_yaml("service: billing\nedge_total_ms: 400\n", "p.yaml").unwrap();
+    let raw = producer(&brokers);
+    // No deadline header: 400 ms (the edge total) for all its attempts.
+    raw.send(
+        FutureRecord::to(&topic)
+            .key("unstamped")
+            .payload("unstamped"),
+        Duration::from_secs(5),
+    )
+    .await
+    .unwrap();
+    // Stamped with room for the consumer to join its group first.
+    let request = RequestBudget::local(Duration::from_secs(8), profile.policy());
+    request
+        .scope(Producer::new(raw.clone(), &profile).send(
+            &topic,
+            Some("stamped"),
+            "stamped",
+            OwnedHeaders::new(),
+        ))
+        .await
+        .unwrap();
+    // Behind them on the partition: a record whose handler succeeds.
+    raw.send(
+        FutureRecord::to(&topic).key("next").payload("next"),
+        Duration::from_secs(5),
+    )
+    .await
+    .unwrap();
+
+    let group = unique("billing");
+    let records = consumer(&brokers, &group, &topic);
+    let consumer = Consumer::new(Gate::new(&profile, "orders"), raw.clone(), dead.clone());
+    let handler = |m: rdkafka::message::OwnedMessage| async move {
+        match m.payload() {
+            Some(b"next") => Ok(()),
+            _ => Err("card service down"),
+        }
+    };
+    let done = async {
+        while consumer.stats().processed < 1 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    tokio::select! {
+        r = consumer.run(&records, handler) => panic!("consumer stopped: {r:?}"),
+        r = tokio::time::timeout(Duration::from_secs(60), done) => r.expect("the partition never got past the failing records"),
+    }
+    let stats = consumer.stats();
+    assert_eq!(
+        (stats.expired, stats.refused, stats.processed),
+        (2, 0, 1),
+        "{stats:?}"
+    );
+    let copies = read_all(&brokers, &dead, 2).await;
+    assert_eq!(copies.len(), 2);
+    for copy in &copies {
+        let h = copy.headers().unwrap();
+        assert_eq!(header(h, REASON_HEADER), "expired");
+        assert!(
+            header(h, DETAIL_HEADER).contains("during retries"),
+            "{}",
+            header(h, DETAIL_HEADER)
+        );
+    }
+}

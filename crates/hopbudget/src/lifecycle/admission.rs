@@ -12,7 +12,7 @@ use crate::codec::{Inbound, MalformedHeader, read_inbound};
 use crate::error::Refused;
 use crate::observe::{self, Hop, HopLabels, HopRoute, Protocol};
 use crate::profile::{RouteMode, RouteRule};
-use crate::{Deadline, Profile, RequestBudget, Source};
+use crate::{Profile, RequestBudget};
 
 /// Everything a server hop reads on every request: the profile, the service name, the wall
 /// clock used to convert epoch carriers, and the bounded set of route labels. One per layer,
@@ -143,30 +143,11 @@ impl HopConfig {
     /// `headers`, when the request has them, also carry the caller's trace context.
     fn admit_with(
         self: &Arc<Self>,
-        #[cfg_attr(not(feature = "otel"), allow(unused_variables))] headers: Option<&HeaderMap>,
+        headers: Option<&HeaderMap>,
         inbound: Result<Option<Inbound>, MalformedHeader>,
         route: RouteLabel<'_>,
     ) -> Verdict {
-        // The rule is looked up by the concrete path too: a profile names paths, a router
-        // names patterns.
-        let rule = match route {
-            RouteLabel::Matched { pattern, path } => self
-                .profile
-                .route(pattern)
-                .or_else(|| self.profile.route(path)),
-            RouteLabel::Path(p) | RouteLabel::Method(p) | RouteLabel::Known(p) => {
-                self.profile.route(p)
-            }
-        };
-        // The label from the rule already found: one scan of the profile's routes.
-        let label = match route {
-            RouteLabel::Matched { pattern, .. } | RouteLabel::Known(pattern) => pattern,
-            RouteLabel::Path(_) => rule.map_or(OTHER_ROUTE, RouteRule::pattern),
-            RouteLabel::Method(method) => match rule {
-                Some(rule) => rule.pattern(),
-                None => self.methods.label(method),
-            },
-        };
+        let (rule, label) = self.rule_and_label(route);
         let policy = self.profile.policy();
         let budget = match inbound {
             Err(malformed) => {
@@ -185,6 +166,8 @@ impl HopConfig {
                 }
                 RequestBudget::from_carrier(inbound.carrier, inbound.budget, policy)
             }
+            // One clock read roots the budget and gives its arrival value: the hop reports
+            // the edge total exactly (#32).
             Ok(None) => {
                 observe::notice_missing(
                     &self.service,
@@ -192,13 +175,87 @@ impl HopConfig {
                     self.profile.edge_total(),
                     self.profile.spec().log.notices_per_s,
                 );
-                RequestBudget::new(
-                    Deadline::after(self.profile.edge_total()),
-                    Source::Fallback,
-                    policy,
-                )
+                RequestBudget::fallback(self.profile.edge_total(), policy)
             }
         };
+        self.admit_rooted(headers, budget, rule, label)
+    }
+
+    /// Decide on a budget the adapter already holds: a queue message tried again under the
+    /// budget it was first admitted with (rule C6: a retry spends what is left, never a fresh
+    /// budget). A hop of its own is opened and recorded, as for a new arrival.
+    pub(crate) fn admit_budget(
+        self: &Arc<Self>,
+        budget: RequestBudget,
+        route: RouteLabel<'_>,
+    ) -> Verdict {
+        let (rule, label) = self.rule_and_label(route);
+        self.admit_rooted(None, budget, rule, label)
+    }
+
+    /// Record a hop the adapter turns away before any work, with what is left of `budget`:
+    /// `refused` naming `required` (rule C3), or `expired` when `required` is `None` (the
+    /// budget is marked expired, C4). For verdicts only the adapter can reach: a queue message
+    /// inside the skew allowance, a retry left with too little to try again.
+    pub(crate) fn turn_away(
+        &self,
+        budget: &RequestBudget,
+        route: RouteLabel<'_>,
+        required: Option<std::time::Duration>,
+    ) {
+        let (_, label) = self.rule_and_label(route);
+        let hop = Hop::open(
+            HopRoute::new(
+                &self.service,
+                label,
+                self.protocol,
+                self.profile.low_budget(),
+            ),
+            budget,
+        );
+        match required {
+            Some(required) => hop.refuse(required),
+            None => {
+                budget.expire();
+                hop.finish(crate::Outcome::Expired);
+            }
+        }
+    }
+
+    /// The profile rule for a route and its bounded label, from one scan of the routes.
+    fn rule_and_label<'a>(&'a self, route: RouteLabel<'a>) -> (Option<&'a RouteRule>, &'a str) {
+        // The rule is looked up by the concrete path too: a profile names paths, a router
+        // names patterns.
+        let rule = match route {
+            RouteLabel::Matched { pattern, path } => self
+                .profile
+                .route(pattern)
+                .or_else(|| self.profile.route(path)),
+            RouteLabel::Path(p) | RouteLabel::Method(p) | RouteLabel::Known(p) => {
+                self.profile.route(p)
+            }
+        };
+        let label = match route {
+            RouteLabel::Matched { pattern, .. } | RouteLabel::Known(pattern) => pattern,
+            RouteLabel::Path(_) => rule.map_or(OTHER_ROUTE, RouteRule::pattern),
+            RouteLabel::Method(method) => match rule {
+                Some(rule) => rule.pattern(),
+                None => self.methods.label(method),
+            },
+        };
+        (rule, label)
+    }
+
+    /// Open the hop for `budget` and decide: expired at zero, refused below the route's
+    /// threshold, else admitted.
+    fn admit_rooted(
+        self: &Arc<Self>,
+        #[cfg_attr(not(feature = "otel"), allow(unused_variables))] headers: Option<&HeaderMap>,
+        budget: RequestBudget,
+        rule: Option<&RouteRule>,
+        label: &str,
+    ) -> Verdict {
+        let policy = self.profile.policy();
         let route = HopRoute::new(
             &self.service,
             label,

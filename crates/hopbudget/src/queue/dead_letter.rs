@@ -112,6 +112,38 @@ impl DeadLetter {
         }
     }
 
+    pub(super) fn expired_while_waiting(budget: Duration) -> Self {
+        Self {
+            reason: Reason::Expired,
+            detail: format!(
+                "deadline passed while the message waited for a work slot (it had {} ms); no work was started",
+                budget.as_millis()
+            ),
+        }
+    }
+
+    pub(super) fn expired_during_retries(started_with: Duration, left: Duration) -> Self {
+        Self {
+            reason: Reason::Expired,
+            detail: format!(
+                "deadline ran out during retries: the message was first admitted with {} ms, {} ms are left, too little to try again",
+                started_with.as_millis(),
+                left.as_millis()
+            ),
+        }
+    }
+
+    pub(super) fn within_skew(late_by: Duration, skew: Duration) -> Self {
+        Self {
+            reason: Reason::Refused,
+            detail: format!(
+                "deadline passed {} ms ago by the consumer's clock, within the {} ms skew allowance: not counted as expired, but no budget is left to work with",
+                late_by.as_millis(),
+                skew.as_millis()
+            ),
+        }
+    }
+
     pub(super) fn refused(refused: Refused) -> Self {
         Self {
             reason: Reason::Refused,

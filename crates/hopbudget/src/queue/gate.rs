@@ -197,20 +197,127 @@ impl Gate {
     /// as a hop ending `expired`, a refusal as a hop ending `refused`, a malformed header in
     /// `hopbudget_malformed_headers_total`, a missing one as a missing deadline (rule C8).
     ///
+    /// The work's budget is never later than the stamped deadline. The skew allowance only
+    /// widens the *expiry* decision: a message whose deadline passed less than the allowance
+    /// ago by this consumer's clock may not have expired by the producer's, so it is not
+    /// counted as expired; but no budget is left to work with, so it is refused (rule C3) and
+    /// dead-lettered as `refused`.
+    ///
     /// See the [example](Self#examples).
     pub fn check<C: HeaderCarrier + ?Sized>(&self, headers: &C) -> Decision {
-        let (inbound, late_by) = self.read(headers);
-        match self
+        let (inbound, late_by) = match self.read(headers) {
+            Read::InSkew { late_by } => {
+                let required = self.least_budget();
+                let nothing_left = crate::RequestBudget::from_carrier(
+                    Carrier::Queue,
+                    Duration::ZERO,
+                    self.config.profile().policy(),
+                );
+                self.config.turn_away(
+                    &nothing_left,
+                    RouteLabel::Known(&self.queue),
+                    Some(required),
+                );
+                return Decision::Refused(DeadLetter::within_skew(late_by, self.skew));
+            }
+            Read::Inbound(inbound, late_by) => (inbound, late_by),
+        };
+        let verdict = self
             .config
-            .admit_inbound(inbound, RouteLabel::Known(&self.queue))
-        {
+            .admit_inbound(inbound, RouteLabel::Known(&self.queue));
+        self.decide(verdict, headers, || {
+            DeadLetter::expired_before_work(late_by)
+        })
+    }
+
+    /// Decide again on a message whose earlier attempt failed, under `first`, the budget it
+    /// was first admitted with ([`Admitted::budget`]): rule C6, a retry spends what is left
+    /// of the same budget, never a fresh one. A message without a deadline header is not
+    /// given a new edge total on each attempt, so a handler that keeps failing cannot hold it
+    /// (and, on Kafka, its partition) forever.
+    ///
+    /// When what is left is below the least budget worth starting with, the message ran out
+    /// of time during its retries: it is `expired` (hop and dead letter), not `refused`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// use std::collections::HashMap;
+    /// use std::time::Duration;
+    /// use hopbudget::queue::{Decision, Gate, Processed, Reason};
+    /// use hopbudget::Profile;
+    ///
+    /// let gate = Gate::new(&Profile::default(), "orders"); // edge total: 1 s
+    /// let unstamped = HashMap::<String, String>::new();
+    /// let admitted = gate.check(&unstamped).into_result().unwrap();
+    /// let first = admitted.budget().clone();
+    /// let failed = admitted.run(async { Err::<(), _>("card service down") }).await;
+    /// assert!(matches!(failed, Processed::Completed(Err(_))));
+    ///
+    /// // 600 ms later, the retry has what is left of the first second.
+    /// tokio::time::advance(Duration::from_millis(600)).await;
+    /// let retry = gate.check_retry(&unstamped, &first).into_result().unwrap();
+    /// assert_eq!(retry.budget().at_arrival(), Duration::from_millis(400));
+    /// drop(retry);
+    ///
+    /// // Once it has run out, the message is dead-lettered as expired.
+    /// tokio::time::advance(Duration::from_millis(400)).await;
+    /// match gate.check_retry(&unstamped, &first) {
+    ///     Decision::Expired(dead) => assert_eq!(dead.reason(), Reason::Expired),
+    ///     other => panic!("{other:?}"),
+    /// }
+    /// # }
+    /// ```
+    pub fn check_retry<C: HeaderCarrier + ?Sized>(
+        &self,
+        headers: &C,
+        first: &crate::RequestBudget,
+    ) -> Decision {
+        let budget = crate::RequestBudget::new(
+            first.deadline(),
+            first.source(),
+            self.config.profile().policy(),
+        );
+        let left = budget.at_arrival();
+        let started_with = first.at_arrival();
+        if left < self.least_budget() {
+            self.config
+                .turn_away(&budget, RouteLabel::Known(&self.queue), None);
+            observe::queue_expired(self.config.service(), &self.queue);
+            return Decision::Expired(DeadLetter::expired_during_retries(started_with, left));
+        }
+        let verdict = self
+            .config
+            .admit_budget(budget, RouteLabel::Known(&self.queue));
+        self.decide(verdict, headers, || {
+            DeadLetter::expired_during_retries(started_with, Duration::ZERO)
+        })
+    }
+
+    /// The least budget a message's work starts with: the gate's own minimum, at least the
+    /// profile's refuse threshold.
+    fn least_budget(&self) -> Duration {
+        self.min_budget
+            .max(self.config.profile().policy().refuse_below)
+    }
+
+    /// Spell the lifecycle's verdict as a queue decision.
+    fn decide<C: HeaderCarrier + ?Sized>(
+        &self,
+        verdict: Verdict,
+        headers: &C,
+        expired: impl FnOnce() -> DeadLetter,
+    ) -> Decision {
+        match verdict {
             Verdict::Malformed(malformed) => Decision::Malformed(DeadLetter::malformed(
                 malformed.header().as_str(),
                 &malformed.reason(),
             )),
             Verdict::Expired => {
                 observe::queue_expired(self.config.service(), &self.queue);
-                Decision::Expired(DeadLetter::expired_before_work(late_by))
+                Decision::Expired(expired())
             }
             Verdict::Refused(refused) => Decision::Refused(DeadLetter::refused(refused)),
             Verdict::Admitted(mut guard) => {
@@ -227,40 +334,52 @@ impl Gate {
         }
     }
 
-    /// Read the deadline header into the lifecycle's terms, and how long ago an expired one
-    /// passed. The skew allowance is given to the message: it is expired only once this clock
-    /// is past `deadline + skew`, and until then its budget is `deadline + skew - now`. A
-    /// consumer whose clock runs up to `skew` ahead therefore never drops a live message; one
-    /// with a true clock gives the work up to `skew` more.
-    fn read<C: HeaderCarrier + ?Sized>(
-        &self,
-        headers: &C,
-    ) -> (Result<Option<Inbound>, MalformedHeader>, Duration) {
+    /// Read the deadline header into the lifecycle's terms, reading the wall clock once.
+    ///
+    /// The budget is what is left until the stamped deadline by this clock, never more: the
+    /// skew allowance is not added to it, so nothing the work calls is told a deadline later
+    /// than the user's (#32). The allowance only decides whether a message whose deadline
+    /// has passed is counted as expired (passed by at least the allowance) or as inside it.
+    fn read<C: HeaderCarrier + ?Sized>(&self, headers: &C) -> Read {
         let Some(value) = headers.get(self.header.as_str()) else {
-            return (Ok(None), Duration::ZERO);
+            return Read::Inbound(Ok(None), Duration::ZERO);
         };
         // Decoding against an epoch of 0 yields the deadline itself, in ms since the epoch.
         let deadline_ms = match epoch::decode(value, 0) {
             Ok(at) => u64::try_from(at.as_millis()).unwrap_or(u64::MAX),
             Err(reason) => {
-                return (
+                return Read::Inbound(
                     Err(MalformedHeader::new(self.header.clone(), reason)),
                     Duration::ZERO,
                 );
             }
         };
-        let skew_ms = u64::try_from(self.skew.as_millis()).unwrap_or(u64::MAX);
-        let now = self.clock.now_unix_ms().saturating_sub(skew_ms);
-        let left = Duration::from_millis(deadline_ms.saturating_sub(now));
+        let now = self.clock.now_unix_ms();
         let late_by = Duration::from_millis(now.saturating_sub(deadline_ms));
+        if now >= deadline_ms && late_by < self.skew {
+            return Read::InSkew { late_by };
+        }
+        let left = Duration::from_millis(deadline_ms.saturating_sub(now));
         let max = self.max_processing.min(self.config.profile().max());
         let inbound = Inbound {
             carrier: Carrier::Queue,
             budget: left.min(max),
             clamped: left > max,
         };
-        (Ok(Some(inbound)), late_by)
+        Read::Inbound(Ok(Some(inbound)), late_by)
     }
+}
+
+/// What the deadline header says, before the lifecycle decides.
+enum Read {
+    /// For the lifecycle: no header, a malformed one, or the budget left (zero when expired),
+    /// with how long ago an expired deadline passed.
+    Inbound(Result<Option<Inbound>, MalformedHeader>, Duration),
+    /// The deadline passed by this clock, but less than the skew allowance ago.
+    InSkew {
+        /// How long ago, by this clock.
+        late_by: Duration,
+    },
 }
 
 /// A message the gate let through: the lifecycle's guard over its budget and hop, until the
@@ -349,6 +468,12 @@ impl Admitted {
     pub async fn run<F: Future>(self, work: F) -> Processed<F::Output> {
         let mut guard = self.guard;
         let budget = guard.budget().clone();
+        if budget.end_cause() == Some(EndCause::Expired) {
+            // It ran out before the work was first polled (waiting for a work slot): no work
+            // ran, and the dead letter says so (#32).
+            guard.expired();
+            return Processed::Expired(DeadLetter::expired_while_waiting(budget.at_arrival()));
+        }
         match run_guarded(&mut guard, work).await {
             Ok(out) => {
                 guard.finish();

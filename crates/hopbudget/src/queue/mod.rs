@@ -8,13 +8,18 @@
 //! - [`Stamper`] writes `deadline-epoch-ms` (absolute: a message can wait longer than any
 //!   clock skew) and `deadline-origin-ms` from the current request budget, less the hop margin
 //!   (rule C2), and refuses to publish a message whose budget cannot cover the next hop (C3).
+//!   An event that must outlive its request takes a deadline of its own, rooted at publish
+//!   time ([`EventDeadline::Own`], rule C12); the default inherits the request's.
 //! - [`Gate`] reads them when a message is consumed and returns a [`Decision`]:
-//!   - *expired* (allowing the profile's skew): acknowledge, count
+//!   - *expired* (passed by at least the profile's skew allowance): acknowledge, count
 //!     (`hopbudget_queue_expired_total`), republish to a dead-letter destination with reason
-//!     `expired` and all its original headers ([`DeadLetter`]); never process;
+//!     `expired` and all its original headers ([`DeadLetter`]); never process. Passed by
+//!     less than the allowance: not counted as expired, but refused, since no budget is left
+//!     (the allowance is never added to the work's budget);
 //!   - *malformed* (naming the header): dead-letter with reason `malformed`, and go on;
 //!   - *missing*: the profile's edge total, counted as a missing deadline (rule C8);
-//!   - *live*: an [`Admitted`] message whose work runs under the remaining budget, clamped by a
+//!   - *live*: an [`Admitted`] message whose work runs under the time left until the stamped
+//!     deadline (by the consumer's clock, never more), clamped by a
 //!     maximum processing budget, inside its scope and a `Hop` span, so it propagates onward
 //!     like any request. The span links to the producer's trace (`traceparent`).
 //! - [`HeaderCarrier`] is all either side needs from a broker client.
@@ -59,6 +64,8 @@
 mod carrier;
 mod dead_letter;
 mod gate;
+#[cfg(any(feature = "nats", feature = "kafka"))]
+mod publish_error;
 mod stamp;
 #[cfg(any(feature = "nats", feature = "kafka"))]
 mod stats;
@@ -74,7 +81,7 @@ pub mod nats;
 pub use carrier::HeaderCarrier;
 pub use dead_letter::{DETAIL_HEADER, DeadLetter, REASON_HEADER, Reason};
 pub use gate::{Admitted, Decision, Gate, Processed};
-pub use stamp::{Stamp, Stamper};
+pub use stamp::{EventDeadline, Stamp, Stamper};
 #[cfg(any(feature = "nats", feature = "kafka"))]
 #[cfg_attr(docsrs, doc(cfg(any(feature = "nats", feature = "kafka"))))]
 pub use stats::ConsumerStats;

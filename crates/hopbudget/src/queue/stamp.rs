@@ -15,7 +15,7 @@ use super::HeaderCarrier;
 use super::trace_link;
 use crate::clock::{SystemClock, WallClock};
 use crate::codec::{epoch, millis};
-use crate::{BudgetError, Deadline, Profile, RequestBudget, Source};
+use crate::{BudgetError, Profile, RequestBudget, Source};
 
 /// What a [`Stamper`] wrote on a message.
 ///
@@ -30,7 +30,60 @@ pub struct Stamp {
     pub source: Source,
 }
 
+/// Which deadline a published message carries (rule C12): the request's, or one of its own.
+///
+/// The default is [`Inherit`](Self::Inherit): a message is one more hop of the request that
+/// publishes it (rule C11), right for a job whose result the caller waits for. An event that
+/// must outlive the request (an order placed, an e-mail to send) takes
+/// [`Own`](Self::Own): a deadline rooted at publish time, so a consumer outage longer than
+/// the request's budget does not dead-letter every event. The message's trace still links
+/// back to the request. Publishing inside `request.detach(budget).scope(..)` stamps the same
+/// deadline; `Own` says so where the publisher is built, once for every publish.
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// use std::collections::HashMap;
+/// use std::time::Duration;
+/// use hopbudget::queue::{EventDeadline, Stamper};
+/// use hopbudget::{Profile, RequestBudget, Source};
+///
+/// let profile = Profile::default();
+/// let request = RequestBudget::local(Duration::from_millis(300), profile.policy());
+///
+/// // Default: the request's deadline (300 ms less the 6 ms reserve, C2).
+/// let job = Stamper::new(&profile);
+/// assert_eq!(job.deadline(), EventDeadline::Inherit);
+/// let mut headers = HashMap::new();
+/// let stamp = request.scope(async { job.stamp(&mut headers) }).await.unwrap();
+/// assert_eq!(stamp.origin_ms, 300);
+///
+/// // An event with ten minutes of its own, from publish time.
+/// let event = Stamper::new(&profile).with_deadline(EventDeadline::Own(Duration::from_secs(600)));
+/// let mut headers = HashMap::new();
+/// let stamp = request.scope(async { event.stamp(&mut headers) }).await.unwrap();
+/// assert_eq!(stamp.origin_ms, 600_000);
+/// assert_eq!(stamp.source, Source::Detached);
+/// # }
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum EventDeadline {
+    /// The publishing request's remaining budget, less the hop margin (rule C2); outside any
+    /// request, the profile's edge total (rule C8).
+    #[default]
+    Inherit,
+    /// A budget of its own, rooted when the message is published, inside a request or not
+    /// (rule C12). It is never cancelled with the request.
+    Own(std::time::Duration),
+}
+
 /// Stamps outgoing messages with their deadline, from the current request budget.
+///
+/// Which deadline is a choice ([`EventDeadline`], default: the request's); the
+/// NATS and Kafka publishers take a stamper through `with_stamper`.
 ///
 /// # Examples
 ///
@@ -80,6 +133,7 @@ pub struct Stamper {
     origin_header: Arc<str>,
     profile: Profile,
     clock: Arc<dyn WallClock>,
+    deadline: EventDeadline,
 }
 
 impl Stamper {
@@ -94,7 +148,24 @@ impl Stamper {
             origin_header: origin.into(),
             profile: profile.clone(),
             clock: Arc::new(SystemClock),
+            deadline: EventDeadline::Inherit,
         }
+    }
+
+    /// Which deadline the messages carry: the request's ([`EventDeadline::Inherit`], the
+    /// default) or one of their own rooted at publish time ([`EventDeadline::Own`], rule C12).
+    ///
+    /// See the example on [`EventDeadline`].
+    pub fn with_deadline(mut self, deadline: EventDeadline) -> Self {
+        self.deadline = deadline;
+        self
+    }
+
+    /// The deadline choice this stamper makes.
+    ///
+    /// See the example on [`EventDeadline`].
+    pub fn deadline(&self) -> EventDeadline {
+        self.deadline
     }
 
     /// Read the wall clock from `clock` (tests, skew scenarios).
@@ -110,31 +181,45 @@ impl Stamper {
     ///
     /// See the [example](Self#examples).
     pub fn stamp<C: HeaderCarrier + ?Sized>(&self, headers: &mut C) -> Result<Stamp, BudgetError> {
-        match RequestBudget::current() {
-            Some(budget) => self.stamp_with(&budget, headers),
-            None => {
+        match (RequestBudget::current(), self.deadline) {
+            (Some(budget), _) => self.stamp_with(&budget, headers),
+            // A deadline of its own needs no request: rooted now.
+            (None, EventDeadline::Own(own)) => {
+                self.stamp_budget(&RequestBudget::local(own, self.profile.policy()), headers)
+            }
+            (None, EventDeadline::Inherit) => {
                 tracing::debug!(
                     edge_total_ms = self.profile.edge_total().as_millis() as u64,
                     "deadline received: none; message published outside any request uses the edge total"
                 );
-                let budget = RequestBudget::new(
-                    Deadline::after(self.profile.edge_total()),
-                    Source::Fallback,
-                    self.profile.policy(),
-                );
-                self.stamp_with(&budget, headers)
+                let budget =
+                    RequestBudget::fallback(self.profile.edge_total(), self.profile.policy());
+                self.stamp_budget(&budget, headers)
             }
         }
     }
 
     /// Stamp `headers` from `budget`: its forward budget as an absolute deadline, its budget at
-    /// arrival as the origin, and the current trace as `traceparent` (feature `otlp`).
+    /// arrival as the origin, and the current trace as `traceparent` (feature `otlp`). With
+    /// [`EventDeadline::Own`], a budget detached from `budget` and rooted now is stamped
+    /// instead ([`RequestBudget::detach`]).
     ///
     /// Fails without writing anything when the forward budget is below the policy's refuse
     /// threshold, or the budget has ended (rule C3).
     ///
     /// See the [example](Self#examples).
     pub fn stamp_with<C: HeaderCarrier + ?Sized>(
+        &self,
+        budget: &RequestBudget,
+        headers: &mut C,
+    ) -> Result<Stamp, BudgetError> {
+        match self.deadline {
+            EventDeadline::Inherit => self.stamp_budget(budget, headers),
+            EventDeadline::Own(own) => self.stamp_budget(&budget.detach(own), headers),
+        }
+    }
+
+    fn stamp_budget<C: HeaderCarrier + ?Sized>(
         &self,
         budget: &RequestBudget,
         headers: &mut C,

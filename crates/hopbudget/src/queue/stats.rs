@@ -23,8 +23,8 @@ use super::Reason;
 pub struct ConsumerStats {
     /// Handled, then acknowledged (NATS) or committed (Kafka).
     pub processed: u64,
-    /// Handler failures: naked for redelivery (NATS) or retried while the deadline allows
-    /// (Kafka).
+    /// Handler failures, each retried under the budget the message was first admitted with,
+    /// until it runs out (rule C6).
     pub failed: u64,
     /// Dead-lettered as expired: before any work, or stopped by the deadline.
     pub expired: u64,

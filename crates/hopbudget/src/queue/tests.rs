@@ -26,30 +26,136 @@ fn with_deadline(at: u64) -> HashMap<String, String> {
 }
 
 #[tokio::test(start_paused = true)]
-async fn expired_exactly_at_deadline_plus_skew_and_not_a_millisecond_before() {
+async fn expired_exactly_at_deadline_plus_skew_and_refused_inside_the_allowance() {
     let profile = Profile::from_yaml("service: billing\nrefuse_below_ms: 0\n", "p.yaml").unwrap();
     let clock = Arc::new(ManualClock::new(NOW));
     let gate = Gate::new(&profile, "orders").with_wall_clock(clock.clone());
     let msg = with_deadline(NOW);
-    // The default skew allowance is 50 ms: at deadline + 49 ms the message is still live,
-    // with 1 ms of budget.
-    clock.set(NOW + 49);
+    // 1 ms before the deadline: live, with 1 ms, never more (#32: the allowance is not
+    // budget).
+    clock.set(NOW - 1);
     match gate.check(&msg) {
         Decision::Live(admitted) => {
             assert_eq!(admitted.budget().remaining(), Duration::from_millis(1))
         }
         other => panic!("{other:?}"),
     }
+    // From the deadline to deadline + 49 ms (the default allowance is 50 ms): maybe not
+    // expired by the producer's clock, so not counted as expired, but nothing is left to
+    // work with.
+    for late in [0, 49] {
+        clock.set(NOW + late);
+        match gate.check(&msg) {
+            Decision::Refused(dead) => {
+                assert_eq!(dead.reason(), Reason::Refused);
+                assert!(
+                    dead.detail().contains(&format!("{late} ms ago"))
+                        && dead.detail().contains("50 ms skew allowance"),
+                    "{}",
+                    dead.detail()
+                );
+            }
+            other => panic!("{late}: {other:?}"),
+        }
+    }
     clock.set(NOW + 50);
     match gate.check(&msg) {
         Decision::Expired(dead) => {
             assert_eq!(dead.reason(), Reason::Expired);
-            assert!(dead.detail().contains("0 ms"), "{}", dead.detail());
+            assert!(dead.detail().contains("50 ms"), "{}", dead.detail());
         }
         other => panic!("{other:?}"),
     }
     clock.set(NOW + 3_600_000);
     assert!(matches!(gate.check(&msg), Decision::Expired(_)));
+}
+
+/// #32, item 11: a message stamped with 93 ms left runs with 93 ms, not 93 + the allowance:
+/// everything its work calls is told the user's deadline, never a later one.
+#[tokio::test(start_paused = true)]
+async fn the_work_budget_never_passes_the_stamped_deadline() {
+    let (_, _, gate) = setup();
+    let Decision::Live(a) = gate.check(&with_deadline(NOW + 93)) else {
+        panic!()
+    };
+    assert_eq!(a.budget().at_arrival(), Duration::from_millis(93));
+    let told = a
+        .run(async { RequestBudget::current().unwrap().forward() })
+        .await;
+    match told {
+        // 93 less the 6 ms reserve (C2).
+        Processed::Completed(forward) => assert_eq!(forward, Duration::from_millis(87)),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// #32, item 7: every retry runs under the first budget; a message without a deadline is
+/// not given a fresh edge total per attempt, and one that runs out ends expired, not refused.
+#[tokio::test(start_paused = true)]
+async fn retries_spend_the_first_budget_and_end_expired() {
+    let (profile, _, gate) = setup();
+    for headers in [HashMap::new(), with_deadline(NOW + 300)] {
+        let first = gate.check(&headers).into_result().unwrap();
+        let first_budget = first.budget().clone();
+        let started_with = first_budget.at_arrival();
+        assert!(matches!(
+            first.run(async { Err::<(), _>("down") }).await,
+            Processed::Completed(Err(_))
+        ));
+        tokio::time::advance(started_with - Duration::from_millis(100)).await;
+        let again = gate
+            .check_retry(&headers, &first_budget)
+            .into_result()
+            .unwrap();
+        assert_eq!(again.budget().at_arrival(), Duration::from_millis(100));
+        assert_eq!(again.budget().source(), first_budget.source());
+        drop(again);
+        // Less than the refuse threshold left: it ran out during its retries.
+        tokio::time::advance(Duration::from_millis(100) - profile.policy().refuse_below / 2).await;
+        match gate.check_retry(&headers, &first_budget) {
+            Decision::Expired(dead) => {
+                assert_eq!(dead.reason(), Reason::Expired);
+                assert!(
+                    dead.detail().contains("during retries"),
+                    "{}",
+                    dead.detail()
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert!(matches!(
+            gate.check_retry(&headers, &first_budget),
+            Decision::Expired(_)
+        ));
+    }
+}
+
+/// #32, item 7: a budget that ran out before the work was first polled (a message waiting
+/// for a work slot) says so: expired before work, not while the work ran.
+#[tokio::test(start_paused = true)]
+async fn a_budget_spent_before_the_work_starts_is_expired_before_work() {
+    let (_, _, gate) = setup();
+    let Decision::Live(a) = gate.check(&with_deadline(NOW + 100)) else {
+        panic!()
+    };
+    tokio::time::advance(Duration::from_millis(100)).await;
+    let ran = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let work = {
+        let ran = ran.clone();
+        async move { ran.store(true, std::sync::atomic::Ordering::SeqCst) }
+    };
+    match a.run(work).await {
+        Processed::Expired(dead) => {
+            assert!(
+                dead.detail().contains("waited for a work slot"),
+                "{}",
+                dead.detail()
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(!ran.load(std::sync::atomic::Ordering::SeqCst));
 }
 
 #[tokio::test(start_paused = true)]
@@ -58,8 +164,8 @@ async fn live_budget_is_the_remainder_clamped_by_the_maximum_processing_budget()
     let Decision::Live(a) = gate.check(&with_deadline(NOW + 400)) else {
         panic!()
     };
-    // 400 ms plus the 50 ms skew allowance given to the message.
-    assert_eq!(a.budget().remaining(), Duration::from_millis(450));
+    // 400 ms: the skew allowance is never added to the budget (#32).
+    assert_eq!(a.budget().remaining(), Duration::from_millis(400));
     assert_eq!(
         a.budget().source(),
         Source::Carrier(crate::codec::Carrier::Queue)
@@ -86,6 +192,7 @@ async fn missing_deadline_gets_the_edge_total() {
     };
     assert_eq!(a.budget().source(), Source::Fallback);
     assert_eq!(a.budget().remaining(), profile.edge_total());
+    assert_eq!(a.budget().at_arrival(), profile.edge_total());
 }
 
 #[tokio::test(start_paused = true)]
@@ -119,8 +226,8 @@ async fn malformed_header_is_dead_lettered_naming_the_header() {
 async fn too_little_left_for_the_work_is_refused() {
     let (_, _, gate) = setup();
     let gate = gate.with_min_budget(Duration::from_millis(100));
-    // 49 ms + 50 ms skew = 99 ms < 100 ms.
-    match gate.check(&with_deadline(NOW + 49)) {
+    // 99 ms < 100 ms.
+    match gate.check(&with_deadline(NOW + 99)) {
         Decision::Refused(dead) => {
             assert_eq!(dead.reason(), Reason::Refused);
             assert!(
@@ -132,7 +239,7 @@ async fn too_little_left_for_the_work_is_refused() {
         other => panic!("{other:?}"),
     }
     assert!(matches!(
-        gate.check(&with_deadline(NOW + 50)),
+        gate.check(&with_deadline(NOW + 100)),
         Decision::Live(_)
     ));
 }
@@ -150,7 +257,7 @@ async fn work_runs_in_the_budget_scope_and_is_stopped_at_the_deadline() {
     match seen {
         Processed::Completed(Some((seen, left))) => {
             assert_eq!(seen, id);
-            assert_eq!(left, Duration::from_millis(150));
+            assert_eq!(left, Duration::from_millis(100));
         }
         other => panic!("{other:?}"),
     }
@@ -163,7 +270,7 @@ async fn work_runs_in_the_budget_scope_and_is_stopped_at_the_deadline() {
         Processed::Expired(dead) => assert_eq!(dead.reason(), Reason::Expired),
         other => panic!("{other:?}"),
     }
-    assert_eq!(started.elapsed(), Duration::from_millis(150));
+    assert_eq!(started.elapsed(), Duration::from_millis(100));
 }
 
 #[tokio::test(start_paused = true)]
@@ -194,14 +301,14 @@ fn dead_letter_copy_keeps_every_original_header() {
     }
     assert_eq!(copy[REASON_HEADER], "expired");
     assert!(
-        copy[DETAIL_HEADER].contains("59950 ms"),
+        copy[DETAIL_HEADER].contains("60000 ms"),
         "{}",
         copy[DETAIL_HEADER]
     );
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_stamp_read_back_by_the_gate_gives_the_forward_budget_plus_skew() {
+async fn a_stamp_read_back_by_the_gate_gives_the_forward_budget_less_the_wait() {
     let (profile, clock, gate) = setup();
     let stamper = Stamper::new(&profile).with_wall_clock(clock.clone());
     let request = RequestBudget::local(Duration::from_millis(300), profile.policy());
@@ -214,6 +321,6 @@ async fn a_stamp_read_back_by_the_gate_gives_the_forward_budget_plus_skew() {
     let Decision::Live(a) = gate.check(&headers) else {
         panic!()
     };
-    // 300 - 6 ms reserve (C2) - 100 ms waited + 50 ms skew allowance.
-    assert_eq!(a.budget().remaining(), Duration::from_millis(244));
+    // 300 - 6 ms reserve (C2) - 100 ms waited; no skew allowance added (#32).
+    assert_eq!(a.budget().remaining(), Duration::from_millis(194));
 }

@@ -41,6 +41,8 @@ pub struct Stats {
     pub request_end: Mutex<Vec<Option<EndCause>>>,
     /// Messages a `Watch` stream produced.
     pub streamed: AtomicUsize,
+    /// Each request's budget at arrival, as its hop reports it.
+    pub arrived: Mutex<Vec<Duration>>,
 }
 
 impl Stats {
@@ -188,6 +190,7 @@ impl Hop for HopHandler {
             stats: self.stats.clone(),
             budget: budget.clone(),
         };
+        self.stats.arrived.lock().unwrap().push(budget.at_arrival());
         let seen_us = budget.remaining().as_micros() as u64;
         let grpc_timeout = request
             .metadata()

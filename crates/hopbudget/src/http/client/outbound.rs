@@ -13,7 +13,7 @@ use crate::clock::{SystemClock, WallClock};
 use crate::codec::{Carrier, epoch, grpc_timeout, millis};
 use crate::profile::UnknownDestination;
 use crate::status::{HttpStatusMap, Outcome};
-use crate::{BudgetError, Deadline, Profile, Refused, RequestBudget, Source};
+use crate::{BudgetError, Deadline, Profile, Refused, RequestBudget};
 
 /// Which destinations a client layer sends deadline headers to (C19).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -170,11 +170,7 @@ impl Shared {
             "route" => "(outbound)"
         )
         .increment(1);
-        RequestBudget::new(
-            Deadline::after(edge_total),
-            Source::Fallback,
-            self.profile.policy(),
-        )
+        RequestBudget::fallback(edge_total, self.profile.policy())
     }
 
     /// Write the forward budget into the profile's outbound carrier (C2: already rounded down
@@ -437,7 +433,7 @@ mod tests {
         let budget = metrics::with_local_recorder(&recorder, || shared.budget_for(None));
         #[cfg(not(feature = "metrics"))]
         let budget = shared.budget_for(None);
-        assert_eq!(budget.source(), Source::Fallback);
+        assert_eq!(budget.source(), crate::Source::Fallback);
         assert_eq!(
             budget.remaining(),
             shared.profile.edge_total(),

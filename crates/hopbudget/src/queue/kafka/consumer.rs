@@ -137,17 +137,24 @@ impl Consumer {
 
     /// One record: the gate, then the handler (retried while the deadline allows) or the
     /// dead-letter topic. Returns once the record may be committed.
+    ///
+    /// Every retry runs under the budget the record was first admitted with (rule C6), so a
+    /// record without a deadline header is not given a fresh edge total on each attempt: a
+    /// handler that keeps failing ends with the record dead-lettered as expired, and the
+    /// partition moves on (#32).
     async fn handle<H, Fut, E>(&self, record: &BorrowedMessage<'_>, handler: &H)
     where
         H: Fn(OwnedMessage) -> Fut,
         Fut: Future<Output = Result<(), E>>,
         E: Display,
     {
+        let headers = Received(record.headers());
+        let mut admitted = match self.gate.check(&headers).into_result() {
+            Ok(admitted) => admitted,
+            Err(dead) => return self.dead_letter(record, dead).await,
+        };
+        let first = admitted.budget().clone();
         loop {
-            let admitted = match self.gate.check(&Received(record.headers())).into_result() {
-                Ok(admitted) => admitted,
-                Err(dead) => return self.dead_letter(record, dead).await,
-            };
             match admitted.run(handler(record.detach())).await {
                 Processed::Completed(Ok(())) => {
                     self.stats.processed();
@@ -156,16 +163,18 @@ impl Consumer {
                 Processed::Completed(Err(error)) => {
                     self.stats.failed();
                     tracing::warn!(%error, queue = self.gate.queue(), "handler failed; retrying while the deadline allows");
-                    tokio::time::sleep(RETRY_PAUSE).await;
                 }
                 Processed::Expired(dead) => return self.dead_letter(record, dead).await,
                 // The work cancelled its own budget: it did not finish, so it is tried again
-                // (a later commit would otherwise skip it).
-                Processed::Cancelled => {
-                    self.stats.failed();
-                    tokio::time::sleep(RETRY_PAUSE).await;
-                }
+                // (a later commit would otherwise skip it), still under the first budget.
+                Processed::Cancelled => self.stats.failed(),
             }
+            // No pause past the deadline: the retry check after it dead-letters the record.
+            tokio::time::sleep(RETRY_PAUSE.min(first.deadline().remaining())).await;
+            admitted = match self.gate.check_retry(&headers, &first).into_result() {
+                Ok(admitted) => admitted,
+                Err(dead) => return self.dead_letter(record, dead).await,
+            };
         }
     }
 

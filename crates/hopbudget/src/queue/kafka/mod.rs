@@ -10,7 +10,8 @@
 //!   and their offset is committed only once the copy is delivered; live ones run the handler
 //!   under their budget and are committed when it completes. A handler error retries the
 //!   record, after a short pause, for as long as its deadline allows (rule C6: retries spend
-//!   the remaining budget, never a fresh one); then it is dead-lettered as expired. Records are
+//!   what is left of the budget it was first admitted with, never a fresh one, even for a
+//!   record without a deadline header); then it is dead-lettered as expired. Records are
 //!   handled one at a time, in partition order, so a committed offset never skips one.
 //!
 //! # Examples

@@ -88,6 +88,8 @@ pub enum PublishError {
     },
 }
 
+crate::queue::publish_error::publish_error_conversions!(PublishError);
+
 impl Producer {
     /// A producer on `producer`, stamping with `profile`'s queue headers and hop policy.
     ///

@@ -13,6 +13,9 @@ use crate::queue::{ConsumerStats, DeadLetter, Gate, Processed};
 /// slots.
 const DEAD_LETTERS_IN_FLIGHT: usize = 64;
 
+/// Pause before retrying a message whose handler failed.
+const RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// A JetStream pull-consumer loop with the deadline [`Gate`] before any work.
 ///
 /// See the [module docs](super) for what happens to each kind of message, and the
@@ -58,7 +61,7 @@ const DEAD_LETTERS_IN_FLIGHT: usize = 64;
 /// let worker = tokio::spawn(async move {
 ///     consumer
 ///         .run(pull, |message: async_nats::Message| async move {
-///             // `Err` naks the message: it comes back, under the same deadline.
+///             // `Err` retries the message while its first budget lasts.
 ///             charge(&message.payload).await
 ///         })
 ///         .await
@@ -138,7 +141,8 @@ impl Consumer {
 
     /// Consume until the subscription ends or this future is dropped. `handler` gets each live
     /// message and runs inside its budget's scope and hop span; `Ok` acknowledges it, `Err`
-    /// naks it for redelivery (and is logged).
+    /// (logged) retries it under the budget it was first admitted with, until that runs out
+    /// and the message is dead-lettered as expired (rule C6).
     ///
     /// See the [example](Self#examples).
     pub async fn run<H, Fut, E>(
@@ -180,8 +184,14 @@ impl Consumer {
         self.handle_in(message, handler, &slot).await
     }
 
-    /// The gate first; a live message then waits for a work slot with its deadline running
-    /// (one that expires while waiting is dead-lettered without starting work).
+    /// The gate first; a live message then waits for a work slot with its deadline running:
+    /// one that expires while waiting is dead-lettered as expired before any work.
+    ///
+    /// A handler error retries the message here, under the budget it was first admitted with
+    /// (rule C6), not by a nak: a redelivered message without a deadline header would get a
+    /// fresh edge total from the gate each time and could come back forever (#32). The work
+    /// slot is given back during the pause, and the broker is told the message is still in
+    /// progress so its ack wait does not redeliver it meanwhile.
     async fn handle_in<H, Fut, E>(
         &self,
         message: jetstream::Message,
@@ -197,31 +207,49 @@ impl Consumer {
             .headers
             .as_ref()
             .unwrap_or_else(|| NO_HEADERS.get_or_init(HeaderMap::new));
-        let admitted = match self.gate.check(headers).into_result() {
+        let mut admitted = match self.gate.check(headers).into_result() {
             Ok(admitted) => admitted,
             Err(dead) => return self.dead_letter(&message, dead).await,
         };
-        // The semaphore lives as long as the loop and is never closed.
-        let Ok(_slot) = slots.acquire().await else {
-            return;
-        };
-        match admitted.run(handler(message.message.clone())).await {
-            Processed::Completed(Ok(())) => {
-                self.stats.processed();
-                if let Err(error) = message.ack().await {
-                    tracing::warn!(%error, "acknowledging a processed message failed; it may be redelivered");
+        let first = admitted.budget().clone();
+        loop {
+            // Waiting for a slot is bounded by the deadline: once it ends, `run` below starts
+            // no work and reports how (expired before work, or cancelled).
+            let slot = tokio::select! {
+                slot = slots.acquire() => match slot {
+                    Ok(slot) => Some(slot),
+                    // The semaphore lives as long as the loop and is never closed.
+                    Err(_) => return,
+                },
+                _ = admitted.budget().done() => None,
+            };
+            let processed = admitted.run(handler(message.message.clone())).await;
+            drop(slot);
+            match processed {
+                Processed::Completed(Ok(())) => {
+                    self.stats.processed();
+                    if let Err(error) = message.ack().await {
+                        tracing::warn!(%error, "acknowledging a processed message failed; it may be redelivered");
+                    }
+                    return;
                 }
-            }
-            Processed::Completed(Err(error)) => {
-                self.stats.failed();
-                tracing::warn!(%error, queue = self.gate.queue(), "handler failed; message naked for redelivery");
-                if let Err(error) = message.ack_with(AckKind::Nak(None)).await {
-                    tracing::warn!(%error, "nak failed; the message returns after the ack wait");
+                Processed::Completed(Err(error)) => {
+                    self.stats.failed();
+                    tracing::warn!(%error, queue = self.gate.queue(), "handler failed; retrying while the deadline allows");
                 }
+                Processed::Expired(dead) => return self.dead_letter(&message, dead).await,
+                // Stopping: leave it unacknowledged, the broker delivers it again (C5).
+                Processed::Cancelled => return,
             }
-            Processed::Expired(dead) => self.dead_letter(&message, dead).await,
-            // Stopping: leave it unacknowledged, the broker delivers it again (C5).
-            Processed::Cancelled => {}
+            if let Err(error) = message.ack_with(AckKind::Progress).await {
+                tracing::warn!(%error, "marking a message in progress failed; it may be redelivered after the ack wait");
+            }
+            // No pause past the deadline: the retry check after it dead-letters the message.
+            tokio::time::sleep(RETRY_PAUSE.min(first.deadline().remaining())).await;
+            admitted = match self.gate.check_retry(headers, &first).into_result() {
+                Ok(admitted) => admitted,
+                Err(dead) => return self.dead_letter(&message, dead).await,
+            };
         }
     }
 

@@ -6,9 +6,12 @@
 //! - [`Consumer`]: a JetStream pull-consumer loop with the [`Gate`](super::Gate) before any
 //!   work. Expired, refused and malformed messages are republished to a dead-letter subject
 //!   (with all their headers, plus the reason) and only then acknowledged; live ones run the
-//!   handler under their budget and are acknowledged when it completes. A handler error naks
-//!   the message, so it comes back, under the same deadline; a consumer stopped mid-work
-//!   leaves the message unacknowledged, so it comes back too (rule C5). Nothing is lost.
+//!   handler under their budget and are acknowledged when it completes. A handler error
+//!   retries the message, after a short pause, under the budget it was first admitted with
+//!   (rule C6: never a fresh one, even for a message without a deadline header); when that
+//!   runs out it is dead-lettered as expired. A message that expires while waiting for a work
+//!   slot is dead-lettered as expired before any work. A consumer stopped mid-work leaves the
+//!   message unacknowledged, so it comes back (rule C5). Nothing is lost.
 //! - [`Requester`] and [`Responder`]: core NATS request/reply with the budget in a header,
 //!   like an HTTP hop: relative milliseconds (skew-immune), the wait bounded by the forward
 //!   budget, and a responder that refuses below its threshold and answers with the refusal

@@ -108,6 +108,8 @@ pub enum PublishError {
     },
 }
 
+crate::queue::publish_error::publish_error_conversions!(PublishError);
+
 impl Publisher {
     /// A publisher on `js`, stamping with `profile`'s queue headers and hop policy.
     ///

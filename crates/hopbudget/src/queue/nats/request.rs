@@ -13,7 +13,7 @@ use crate::observe::Protocol;
 use crate::queue::HeaderCarrier;
 use crate::queue::gate::run_guarded;
 use crate::status::{OUTCOME_METADATA, REMAINING_MS_HEADER, REQUIRED_MS_HEADER};
-use crate::{BudgetError, Deadline, EndCause, Profile, Refused, RequestBudget, Source};
+use crate::{BudgetError, EndCause, Profile, Refused, RequestBudget};
 
 /// Core NATS requests carrying the caller's budget, like an outbound HTTP call.
 ///
@@ -60,7 +60,8 @@ pub enum RequestError {
         /// The subject.
         subject: String,
         /// Refused, expired (the budget ran out waiting, or the responder said so) or
-        /// cancelled.
+        /// cancelled (the caller's budget was cancelled while it waited, or the responder
+        /// answered `cancelled`).
         source: BudgetError,
     },
     /// The responder could not read the deadline header (rule C9).
@@ -112,11 +113,7 @@ impl Requester {
         payload: Bytes,
     ) -> Result<async_nats::Message, RequestError> {
         let budget = RequestBudget::current().unwrap_or_else(|| {
-            RequestBudget::new(
-                Deadline::after(self.profile.edge_total()),
-                Source::Fallback,
-                self.profile.policy(),
-            )
+            RequestBudget::fallback(self.profile.edge_total(), self.profile.policy())
         });
         self.request_with(&budget, subject, payload).await
     }
@@ -143,7 +140,14 @@ impl Requester {
             .headers(headers)
             .payload(payload)
             .timeout(Some(forward));
-        let reply = match self.client.send_request(subject, request).await {
+        // The wait ends with the budget too: a parent cancelled (the caller went away) stops
+        // waiting at once, as cancellation, instead of holding on until the timeout (#32).
+        let sent = tokio::select! {
+            biased;
+            cause = budget.done() => return Err(budget_err(cause.into())),
+            sent = self.client.send_request(subject, request) => sent,
+        };
+        let reply = match sent {
             Ok(reply) => reply,
             Err(e) => {
                 return Err(match e.kind() {
@@ -174,6 +178,9 @@ impl Requester {
                 ms(REMAINING_MS_HEADER),
             )))),
             Some("expired") => Err(budget_err(BudgetError::Expired)),
+            // The responder's budget was cancelled: it answered with nothing, and an empty
+            // payload must not pass for a successful reply (C4).
+            Some("cancelled") => Err(budget_err(BudgetError::Cancelled)),
             Some("malformed") => Err(RequestError::Malformed {
                 subject: name.clone(),
                 detail: headers
