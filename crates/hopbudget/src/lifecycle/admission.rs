@@ -6,7 +6,7 @@ use std::sync::Arc;
 use http::HeaderMap;
 
 use super::guard::HopGuard;
-use super::labels::{MethodSet, OTHER_ROUTE, RouteLabel};
+use super::labels::{MethodSet, OTHER_ROUTE, RouteLabel, is_method_path};
 use crate::clock::{SystemClock, WallClock};
 use crate::codec::{Inbound, MalformedHeader, read_inbound};
 use crate::error::Refused;
@@ -109,9 +109,16 @@ impl HopConfig {
                 .map_or(OTHER_ROUTE, |rule| rule.pattern()),
             RouteLabel::Method(method) => match self.profile.route(method) {
                 Some(rule) => rule.pattern(),
-                None => self.methods.label(method),
+                None => self.methods.known(method).unwrap_or(OTHER_ROUTE),
             },
         }
+    }
+
+    /// The service answered `method` as a method it has (C20): from now on it is its own
+    /// label, while the cap leaves room. What the guard of a call to a method not yet known
+    /// is told by its adapter ([`HopGuard::method_answered`]).
+    pub(crate) fn learn_method(&self, method: &str) -> Option<Arc<str>> {
+        self.methods.learn(method)
     }
 
     /// Decide on a request from its deadline headers and its route.
@@ -158,13 +165,19 @@ impl HopConfig {
                 self.profile.route(p)
             }
         };
-        // The label from the rule already found: one scan of the profile's routes.
+        // The label from the rule already found: one scan of the profile's routes. A method
+        // no rule names and no answer has proved yet is `other` for now: its hop keeps the
+        // method and takes its label if the service answers it as a method it has (C20).
+        let mut unproved = None;
         let label = match route {
             RouteLabel::Matched { pattern, .. } | RouteLabel::Known(pattern) => pattern,
             RouteLabel::Path(_) => rule.map_or(OTHER_ROUTE, RouteRule::pattern),
             RouteLabel::Method(method) => match rule {
                 Some(rule) => rule.pattern(),
-                None => self.methods.label(method),
+                None => self.methods.known(method).unwrap_or_else(|| {
+                    unproved = is_method_path(method).then_some(method);
+                    OTHER_ROUTE
+                }),
             },
         };
         let policy = self.profile.policy();
@@ -197,7 +210,12 @@ impl HopConfig {
             self.protocol,
             self.profile.low_budget(),
         );
-        let hop = Hop::open(route, &budget);
+        // An unproved method's arrival is counted when its label is settled, at its end.
+        let hop = if unproved.is_some() {
+            Hop::open_unlabelled(route, &budget)
+        } else {
+            Hop::open(route, &budget)
+        };
         // The hop span is the child of the caller's span across the wire (feature `otel`).
         #[cfg(feature = "otel")]
         if let Some(headers) = headers {
@@ -234,7 +252,8 @@ impl HopConfig {
         };
         Verdict::Admitted(
             HopGuard::new(budget, hop, stream_lifetime)
-                .learning(rule.and_then(RouteRule::learned_shared)),
+                .learning(rule.and_then(RouteRule::learned_shared))
+                .unproved_method(unproved),
         )
     }
 }

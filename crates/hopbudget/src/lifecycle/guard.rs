@@ -43,6 +43,9 @@ struct State {
     answer: Option<Answer>,
     /// The route's learned threshold: a completed answer records its latency there.
     learned: Option<Arc<LearnedThreshold>>,
+    /// A gRPC method no answer has proved yet: the hop is labelled `other` until the
+    /// service answers it as a method it has (C20).
+    unproved: Option<Arc<str>>,
 }
 
 thread_local! {
@@ -79,6 +82,7 @@ impl HopGuard {
                 spare.streaming = false;
                 spare.answer = None;
                 spare.learned = None;
+                spare.unproved = None;
                 spare
             }
             _ => Box::new(State {
@@ -88,6 +92,7 @@ impl HopGuard {
                 streaming: false,
                 answer: None,
                 learned: None,
+                unproved: None,
             }),
         };
         Self { state: Some(state) }
@@ -115,6 +120,27 @@ impl HopGuard {
     pub(crate) fn learning(mut self, learned: Option<&Arc<LearnedThreshold>>) -> Self {
         self.state_mut().learned = learned.cloned();
         self
+    }
+
+    /// The call is to `method`, a gRPC method path no answer has proved yet (C20).
+    pub(crate) fn unproved_method(mut self, method: Option<&str>) -> Self {
+        if let Some(method) = method {
+            self.state_mut().unproved = Some(Arc::from(method));
+        }
+        self
+    }
+
+    /// The service answered this call as a method it has (a message, or any status but
+    /// UNIMPLEMENTED): a method not labelled yet takes its own label, this hop's included,
+    /// while `config`'s cap leaves room (C20). Does nothing for a call already labelled.
+    pub(crate) fn method_answered(&mut self, config: &super::HopConfig) {
+        let state = self.state_mut();
+        let Some(method) = state.unproved.take() else {
+            return;
+        };
+        if let (Some(label), Some(hop)) = (config.learn_method(&method), state.hop.as_mut()) {
+            hop.relabel(config.service(), &label);
+        }
     }
 
     /// The request's budget.
@@ -283,6 +309,7 @@ impl Drop for HopGuard {
         }
         // Empty now but for the learned threshold: give the box to the next guard.
         state.learned = None;
+        state.unproved = None;
         let _ = SPARE.try_with(|spare| spare.set(Some(state)));
     }
 }
