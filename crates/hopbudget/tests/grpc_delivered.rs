@@ -3,7 +3,8 @@
 //! calls:
 //!
 //! - a unary answer is `completed` once its trailers were handed over, though hyper drops
-//!   the body then without polling it to its end (C17, C14);
+//!   the body then without polling it to its end (C17, C14); a service below the layer that
+//!   fails is not `completed`;
 //! - a method earns its own label only once the service answered it as a method it has:
 //!   calls to made-up methods, which tonic's router answers UNIMPLEMENTED, all share
 //!   `other`, and a real method called for the first time after hundreds of them still gets
@@ -158,4 +159,40 @@ async fn made_up_methods_mint_no_labels_and_a_real_method_gets_its_own() {
         .filter(|l| !l.starts_with('#'))
         .collect();
     assert!(minted.is_empty(), "labels minted from outside: {minted:?}");
+}
+
+/// A service below the layer that fails (here tower's own `Timeout`, set shorter than the
+/// work) sends no answer of its own: tonic makes a status from the error outside the layer.
+/// The hop is not `completed`: it ends as an abandoned call, `cancelled` with budget left.
+#[tokio::test]
+async fn a_failed_service_below_the_layer_is_not_completed() {
+    recorder();
+    let handler = HopHandler::new(Profile::default().with_service("g-fail"));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let layer = hopbudget::grpc::server::GrpcServerLayer::new(handler.profile.clone());
+    let task = tokio::spawn(async move {
+        tonic::transport::Server::builder()
+            .layer(layer)
+            .layer(tower::timeout::TimeoutLayer::new(Duration::from_millis(50)))
+            .add_service(hopbudget_testkit::pb::hop_server::HopServer::new(handler))
+            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener))
+            .await
+            .unwrap();
+    });
+    let mut client = plain_client(&format!("http://{addr}"));
+    let mut req = tonic::Request::new(call(&[], 2_000));
+    req.set_timeout(Duration::from_secs(5));
+    let status = client.call(req).await.unwrap_err();
+    assert_ne!(status.code(), tonic::Code::Ok);
+    closed("g-fail", 1).await;
+    assert_eq!(
+        count("hopbudget_hops_total", "g-fail", "outcome=\"completed\""),
+        0
+    );
+    assert_eq!(
+        count("hopbudget_hops_total", "g-fail", "outcome=\"cancelled\""),
+        1
+    );
+    task.abort();
 }
