@@ -21,8 +21,12 @@ use crate::{Outcome, Refused, RequestBudget};
 ///   answer's own, else the budget's end cause, else `completed`; an answer completed after the
 ///   deadline is late work and `expired`. Then the request's non-detached work is ended, as Go
 ///   cancels a request's context when its handler returns.
-/// - Dropped before either: the caller went away. The budget is cancelled and the outcome is
-///   its end cause: `cancelled`, or `expired` when the deadline had already passed (C4, C5).
+/// - Dropped before either: the caller went away, or the service below the adapter failed
+///   and sent no answer (an inner `Err` is never `completed`). The budget is cancelled and
+///   the outcome is its end cause: `cancelled`, or `expired` when the deadline had already
+///   passed (C4, C5). An adapter whose body was delivered in full (its last byte handed over,
+///   or none to send by protocol) calls `finish` first, whatever its server does with the
+///   body afterwards (C17).
 ///
 /// See the [example](super#example-a-custom-protocol-adapter).
 pub struct HopGuard {
