@@ -15,7 +15,6 @@ use serde::{Deserialize, Serialize};
 /// use hopbudget::status::{GrpcCode, GrpcStatusMap, HttpStatusMap};
 ///
 /// assert_eq!(Outcome::Expired.as_str(), "expired");
-/// assert!(Outcome::Refused.may_retry() && !Outcome::Expired.may_retry());
 /// let names: Vec<String> = Outcome::ALL.iter().map(|o| o.to_string()).collect();
 /// assert_eq!(names, ["completed", "refused", "expired", "cancelled"]);
 ///
@@ -63,15 +62,6 @@ impl Outcome {
             Outcome::Expired => "expired",
             Outcome::Cancelled => "cancelled",
         }
-    }
-
-    /// Whether a caller may retry automatically after this outcome (rule C6). Only a refusal
-    /// may be retried, and only when the caller's forward budget covers the refuser's
-    /// requirement; that check belongs to the [retry policy](crate::retry::DeadlineRetry).
-    ///
-    /// See the [example](Outcome#examples).
-    pub const fn may_retry(self) -> bool {
-        matches!(self, Outcome::Refused)
     }
 }
 

@@ -209,11 +209,4 @@ mod tests {
         assert_eq!(g.for_outcome(Outcome::Cancelled), Some(GrpcCode::Cancelled));
         assert_eq!(GrpcCode::DeadlineExceeded.as_i32(), 4);
     }
-
-    #[test]
-    fn only_refusal_may_be_retried() {
-        assert!(Outcome::Refused.may_retry());
-        assert!(!Outcome::Expired.may_retry());
-        assert!(!Outcome::Cancelled.may_retry());
-    }
 }

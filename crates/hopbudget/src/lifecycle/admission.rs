@@ -6,7 +6,7 @@ use std::sync::Arc;
 use http::HeaderMap;
 
 use super::guard::HopGuard;
-use super::labels::{MethodSet, OTHER_ROUTE, RouteLabel};
+use super::labels::{MethodSet, OTHER_ROUTE, RouteLabel, is_method_path};
 use crate::clock::{SystemClock, WallClock};
 use crate::codec::{Inbound, MalformedHeader, read_inbound};
 use crate::error::Refused;
@@ -109,9 +109,16 @@ impl HopConfig {
                 .map_or(OTHER_ROUTE, |rule| rule.pattern()),
             RouteLabel::Method(method) => match self.profile.route(method) {
                 Some(rule) => rule.pattern(),
-                None => self.methods.label(method),
+                None => self.methods.known(method).unwrap_or(OTHER_ROUTE),
             },
         }
+    }
+
+    /// The service answered `method` as a method it has (C20): from now on it is its own
+    /// label, while the cap leaves room. What the guard of a call to a method not yet known
+    /// is told by its adapter ([`HopGuard::method_answered`]).
+    pub(crate) fn learn_method(&self, method: &str) -> Option<Arc<str>> {
+        self.methods.learn(method)
     }
 
     /// Decide on a request from its deadline headers and its route.
@@ -147,7 +154,7 @@ impl HopConfig {
         inbound: Result<Option<Inbound>, MalformedHeader>,
         route: RouteLabel<'_>,
     ) -> Verdict {
-        let (rule, label) = self.rule_and_label(route);
+        let (rule, label, unproved) = self.rule_and_label(route);
         let policy = self.profile.policy();
         let budget = match inbound {
             Err(malformed) => {
@@ -178,7 +185,7 @@ impl HopConfig {
                 RequestBudget::fallback(self.profile.edge_total(), policy)
             }
         };
-        self.admit_rooted(headers, budget, rule, label)
+        self.admit_rooted(headers, budget, rule, label, unproved)
     }
 
     /// Decide on a budget the adapter already holds: a queue message tried again under the
@@ -189,8 +196,8 @@ impl HopConfig {
         budget: RequestBudget,
         route: RouteLabel<'_>,
     ) -> Verdict {
-        let (rule, label) = self.rule_and_label(route);
-        self.admit_rooted(None, budget, rule, label)
+        let (rule, label, unproved) = self.rule_and_label(route);
+        self.admit_rooted(None, budget, rule, label, unproved)
     }
 
     /// Record a hop the adapter turns away before any work, with what is left of `budget`:
@@ -203,7 +210,7 @@ impl HopConfig {
         route: RouteLabel<'_>,
         required: Option<std::time::Duration>,
     ) {
-        let (_, label) = self.rule_and_label(route);
+        let (_, label, _) = self.rule_and_label(route);
         let hop = Hop::open(
             HopRoute::new(
                 &self.service,
@@ -223,7 +230,13 @@ impl HopConfig {
     }
 
     /// The profile rule for a route and its bounded label, from one scan of the routes.
-    fn rule_and_label<'a>(&'a self, route: RouteLabel<'a>) -> (Option<&'a RouteRule>, &'a str) {
+    /// The route's rule and its bounded label (C20), and the method path of a gRPC method
+    /// no rule names and no answer has proved yet: labelled `other` for now, its hop takes
+    /// the method's label if the service answers it as a method it has.
+    fn rule_and_label<'a>(
+        &'a self,
+        route: RouteLabel<'a>,
+    ) -> (Option<&'a RouteRule>, &'a str, Option<&'a str>) {
         // The rule is looked up by the concrete path too: a profile names paths, a router
         // names patterns.
         let rule = match route {
@@ -235,15 +248,19 @@ impl HopConfig {
                 self.profile.route(p)
             }
         };
+        let mut unproved = None;
         let label = match route {
             RouteLabel::Matched { pattern, .. } | RouteLabel::Known(pattern) => pattern,
             RouteLabel::Path(_) => rule.map_or(OTHER_ROUTE, RouteRule::pattern),
             RouteLabel::Method(method) => match rule {
                 Some(rule) => rule.pattern(),
-                None => self.methods.label(method),
+                None => self.methods.known(method).unwrap_or_else(|| {
+                    unproved = is_method_path(method).then_some(method);
+                    OTHER_ROUTE
+                }),
             },
         };
-        (rule, label)
+        (rule, label, unproved)
     }
 
     /// Open the hop for `budget` and decide: expired at zero, refused below the route's
@@ -254,6 +271,7 @@ impl HopConfig {
         budget: RequestBudget,
         rule: Option<&RouteRule>,
         label: &str,
+        unproved: Option<&str>,
     ) -> Verdict {
         let policy = self.profile.policy();
         let route = HopRoute::new(
@@ -263,7 +281,12 @@ impl HopConfig {
             self.profile.low_budget(),
         )
         .with_line(self.profile.spec().log.hops);
-        let hop = Hop::open(route, &budget);
+        // An unproved method's arrival is counted when its label is settled, at its end.
+        let hop = if unproved.is_some() {
+            Hop::open_unlabelled(route, &budget)
+        } else {
+            Hop::open(route, &budget)
+        };
         // The hop span is the child of the caller's span across the wire (feature `otel`).
         #[cfg(feature = "otel")]
         if let Some(headers) = headers {
@@ -307,7 +330,8 @@ impl HopConfig {
         };
         Verdict::Admitted(
             HopGuard::new(budget, hop, stream_lifetime)
-                .learning(rule.and_then(RouteRule::learned_shared)),
+                .learning(rule.and_then(RouteRule::learned_shared))
+                .unproved_method(unproved),
         )
     }
 }

@@ -21,8 +21,12 @@ use crate::{Outcome, Refused, RequestBudget};
 ///   answer's own, else the budget's end cause, else `completed`; an answer completed after the
 ///   deadline is late work and `expired`. Then the request's non-detached work is ended, as Go
 ///   cancels a request's context when its handler returns.
-/// - Dropped before either: the caller went away. The budget is cancelled and the outcome is
-///   its end cause: `cancelled`, or `expired` when the deadline had already passed (C4, C5).
+/// - Dropped before either: the caller went away, or the service below the adapter failed
+///   and sent no answer (an inner `Err` is never `completed`). The budget is cancelled and
+///   the outcome is its end cause: `cancelled`, or `expired` when the deadline had already
+///   passed (C4, C5). An adapter whose body was delivered in full (its last byte handed over,
+///   or none to send by protocol) calls `finish` first, whatever its server does with the
+///   body afterwards (C17).
 ///
 /// See the [example](super#example-a-custom-protocol-adapter).
 pub struct HopGuard {
@@ -43,6 +47,9 @@ struct State {
     answer: Option<Answer>,
     /// The route's learned threshold: a completed answer records its latency there.
     learned: Option<Arc<LearnedThreshold>>,
+    /// A gRPC method no answer has proved yet: the hop is labelled `other` until the
+    /// service answers it as a method it has (C20).
+    unproved: Option<Arc<str>>,
 }
 
 thread_local! {
@@ -79,6 +86,7 @@ impl HopGuard {
                 spare.streaming = false;
                 spare.answer = None;
                 spare.learned = None;
+                spare.unproved = None;
                 spare
             }
             _ => Box::new(State {
@@ -88,6 +96,7 @@ impl HopGuard {
                 streaming: false,
                 answer: None,
                 learned: None,
+                unproved: None,
             }),
         };
         Self { state: Some(state) }
@@ -115,6 +124,27 @@ impl HopGuard {
     pub(crate) fn learning(mut self, learned: Option<&Arc<LearnedThreshold>>) -> Self {
         self.state_mut().learned = learned.cloned();
         self
+    }
+
+    /// The call is to `method`, a gRPC method path no answer has proved yet (C20).
+    pub(crate) fn unproved_method(mut self, method: Option<&str>) -> Self {
+        if let Some(method) = method {
+            self.state_mut().unproved = Some(Arc::from(method));
+        }
+        self
+    }
+
+    /// The service answered this call as a method it has (a message, or any status but
+    /// UNIMPLEMENTED): a method not labelled yet takes its own label, this hop's included,
+    /// while `config`'s cap leaves room (C20). Does nothing for a call already labelled.
+    pub(crate) fn method_answered(&mut self, config: &super::HopConfig) {
+        let state = self.state_mut();
+        let Some(method) = state.unproved.take() else {
+            return;
+        };
+        if let (Some(label), Some(hop)) = (config.learn_method(&method), state.hop.as_mut()) {
+            hop.relabel(config.service(), &label);
+        }
     }
 
     /// The request's budget.
@@ -283,6 +313,7 @@ impl Drop for HopGuard {
         }
         // Empty now but for the learned threshold: give the box to the next guard.
         state.learned = None;
+        state.unproved = None;
         let _ = SPARE.try_with(|spare| spare.set(Some(state)));
     }
 }

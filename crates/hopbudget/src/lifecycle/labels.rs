@@ -32,8 +32,10 @@ pub enum RouteLabel<'a> {
     },
     /// A raw path. It is labelled by the profile rule that matches it, else [`OTHER_ROUTE`].
     Path(&'a str),
-    /// A gRPC method path `/package.Service/Method`: labelled as itself, up to a fixed number
-    /// of distinct methods per server.
+    /// A gRPC method path `/package.Service/Method`: labelled as itself once the service has
+    /// answered it as a method it has (anything but UNIMPLEMENTED), up to a fixed number of
+    /// distinct methods per server; until then [`OTHER_ROUTE`]. Anyone can send any path, so
+    /// a path alone earns no label (C20).
     Method(&'a str),
     /// A name the adapter already bounds (a queue or subject name from configuration).
     Known(&'a str),
@@ -67,7 +69,9 @@ thread_local! {
 }
 
 impl MethodSet {
-    pub(crate) fn label<'a>(&self, method: &'a str) -> &'a str {
+    /// `method`'s label if the set knows it: `None` for a method no answer has proved yet.
+    /// Never adds: a request's path alone mints no label (C20).
+    pub(crate) fn known<'a>(&self, method: &'a str) -> Option<&'a str> {
         let recent = RECENT.try_with(|recent| {
             recent.try_borrow().is_ok_and(|recent| {
                 recent
@@ -76,11 +80,29 @@ impl MethodSet {
             })
         });
         if recent == Ok(true) {
-            return method;
+            return Some(method);
         }
-        let Some(known) = self.admit(method) else {
-            return OTHER_ROUTE;
-        };
+        let known = self
+            .seen
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(method)
+            .cloned()?;
+        self.remember(known);
+        Some(method)
+    }
+
+    /// The service answered `method` as a method it has: from now on it is its own label,
+    /// while there is room. The set's copy of it, or `None` once the set is full (or for a
+    /// path that is no method path).
+    pub(crate) fn learn(&self, method: &str) -> Option<Arc<str>> {
+        let known = self.admit(method)?;
+        self.remember(known.clone());
+        Some(known)
+    }
+
+    /// Put `known` in this thread's cache of recently labelled methods.
+    fn remember(&self, known: Arc<str>) {
         let _ = RECENT.try_with(|recent| {
             if let Ok(mut recent) = recent.try_borrow_mut() {
                 if recent.len() == RECENT_METHODS {
@@ -89,7 +111,6 @@ impl MethodSet {
                 recent.push((self.id, known));
             }
         });
-        method
     }
 
     /// The set's own copy of `method`, added while there is room; `None` once it is full.
@@ -125,7 +146,8 @@ impl MethodSet {
     }
 }
 
-fn is_method_path(path: &str) -> bool {
+/// Whether `path` is shaped like a gRPC method path, `/package.Service/Method`.
+pub(crate) fn is_method_path(path: &str) -> bool {
     let Some(rest) = path.strip_prefix('/') else {
         return false;
     };
@@ -141,24 +163,38 @@ fn is_method_path(path: &str) -> bool {
 mod tests {
     use super::*;
 
+    /// A path alone is never a label: only what `learn` was told (the service answered it)
+    /// is, up to the cap; after the cap new methods share `other`, the known stay known.
     #[test]
-    fn methods_are_labelled_up_to_the_cap_then_share_one_label() {
+    fn only_learned_methods_are_labelled_up_to_the_cap() {
         let set = MethodSet::default();
-        assert_eq!(set.label("/shop.Tax/Quote"), "/shop.Tax/Quote");
-        assert_eq!(set.label("not-a-method"), OTHER_ROUTE);
-        assert_eq!(set.label("/a/b/c"), OTHER_ROUTE);
+        assert_eq!(set.known("/shop.Tax/Quote"), None, "seen is not answered");
+        assert_eq!(
+            set.known("/shop.Tax/Quote"),
+            None,
+            "asking twice mints nothing"
+        );
+        assert!(set.seen.read().unwrap().is_empty());
+        assert_eq!(
+            set.learn("/shop.Tax/Quote").as_deref(),
+            Some("/shop.Tax/Quote")
+        );
+        assert_eq!(set.known("/shop.Tax/Quote"), Some("/shop.Tax/Quote"));
+        assert_eq!(set.learn("not-a-method"), None);
+        assert_eq!(set.learn("/a/b/c"), None);
         for i in 0..MAX_METHODS * 2 {
             let m = format!("/x.S/M{i}");
-            let label = set.label(&m);
-            assert!(label == m || label == OTHER_ROUTE);
+            let learned = set.learn(&m);
+            assert_eq!(learned.is_some(), i < MAX_METHODS - 1, "{m}");
+            assert_eq!(set.known(&m).is_some(), learned.is_some(), "{m}");
         }
         assert_eq!(set.seen.read().unwrap().len(), MAX_METHODS);
         assert_eq!(
-            set.label("/shop.Tax/Quote"),
-            "/shop.Tax/Quote",
+            set.known("/shop.Tax/Quote"),
+            Some("/shop.Tax/Quote"),
             "known stays known"
         );
-        assert_eq!(set.label("/x.S/new"), OTHER_ROUTE);
+        assert_eq!(set.learn("/x.S/new"), None);
     }
 
     #[test]
@@ -167,12 +203,13 @@ mod tests {
         let full = MethodSet::default();
         for i in 0..MAX_METHODS {
             let m = format!("/x.S/M{i}");
-            assert_eq!(full.label(&m), m);
+            assert_eq!(full.learn(&m).as_deref(), Some(m.as_str()));
         }
         let open = MethodSet::default();
         // Now in this thread's cache, for `open`.
-        assert_eq!(open.label("/shop.Tax/Quote"), "/shop.Tax/Quote");
-        assert_eq!(full.label("/shop.Tax/Quote"), OTHER_ROUTE);
-        assert_eq!(open.label("/shop.Tax/Quote"), "/shop.Tax/Quote");
+        assert!(open.learn("/shop.Tax/Quote").is_some());
+        assert_eq!(full.known("/shop.Tax/Quote"), None);
+        assert_eq!(full.learn("/shop.Tax/Quote"), None);
+        assert_eq!(open.known("/shop.Tax/Quote"), Some("/shop.Tax/Quote"));
     }
 }

@@ -277,7 +277,20 @@ pub struct Hop {
     #[cfg(feature = "metrics")]
     keys: metrics_names::Keys,
     line: Option<Box<HopLine>>,
+    // An arrival not counted yet: the hop's label is settled only at its end (see
+    // `open_unlabelled`).
+    #[cfg(feature = "metrics")]
+    arrival: Option<Arrival>,
     finished: bool,
+}
+
+/// What [`Hop::open`] counts on arrival, kept by a hop whose label is not settled yet.
+#[cfg(feature = "metrics")]
+#[derive(Debug, Clone, Copy)]
+struct Arrival {
+    low_budget: Duration,
+    remaining: Duration,
+    source: Source,
 }
 
 impl Hop {
@@ -305,6 +318,18 @@ impl Hop {
     /// [`start`](Self::start) from borrowed labels: the server layers call this on every
     /// request, and building a [`HopLabels`] would clone two shared strings only to drop them.
     pub(crate) fn open(route: HopRoute<'_>, budget: &RequestBudget) -> Self {
+        Self::opened(route, budget, true)
+    }
+
+    /// [`open`](Self::open) under a provisional label: the arrival is counted when the hop
+    /// closes, under the label it has then, which [`relabel`](Self::relabel) may change. A
+    /// gRPC call to a method the server has not answered yet (C20): its arrival and its end
+    /// land in the same series, whichever that turns out to be.
+    pub(crate) fn open_unlabelled(route: HopRoute<'_>, budget: &RequestBudget) -> Self {
+        Self::opened(route, budget, false)
+    }
+
+    fn opened(route: HopRoute<'_>, budget: &RequestBudget, count_now: bool) -> Self {
         let remaining = budget.at_arrival();
         let remaining_ms = span_ms(remaining);
         let source = budget.source();
@@ -325,9 +350,17 @@ impl Hop {
             tracing::debug!(parent: &span, "deadline received: none; using the edge total");
         }
         #[cfg(feature = "metrics")]
-        metrics_names::record_arrival(&route.keys, route.low_budget, remaining, source);
+        let arrival = Arrival {
+            low_budget: route.low_budget,
+            remaining,
+            source,
+        };
+        #[cfg(feature = "metrics")]
+        if count_now {
+            metrics_names::record_arrival(&route.keys, route.low_budget, remaining, source);
+        }
         #[cfg(not(feature = "metrics"))]
-        let _ = route.low_budget;
+        let _ = (route.low_budget, count_now);
         let line = route.line.then(|| {
             Box::new(HopLine {
                 service: Arc::from(route.service),
@@ -343,7 +376,39 @@ impl Hop {
             #[cfg(feature = "metrics")]
             keys: route.keys,
             line,
+            #[cfg(feature = "metrics")]
+            arrival: (!count_now).then_some(arrival),
             finished: false,
+        }
+    }
+
+    /// Give a hop opened with [`open_unlabelled`](Self::open_unlabelled) its own label
+    /// `route`, for its metrics and its span's name. Does nothing to a hop whose arrival was
+    /// counted already: its series are settled.
+    pub(crate) fn relabel(&mut self, service: &Arc<str>, route: &str) {
+        if let Some(line) = self.line.as_mut() {
+            line.route = Arc::from(route);
+        }
+        #[cfg(feature = "metrics")]
+        {
+            if self.arrival.is_none() {
+                return;
+            }
+            self.keys = metrics_names::KeyCache::lookup(service, route);
+        }
+        #[cfg(not(feature = "metrics"))]
+        let _ = service;
+        if !self.span.is_disabled() {
+            self.span.record("otel.name", route);
+            // tracing-opentelemetry renames a span from `otel.name` only until its
+            // OpenTelemetry span was started (by a child, or by propagation to a call the
+            // handler made); after that the name is changed on the started span itself.
+            #[cfg(any(feature = "otel", feature = "otlp"))]
+            {
+                use opentelemetry::trace::TraceContextExt as _;
+                use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+                self.span.context().span().update_name(route.to_owned());
+            }
         }
     }
 
@@ -386,6 +451,15 @@ impl Hop {
             return;
         }
         self.finished = true;
+        #[cfg(feature = "metrics")]
+        if let Some(arrival) = self.arrival.take() {
+            metrics_names::record_arrival(
+                &self.keys,
+                arrival.low_budget,
+                arrival.remaining,
+                arrival.source,
+            );
+        }
         if !self.span.is_disabled() {
             // The outcome last: a subscriber may take the hop as ended when it arrives.
             if let Some(required) = required {

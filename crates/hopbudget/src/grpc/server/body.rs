@@ -7,6 +7,7 @@ use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 use tokio::time::Sleep;
 
+use super::method::{self, Proof};
 use crate::error::BudgetError;
 use crate::grpc::{budget_status, note_answer, status_parts};
 use crate::lifecycle::{HopConfig, HopGuard};
@@ -32,6 +33,9 @@ pin_project! {
         // no timer.
         #[pin]
         sleep: Option<Sleep>,
+        // The head left open whether the called method exists: a message or the trailers
+        // will say (C20, see `method`).
+        unproved: bool,
     }
 }
 
@@ -44,7 +48,12 @@ impl<B> std::fmt::Debug for ResponseBody<B> {
 }
 
 impl<B: Body> ResponseBody<B> {
-    pub(super) fn new(inner: B, mut guard: Option<HopGuard>, config: Arc<HopConfig>) -> Self {
+    pub(super) fn new(
+        inner: B,
+        mut guard: Option<HopGuard>,
+        config: Arc<HopConfig>,
+        unproved: bool,
+    ) -> Self {
         // A body already at its end (a trailers-only status) completes the hop now: hyper may
         // never poll it.
         if inner.is_end_stream() {
@@ -57,6 +66,7 @@ impl<B: Body> ResponseBody<B> {
             guard,
             config: Some(config),
             sleep: None,
+            unproved,
         }
     }
 }
@@ -68,6 +78,7 @@ impl<B> ResponseBody<B> {
             guard: None,
             config: None,
             sleep: None,
+            unproved: false,
         }
     }
 }
@@ -121,6 +132,12 @@ impl<B: Body> Body for ResponseBody<B> {
         };
         match &frame {
             Some(Ok(f)) if f.is_data() => {
+                if std::mem::take(this.unproved) {
+                    // A message for the call: the method exists (C20).
+                    if let Some(config) = this.config.as_ref() {
+                        guard.method_answered(config);
+                    }
+                }
                 if guard.stream_lifetime().is_some() && !guard.is_streaming() {
                     // C13: the first message is out; from now on the stream lifetime applies
                     // to the body and to everything working for it.
@@ -130,6 +147,10 @@ impl<B: Body> Body for ResponseBody<B> {
             }
             Some(Ok(f)) => {
                 if let (Some(trailers), Some(config)) = (f.trailers_ref(), this.config.as_ref()) {
+                    if std::mem::take(this.unproved) && method::of_status(trailers) == Proof::Proved
+                    {
+                        guard.method_answered(config);
+                    }
                     note_answer(guard, trailers, config.profile().grpc_status());
                     if let Some(mut g) = this.guard.take() {
                         g.finish();

@@ -8,6 +8,7 @@ use pin_project_lite::pin_project;
 use tokio::time::Sleep;
 
 use super::ResponseBody;
+use super::method::{self, Proof};
 use crate::error::BudgetError;
 use crate::grpc::{budget_status, note_answer, status_parts};
 use crate::lifecycle::{HopConfig, HopGuard};
@@ -114,19 +115,28 @@ where
                     let response = match result {
                         Ok(response) => response,
                         Err(e) => {
-                            if let Some(mut g) = guard {
-                                g.finish();
-                            }
+                            // The service failed on its own and sent no answer (tonic turns
+                            // the error into a status outside this layer). Not `completed`
+                            // (C17): the guard is dropped as for an abandoned call, so the
+                            // hop ends as the budget's end cause, `expired` past the
+                            // deadline, else `cancelled`, and the call's tree ends with it.
+                            drop(guard);
                             return Poll::Ready(Err(e));
                         }
                     };
                     // A trailers-only response (an error status) states its outcome now.
+                    let mut open = false;
                     if let Some(g) = guard.as_mut() {
+                        match method::of_head(response.status(), response.headers()) {
+                            Proof::Proved => g.method_answered(config),
+                            Proof::Refuted => {}
+                            Proof::Open => open = true,
+                        }
                         note_answer(g, response.headers(), config.profile().grpc_status());
                     }
                     let config = config.clone();
                     return Poll::Ready(Ok(
-                        response.map(|body| ResponseBody::new(body, guard, config))
+                        response.map(|body| ResponseBody::new(body, guard, config, open))
                     ));
                 }
                 if sleep.is_none() {

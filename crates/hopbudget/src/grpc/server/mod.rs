@@ -30,8 +30,12 @@
 //!   outcome is the budget's end cause: `cancelled` while budget remained, `expired` if the
 //!   deadline had already passed (C4).
 //!
-//! Each call is one [`Hop`](crate::observe::Hop) (route = the gRPC method path) with its
-//! terminal status (C14). A status the handler returns itself is read back: a
+//! Each call is one [`Hop`](crate::observe::Hop) with its terminal status (C14). Its route
+//! label is the gRPC method path once the service has answered that method as one it has (a
+//! message, or any status but UNIMPLEMENTED, which tonic's router answers for a method no
+//! service implements); until then `other`, so that no caller can mint labels (C20). The
+//! first answered call of a method is counted under its own label, arrival included. A
+//! unary answer is complete once its trailers are handed over. A status the handler returns itself is read back: a
 //! DEADLINE_EXCEEDED from below makes this hop `expired` too (C4).
 //!
 //! Leave tonic's own `Server::timeout` unset: it fires outside this layer and answers
@@ -109,6 +113,7 @@ mod body;
 mod extract;
 mod future;
 mod layer;
+mod method;
 mod service;
 
 pub use body::ResponseBody;

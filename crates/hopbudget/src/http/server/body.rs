@@ -34,6 +34,8 @@ pin_project! {
             #[pin]
             body: B,
             guard: Option<HopGuard>,
+            // The bytes still to hand over when the answer's length is known (see `inner`).
+            left: Option<u64>,
         },
         Full {
             data: Option<Bytes>,
@@ -56,20 +58,33 @@ pin_project! {
         lifetime: Sleep,
         ended: bool,
         guard: Option<HopGuard>,
+        left: Option<u64>,
     }
 }
 
 impl<B: Body> ResponseBody<B> {
-    /// The handler's body. One that is already at its end completes the hop now: hyper may
-    /// never poll it.
-    pub(super) fn inner(body: B, mut guard: Option<HopGuard>) -> Self {
-        if body.is_end_stream() {
+    /// The handler's body, of which `length` bytes are to go out when the answer's length is
+    /// known (its `Content-Length`, its exact size hint, or zero for an answer that has no
+    /// body by protocol: see [`answer_length`]).
+    ///
+    /// The hop completes once the last of those bytes was handed over, or the body reached
+    /// its end, whichever comes first (C17): hyper and axum drop a body delivered in full
+    /// without polling it to its end. hyper's HTTP/1.1 writer stops at `Content-Length`; a
+    /// `HEAD`, 204 or 304 answer is never polled; axum swaps a `HEAD` answer's body for an
+    /// empty one. A body with nothing to send completes the hop now. Dropped with bytes still
+    /// to send, the client went away (C5).
+    pub(super) fn inner(body: B, mut guard: Option<HopGuard>, length: Option<u64>) -> Self {
+        if body.is_end_stream() || length == Some(0) {
             if let Some(mut guard) = guard.take() {
                 guard.finish();
             }
         }
         Self {
-            kind: Kind::Inner { body, guard },
+            kind: Kind::Inner {
+                body,
+                guard,
+                left: length,
+            },
         }
     }
 
@@ -87,7 +102,9 @@ impl<B: Body> ResponseBody<B> {
         first: Result<Frame<Bytes>, B::Error>,
         body: Pin<Box<B>>,
         guard: Option<HopGuard>,
+        length: Option<u64>,
     ) -> Self {
+        // The first frame counts towards the length once it is handed over, in `poll_frame`.
         let until = guard.as_ref().map_or_else(tokio::time::Instant::now, |g| {
             g.budget().deadline().instant()
         });
@@ -99,6 +116,7 @@ impl<B: Body> ResponseBody<B> {
                     lifetime: tokio::time::sleep_until(until),
                     ended: false,
                     guard,
+                    left: length,
                 }),
             },
         }
@@ -119,11 +137,13 @@ impl<B: Body> fmt::Debug for ResponseBody<B> {
 /// What a body's `poll_frame` returns.
 type Polled<B> = Poll<Option<Result<Frame<<B as Body>::Data>, <B as Body>::Error>>>;
 
-/// Poll `body` inside the guard's scope; finish the hop when the body has ended.
+/// Poll `body` inside the guard's scope; finish the hop when the body has ended or the last
+/// of the answer's `left` bytes was handed over.
 #[inline]
 fn poll_guarded<B: Body>(
     body: Pin<&mut B>,
     guard: &mut Option<HopGuard>,
+    left: &mut Option<u64>,
     cx: &mut Context<'_>,
 ) -> Polled<B> {
     let Some(g) = guard.as_mut() else {
@@ -131,10 +151,10 @@ fn poll_guarded<B: Body>(
     };
     let mut body = body;
     let frame = ready!(g.enter(|| body.as_mut().poll_frame(cx)));
-    // The last frame, the end, or an error of the body's own (not a deadline outcome): the
-    // answer is as complete as it will be.
+    // The last frame, the last byte of a known length, the end, or an error of the body's
+    // own (not a deadline outcome): the answer is as complete as it will be.
     let ended = match &frame {
-        Some(Ok(_)) => body.is_end_stream(),
+        Some(Ok(frame)) => handed_over(frame, left) || body.is_end_stream(),
         Some(Err(_)) | None => true,
     };
     if ended {
@@ -143,6 +163,42 @@ fn poll_guarded<B: Body>(
         }
     }
     Poll::Ready(frame)
+}
+
+/// Count `frame`'s bytes against the answer's known length; whether none are left now.
+/// hyper's HTTP/1.1 writer drops the body at this point without polling it again.
+#[inline]
+fn handed_over<D: bytes::Buf>(frame: &Frame<D>, left: &mut Option<u64>) -> bool {
+    let (Some(n), Some(data)) = (left.as_mut(), frame.data_ref()) else {
+        return false;
+    };
+    *n = n.saturating_sub(data.remaining() as u64);
+    *n == 0
+}
+
+/// How many body bytes an answer with `parts` sends: zero when it has no body by protocol
+/// (an answer to `HEAD`, a 1xx, 204 or 304: RFC 9110 §6.4.1, hyper and axum send none and
+/// drop the body unpolled), else its `Content-Length`, else the body's exact size hint (which
+/// hyper sends as the length), else unknown.
+pub(super) fn answer_length<B: Body>(
+    head_request: bool,
+    parts: &http::response::Parts,
+    body: &B,
+) -> Option<u64> {
+    let status = parts.status;
+    if head_request
+        || status.is_informational()
+        || status == http::StatusCode::NO_CONTENT
+        || status == http::StatusCode::NOT_MODIFIED
+    {
+        return Some(0);
+    }
+    let declared = parts
+        .headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    declared.or_else(|| body.size_hint().exact())
 }
 
 impl<B> Body for ResponseBody<B>
@@ -157,7 +213,7 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
         match self.project().kind.project() {
-            KindProj::Inner { body, guard } => poll_guarded(body, guard, cx),
+            KindProj::Inner { body, guard, left } => poll_guarded(body, guard, left, cx),
             KindProj::Full { data } => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
             KindProj::Stream { state } => {
                 let StreamStateProj {
@@ -166,8 +222,18 @@ where
                     lifetime,
                     ended,
                     guard,
+                    left,
                 } = state.as_mut().project();
                 if let Some(first) = first.take() {
+                    let last = match &first {
+                        Ok(frame) => handed_over(frame, left),
+                        Err(_) => true,
+                    };
+                    if last {
+                        if let Some(mut g) = guard.take() {
+                            g.finish();
+                        }
+                    }
                     return Poll::Ready(Some(first));
                 }
                 if *ended {
@@ -184,7 +250,7 @@ where
                     }
                     return Poll::Ready(None);
                 }
-                let frame = ready!(poll_guarded(body.as_mut(), guard, cx));
+                let frame = ready!(poll_guarded(body.as_mut(), guard, left, cx));
                 if frame.is_none() {
                     *ended = true;
                 }
@@ -249,6 +315,7 @@ mod tests {
             Ok(Frame::data(Bytes::from_static(b"first"))),
             Box::pin(inner),
             Some(guard),
+            None,
         );
         let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
         assert_eq!(&first[..], b"first");

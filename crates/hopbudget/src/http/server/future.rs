@@ -13,6 +13,7 @@ use tokio::time::Sleep;
 
 use super::ResponseBody;
 use super::answer::expired_response;
+use super::body::answer_length;
 use super::linger::LentBody;
 use crate::http::client::classify;
 use crate::lifecycle::HopGuard;
@@ -39,6 +40,8 @@ pin_project! {
         // The request body, lent through the layer, to drain if the deadline answer leaves
         // it unread (an axum body only; see `linger::LentBody`).
         lent: Option<LentBody>,
+        // An answer to `HEAD` has no body on the wire, whatever the handler returns (C17).
+        head_request: bool,
         _body: PhantomData<fn() -> B>,
     }
 
@@ -74,7 +77,7 @@ pin_project! {
         // A stream route (C13): the deadline covers the time to the first body frame, which
         // is awaited here, where an expiry can still be a 504.
         FirstFrame {
-            first: Option<Box<(http::response::Parts, Pin<Box<B>>)>>,
+            first: Option<Box<(http::response::Parts, Pin<Box<B>>, Option<u64>)>>,
         },
         Done,
     }
@@ -90,6 +93,7 @@ impl<F, B> ResponseFuture<F, B> {
             guard: None,
             status: HttpStatusMap::default(),
             lent: None,
+            head_request: false,
             _body: PhantomData,
         }
     }
@@ -99,6 +103,7 @@ impl<F, B> ResponseFuture<F, B> {
         guard: HopGuard,
         status: HttpStatusMap,
         lent: Option<LentBody>,
+        head_request: bool,
     ) -> Self {
         Self {
             state: State::Running { inner },
@@ -106,6 +111,7 @@ impl<F, B> ResponseFuture<F, B> {
             guard: Some(guard),
             status,
             lent,
+            head_request,
             _body: PhantomData,
         }
     }
@@ -202,24 +208,28 @@ where
                             let (mut parts, body) = res.into_parts();
                             note_answer(guard, this.status, &parts);
                             mark_handler_outcome(&mut parts, this.status);
-                            if guard.stream_lifetime().is_some() {
+                            let length = answer_length(*this.head_request, &parts, &body);
+                            // An answer with no body by protocol has no first frame to wait
+                            // for: it is complete once its head is handed over.
+                            if guard.stream_lifetime().is_some() && length != Some(0) {
                                 this.state.set(State::FirstFrame {
-                                    first: Some(Box::new((parts, Box::pin(body)))),
+                                    first: Some(Box::new((parts, Box::pin(body), length))),
                                 });
                                 continue;
                             }
                             this.state.set(State::Done);
-                            let body = ResponseBody::inner(body, this.guard.take());
+                            let body = ResponseBody::inner(body, this.guard.take(), length);
                             return Poll::Ready(Ok(Response::from_parts(parts, body)));
                         }
                         Poll::Ready(Err(e)) => {
                             drop(entered);
                             this.lent.take();
-                            // The service failed on its own: the outcome is what the budget
-                            // says, else completed.
-                            if let Some(mut guard) = this.guard.take() {
-                                guard.finish();
-                            }
+                            // The service failed on its own and sends no answer: hyper closes
+                            // the connection or resets the stream. Not `completed` (C17): the
+                            // guard is dropped as for an abandoned answer, so the hop ends as
+                            // the budget's end cause, `expired` past the deadline, else
+                            // `cancelled`, and the request's tree is ended with it.
+                            drop(this.guard.take());
                             this.state.set(State::Done);
                             return Poll::Ready(Err(e));
                         }
@@ -239,7 +249,7 @@ where
                         break;
                     };
                     let Some(held) = waiting.take() else { break };
-                    let (parts, body) = *held;
+                    let (parts, body, length) = *held;
                     this.state.set(State::Done);
                     let mut guard = this.guard.take();
                     let body = match (first, guard.as_mut()) {
@@ -247,7 +257,7 @@ where
                             // C13: the first chunk is out; the request deadline no longer
                             // ends the stream, nor the work feeding it.
                             g.stream_started();
-                            ResponseBody::stream(first, body, guard)
+                            ResponseBody::stream(first, body, guard, length)
                         }
                         // Ended before any frame: an empty body, the answer complete.
                         _ => {

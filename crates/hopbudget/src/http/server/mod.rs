@@ -34,7 +34,12 @@
 //!    the handler answered with the profile's expired (504), refused (503 with
 //!    `x-deadline-required-ms`) or cancelled (499) status (C17); an answer completed after the
 //!    deadline is late work and `expired`. Then the request's non-detached work is ended, as
-//!    Go cancels a request's context when its handler returns. On request routes the deadline
+//!    Go cancels a request's context when its handler returns. "Gone out" counts what hyper
+//!    and axum do: they drop a body delivered in full without polling it to its end, so an
+//!    answer to `HEAD`, a 1xx, 204 or 304 is complete with its head, and a body with a
+//!    `Content-Length` (or an exact size hint) once its last byte is handed over; only a body
+//!    dropped with bytes still to send is `cancelled`. A service that returns `Err` sends no
+//!    answer: `cancelled`, or `expired` past the deadline, never `completed`. On request routes the deadline
 //!    bounds the handler up to the response head; a body the handler streams afterwards is not
 //!    cut off by the layer.
 //! 7. Streaming routes (`mode: stream`, C13): the deadline covers the time to the first body

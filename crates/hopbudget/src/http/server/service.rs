@@ -104,12 +104,13 @@ where
                 req.extensions_mut().insert(guard.budget().clone());
                 // A 504 at the deadline may find the handler still waiting for the body (C18).
                 let lent = linger::LentBody::lend(&mut req);
+                let head_request = req.method() == http::Method::HEAD;
                 // Some services do work in `call` itself; give it the scope and span too.
                 let future = {
                     let _entered = guard.entered();
                     self.inner.call(req)
                 };
-                ResponseFuture::running(future, guard, *status, lent)
+                ResponseFuture::running(future, guard, *status, lent, head_request)
             }
         }
     }
