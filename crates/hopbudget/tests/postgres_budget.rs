@@ -325,6 +325,11 @@ async fn a_database_error_stays_a_database_error() {
         other => panic!("{other:?}"),
     }
     assert_eq!(err.budget(), None);
+    // What a log line shows says what went wrong, not only "db error" (issue #33).
+    assert_eq!(
+        err.to_string(),
+        "database error: ERROR 22012: division by zero"
+    );
     wait_full(&pool).await;
 }
 
