@@ -25,6 +25,12 @@
 //!    cancel later, on whatever that connection runs next (see `in_flight.rs`). So is a
 //!    connection the server ended ([`QueryError::ConnectionLost`]). The pool opens new ones.
 //!
+//! A handler can return a [`QueryError`] as it returns a [`BudgetError`]: it converts into a
+//! `tonic::Status` (feature `grpc`) and an axum response (feature `axum`). A budget outcome
+//! is the contract's answer; a database out of reach is UNAVAILABLE / 503 without the refusal
+//! headers; a database error is this service's own failure, INTERNAL / 500, naming its
+//! SQLSTATE but not the server's message, which can quote data (see `answer.rs`).
+//!
 //! ```no_run
 //! # async fn example() -> Result<(), hopbudget::postgres::QueryError> {
 //! use std::time::Duration;
@@ -50,6 +56,8 @@ use tokio_postgres::{NoTls, Row};
 use crate::context::RequestBudget;
 use crate::error::{BudgetError, Refused};
 
+#[cfg(any(feature = "grpc", feature = "axum"))]
+mod answer;
 mod error;
 mod in_flight;
 
