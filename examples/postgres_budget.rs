@@ -10,7 +10,8 @@
 //! It runs four requests and prints what became of each: a quick query that fits its budget,
 //! a report refused before a single byte was sent, a 5 s `pg_sleep` that the server stops at
 //! the budget (`SET LOCAL statement_timeout`), and one whose caller goes away mid-query, which
-//! sends a real cancel request. The pool's status at the end shows every connection back.
+//! sends a real cancel request. The pool's status at the end shows every connection idle: the one
+//! that was sent the cancel is closed rather than reused (rule C22).
 
 use std::time::{Duration, Instant};
 

@@ -1,4 +1,4 @@
-//! Budgeted PostgreSQL queries against a real server (rules C3, C4, C5, C7, C21).
+//! Budgeted PostgreSQL queries against a real server (rules C3, C4, C5, C7, C21, C22).
 //!
 //! Needs PostgreSQL at `DATABASE_URL` (default `postgres://postgres@127.0.0.1:5432/test`,
 //! trust auth). Without it every test here says how to start it: it fails under
@@ -89,6 +89,36 @@ async fn wait_full(pool: &BudgetPool) {
         tokio::time::sleep(ms(50)).await;
     }
     assert_full(pool);
+}
+
+/// Wait (up to 5 s) until the pool has closed the one connection a cancel was sent to (C22)
+/// and has every other connection back: nothing is leaked, nothing is reused.
+async fn wait_one_discarded(pool: &BudgetPool) {
+    for _ in 0..100 {
+        let s = pool.pool().status();
+        if s.size == POOL_SIZE - 1 && s.available == POOL_SIZE - 1 {
+            return;
+        }
+        tokio::time::sleep(ms(50)).await;
+    }
+    let status = pool.pool().status();
+    assert_eq!(
+        (status.size, status.available),
+        (POOL_SIZE - 1, POOL_SIZE - 1),
+        "the cancelled connection closed, the others back in the pool: {status:?}"
+    );
+}
+
+/// Every connection the pool can open answers: the one closed after a cancel is replaced.
+async fn all_answer(pool: &BudgetPool) {
+    let mut held = Vec::new();
+    for _ in 0..POOL_SIZE {
+        held.push(pool.pool().get().await.unwrap());
+    }
+    for conn in &held {
+        let seven: i32 = conn.query_one("SELECT 7", &[]).await.unwrap().get(0);
+        assert_eq!(seven, 7);
+    }
 }
 
 /// A separate connection that watches what the server runs.
@@ -213,7 +243,8 @@ async fn the_deadline_across_several_statements_cancels_on_the_server() {
         .await;
     assert_eq!(budget_error(result), BudgetError::Expired);
     wait_stopped(&observer, &tag, ms(30)).await;
-    wait_full(&pool).await;
+    wait_one_discarded(&pool).await;
+    all_answer(&pool).await;
 }
 
 #[tokio::test]
@@ -235,11 +266,12 @@ async fn a_cancelled_budget_sends_a_real_cancel_request() {
     let result = query.await.unwrap();
     assert_eq!(budget_error(result), BudgetError::Cancelled);
     wait_stopped(&observer, &tag, ms(500)).await;
-    wait_full(&pool).await;
+    wait_one_discarded(&pool).await;
+    all_answer(&pool).await;
 }
 
 #[tokio::test]
-async fn a_dropped_query_is_cancelled_and_its_connection_returned() {
+async fn a_dropped_query_is_cancelled_and_its_connection_closed() {
     let pool = full_pool().await;
     let observer = observer().await;
     let tag = marker("dropped");
@@ -251,21 +283,9 @@ async fn a_dropped_query_is_cancelled_and_its_connection_returned() {
     query.abort(); // the future is dropped mid-query
     assert!(query.await.unwrap_err().is_cancelled());
     wait_running(&observer, &tag, 0).await;
-    wait_full(&pool).await;
-    // The connection that ran it is idle and usable: every pooled connection answers.
-    let mut held = Vec::new();
-    for _ in 0..POOL_SIZE {
-        held.push(pool.pool().get().await.unwrap());
-    }
-    for conn in &held {
-        assert_eq!(
-            conn.query_one("SELECT 7", &[])
-                .await
-                .unwrap()
-                .get::<_, i32>(0),
-            7
-        );
-    }
+    // The connection that ran it was sent a cancel: closed, not returned (C22).
+    wait_one_discarded(&pool).await;
+    all_answer(&pool).await;
 }
 
 #[tokio::test]
@@ -322,6 +342,11 @@ async fn a_database_error_stays_a_database_error() {
         other => panic!("{other:?}"),
     }
     assert_eq!(err.budget(), None);
+    // What a log line shows says what went wrong, not only "db error" (issue #33).
+    assert_eq!(
+        err.to_string(),
+        "database error: ERROR 22012: division by zero"
+    );
     wait_full(&pool).await;
 }
 

@@ -19,9 +19,17 @@
 //!    (the deadline passes across several statements, or the request is cancelled) a real
 //!    cancel request is sent to the server and the call waits briefly for the server to
 //!    acknowledge it, then answers `Expired` or `Cancelled`. When the future is dropped
-//!    mid-query, a spawned task sends the cancel request, rolls the transaction back and only
-//!    then returns the connection to the pool, so a late cancel can never hit the next user's
-//!    query and no connection is leaked.
+//!    mid-query, a spawned task sends the cancel request.
+//! 5. **A cancel reaches only its own work** (rule C22): a connection to which a cancel was
+//!    sent is closed, never handed to the next request, because the server may act on the
+//!    cancel later, on whatever that connection runs next (see `in_flight.rs`). So is a
+//!    connection the server ended ([`QueryError::ConnectionLost`]). The pool opens new ones.
+//!
+//! A handler can return a [`QueryError`] as it returns a [`BudgetError`]: it converts into a
+//! `tonic::Status` (feature `grpc`) and an axum response (feature `axum`). A budget outcome
+//! is the contract's answer; a database out of reach is UNAVAILABLE / 503 without the refusal
+//! headers; a database error is this service's own failure, INTERNAL / 500, naming its
+//! SQLSTATE but not the server's message, which can quote data (see `answer.rs`).
 //!
 //! ```no_run
 //! # async fn example() -> Result<(), hopbudget::postgres::QueryError> {
@@ -41,79 +49,29 @@
 //!
 //! Guide: *The database, the cache, and cheaper paths*, `docs/guide/database-and-cache.md` in the repository.
 
-use std::fmt;
 use std::time::Duration;
 
-use deadpool_postgres::{Manager, Object, Pool, PoolError};
-use tokio_postgres::error::SqlState;
+use deadpool_postgres::{Manager, Object, Pool};
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{CancelToken, NoTls, Row};
+use tokio_postgres::{NoTls, Row};
 
 use crate::context::RequestBudget;
 use crate::error::{BudgetError, Refused};
 
+#[cfg(any(feature = "grpc", feature = "axum"))]
+mod answer;
+mod error;
+mod in_flight;
+
+use error::classify;
+use in_flight::{After, InFlight};
+
 pub use deadpool_postgres::Transaction;
+pub use error::QueryError;
 
 /// How long a call whose budget ended waits for the server to acknowledge the cancel request
-/// before giving up on the connection (it is then closed rather than reused).
+/// before it answers anyway. The connection is closed either way (C22).
 const DEFAULT_CANCEL_GRACE: Duration = Duration::from_secs(2);
-
-/// Why a budgeted query did not return rows.
-///
-/// See the [example](BudgetPool#examples).
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum QueryError {
-    /// Refused before start, expired (the server's statement timeout or the deadline), or
-    /// cancelled because the caller went away.
-    Budget(BudgetError),
-    /// The database answered with an error that has nothing to do with the budget.
-    Db(tokio_postgres::Error),
-    /// No connection could be made or taken from the pool.
-    Pool(PoolError),
-    /// The pool could not be built from its settings.
-    Config(String),
-}
-
-impl QueryError {
-    /// The budget error, if that is why the query failed.
-    ///
-    /// See the [example](BudgetPool#examples).
-    pub fn budget(&self) -> Option<BudgetError> {
-        match self {
-            QueryError::Budget(e) => Some(*e),
-            _ => None,
-        }
-    }
-}
-
-impl fmt::Display for QueryError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            QueryError::Budget(e) => write!(f, "query not run to completion: {e}"),
-            QueryError::Db(e) => write!(f, "database error: {e}"),
-            QueryError::Pool(e) => write!(f, "no database connection: {e}"),
-            QueryError::Config(e) => write!(f, "bad connection pool settings: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for QueryError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            QueryError::Budget(e) => Some(e),
-            QueryError::Db(e) => Some(e),
-            QueryError::Pool(e) => Some(e),
-            QueryError::Config(_) => None,
-        }
-    }
-}
-
-impl From<BudgetError> for QueryError {
-    fn from(e: BudgetError) -> Self {
-        QueryError::Budget(e)
-    }
-}
 
 /// A `deadpool-postgres` pool whose queries run under the request's budget.
 ///
@@ -186,7 +144,8 @@ impl BudgetPool {
     }
 
     /// How long a call whose budget ended waits for the server to acknowledge its cancel
-    /// request (default 2 s); past it the connection is closed instead of reused.
+    /// request before it answers (default 2 s). Either way that connection is then closed,
+    /// not reused, so a cancel still in flight cannot reach another request (C22).
     ///
     /// See the [example](BudgetPool#examples).
     pub fn with_cancel_grace(mut self, grace: Duration) -> Self {
@@ -253,18 +212,9 @@ impl BudgetPool {
         let conn = self.checkout(budget, cost).await?;
         // Time passed while waiting for the connection: check again, then tell the server.
         let timeout = budget.admit_forward_for(cost)?;
-        let mut guard = InFlight {
-            cancel: Some(conn.cancel_token()),
-            conn: Some(conn),
-        };
-        let InFlight { conn, cancel } = &mut guard;
-        let Some(client) = conn.as_deref_mut() else {
-            unreachable!("the connection was just put there")
-        };
-        let (result, clean) = run(client, budget, timeout, work, self.cancel_grace).await;
-        if clean {
-            *cancel = None; // idle: the connection goes back to the pool as it is
-        }
+        let mut conn = InFlight::new(conn);
+        let (result, after) = run(conn.client(), budget, timeout, work, self.cancel_grace).await;
+        conn.settle(after);
         result
     }
 
@@ -286,57 +236,15 @@ impl BudgetPool {
     }
 }
 
-/// A pooled connection with a statement possibly in flight. Dropped while `cancel` is set (the
-/// caller's future was dropped mid-query), it hands the connection to a task that cancels the
-/// statement on the server and rolls back before the pool can give the connection out again.
-struct InFlight {
-    conn: Option<Object>,
-    cancel: Option<CancelToken>,
-}
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        let (Some(cancel), Some(conn)) = (self.cancel.take(), self.conn.take()) else {
-            return;
-        };
-        match tokio::runtime::Handle::try_current() {
-            Ok(rt) => {
-                rt.spawn(clean_up(cancel, conn));
-            }
-            // No runtime to send the cancel from: close the connection rather than hand a
-            // busy one back to the pool.
-            Err(_) => drop(Object::take(conn)),
-        }
-    }
-}
-
-/// Stop the server's work on `conn` and make the connection idle again, or discard it.
-async fn clean_up(cancel: CancelToken, conn: Object) {
-    if let Err(e) = cancel.cancel_query(NoTls).await {
-        tracing::debug!(error = %e, "could not send a cancel request; closing the connection");
-        drop(Object::take(conn));
-        return;
-    }
-    // A transaction dropped mid-statement has queued a ROLLBACK already. One more settles the
-    // connection either way; the cancel may land on one of them, hence the retries.
-    for _ in 0..3 {
-        let rollback = tokio::time::timeout(DEFAULT_CANCEL_GRACE, conn.batch_execute("ROLLBACK"));
-        if let Ok(Ok(())) = rollback.await {
-            return; // idle again: back to the pool
-        }
-    }
-    drop(Object::take(conn));
-}
-
 /// Run `work` in a transaction under a statement timeout of `timeout`, racing the budget.
-/// Returns the result and whether the connection was left idle.
+/// Returns the result and what the connection is fit for afterwards.
 async fn run<T, F>(
     client: &mut deadpool_postgres::ClientWrapper,
     budget: &RequestBudget,
     timeout: Duration,
     work: F,
     grace: Duration,
-) -> (Result<T, QueryError>, bool)
+) -> (Result<T, QueryError>, After)
 where
     F: AsyncFnOnce(&Transaction<'_>) -> Result<T, tokio_postgres::Error>,
 {
@@ -362,34 +270,23 @@ where
     tokio::select! {
         biased;
         done = &mut statements => match done {
-            Ok(out) => (out, true),
-            Err(e) => (Err(classify(e, budget)), true),
+            Ok(out) => (out, After::Reuse),
+            Err(e) => match classify(e, budget) {
+                e @ QueryError::ConnectionLost(_) => (Err(e), After::Discard),
+                e => (Err(e), After::Reuse),
+            },
         },
         cause = budget.done() => {
-            // The budget ended before the server answered: stop the server's work too, and
-            // wait for it to say so, so the connection is idle when it goes back to the pool.
-            let sent = cancel.cancel_query(NoTls).await.is_ok();
-            let settled = sent
-                && tokio::time::timeout(grace, &mut statements).await.is_ok();
-            (Err(BudgetError::from(cause).into()), settled)
+            // The budget ended before the server answered: stop the server's work too (C7),
+            // and wait a little for it to say so, so that the work has stopped when the
+            // caller hears of it. Whatever the server answers, the cancel may still be in
+            // flight (the statement may have ended on its own just before it), so the
+            // connection is closed rather than reused (C22, see `in_flight.rs`).
+            let sent = tokio::time::timeout(grace, cancel.cancel_query(NoTls)).await;
+            if matches!(sent, Ok(Ok(()))) {
+                let _ = tokio::time::timeout(grace, &mut statements).await;
+            }
+            (Err(BudgetError::from(cause).into()), After::Discard)
         }
     }
-}
-
-/// A database error, unless it is the server's statement timeout or our own cancel (C4, C5).
-fn classify(e: tokio_postgres::Error, budget: &RequestBudget) -> QueryError {
-    if e.code() == Some(&SqlState::QUERY_CANCELED) {
-        if let Some(cause) = budget.end_cause() {
-            return BudgetError::from(cause).into();
-        }
-        // The server's own statement timeout, set from the forward budget above. The text
-        // tells it from an operator's pg_cancel_backend (which stays a database error).
-        let timed_out = e
-            .as_db_error()
-            .is_some_and(|db| db.message().contains("statement timeout"));
-        if timed_out {
-            return BudgetError::Expired.into();
-        }
-    }
-    QueryError::Db(e)
 }
