@@ -255,8 +255,12 @@ where
                     let body = match (first, guard.as_mut()) {
                         (Some(first), Some(g)) => {
                             // C13: the first chunk is out; the request deadline no longer
-                            // ends the stream, nor the work feeding it.
-                            g.stream_started();
+                            // ends the stream, nor the work feeding it. An error or trailers
+                            // as the first frame is no chunk: nothing started streaming, and
+                            // the request deadline still bounds the budget (#32).
+                            if first.as_ref().is_ok_and(http_body::Frame::is_data) {
+                                g.stream_started();
+                            }
                             ResponseBody::stream(first, body, guard, length)
                         }
                         // Ended before any frame: an empty body, the answer complete.

@@ -275,3 +275,42 @@ async fn an_unshared_budget_still_gives_the_hop_its_outcome() {
     assert_eq!(count("completed").as_deref(), Some("1"), "{text}");
     assert_eq!(count("cancelled"), None, "{text}");
 }
+
+/// C13: a stream route whose body's first frame is an error has not started streaming: its
+/// budget keeps the request deadline instead of moving to the stream lifetime (issue #32).
+#[tokio::test(start_paused = true)]
+async fn a_first_frame_that_is_an_error_starts_no_stream() {
+    let profile = Profile::from_yaml(
+        "stream_lifetime_ms: 60000\nroutes: [{path: /events, mode: stream}]",
+        "inline",
+    )
+    .unwrap();
+    let seen = Seen::default();
+    let svc = ServiceBuilder::new()
+        .layer(ServerBudgetLayer::new(profile))
+        .service_fn({
+            let seen = seen.clone();
+            move |_req: Request<Full<Bytes>>| {
+                let seen = seen.clone();
+                async move {
+                    *seen.lock().unwrap() = RequestBudget::current();
+                    let frames = futures_util::stream::iter([Err::<http_body::Frame<Bytes>, _>(
+                        std::io::Error::other("upstream broke"),
+                    )]);
+                    Ok::<_, Infallible>(Response::new(http_body_util::StreamBody::new(frames)))
+                }
+            }
+        });
+    let req = Request::get("/events")
+        .header("x-request-timeout-ms", "200")
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let res = svc.oneshot(req).await.unwrap();
+    let budget = seen.lock().unwrap().clone().expect("the handler ran");
+    assert!(
+        budget.remaining() <= Duration::from_millis(200),
+        "an error first frame moved the budget to the stream lifetime: {:?} left",
+        budget.remaining()
+    );
+    drop(res);
+}
