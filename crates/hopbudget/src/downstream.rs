@@ -19,11 +19,17 @@ type BoxError = Box<dyn StdError + Send + Sync>;
 ///   `From<reqwest::Error>` for reading the answer's body (feature `reqwest`).
 /// - From a tower client such as `ClientBudgetLayer`: `From<tower::BoxError>`.
 /// - As an axum answer (feature `axum`): a deadline outcome is answered as [`BudgetError`]'s
-///   own response (504, 503 + `Retry-After: 0`, 499, with `x-deadline-outcome`); any other
-///   failure is 502 Bad Gateway with the error's message.
+///   own response (504, 503 + `Retry-After: 0`, 499, with `x-deadline-outcome`); a
+///   downstream's own answer keeps its meaning (an HTTP status as it was, a gRPC status by
+///   the usual mapping: NOT_FOUND is 404, INVALID_ARGUMENT 400, UNAVAILABLE 503, ...); a
+///   transport failure is 502 Bad Gateway with the error's message.
 /// - As a gRPC answer (feature `grpc`): `From<DownstreamError> for tonic::Status` spells a
 ///   deadline outcome as `From<BudgetError>` does, passes a downstream's own status through
-///   unchanged, and reports any other failure as UNAVAILABLE.
+///   unchanged (an HTTP status by the same mapping: 404 is NOT_FOUND), and reports a
+///   transport failure as UNAVAILABLE.
+///
+/// A downstream HTTP answer that is not a success becomes a `DownstreamError` through
+/// reqwest's `error_for_status()`: a 404 below is a 404 above, not a 502.
 ///
 /// The runnable `examples/shim.rs` uses it in both directions.
 ///
@@ -57,6 +63,9 @@ enum Kind {
     Budget(BudgetError),
     #[cfg(feature = "grpc")]
     Grpc(tonic::Status),
+    /// A downstream HTTP answer that was not a success (reqwest's `error_for_status`).
+    #[cfg_attr(not(feature = "reqwest"), allow(dead_code))]
+    Http(http::StatusCode, String),
     Other(BoxError),
 }
 
@@ -81,6 +90,57 @@ impl DownstreamError {
             _ => None,
         }
     }
+
+    /// The downstream's own HTTP status, when it answered one that is not a success and not
+    /// a deadline outcome.
+    ///
+    /// See the [example](Self#examples).
+    pub fn http_status(&self) -> Option<http::StatusCode> {
+        match &self.kind {
+            Kind::Http(code, _) => Some(*code),
+            _ => None,
+        }
+    }
+}
+
+/// The HTTP status for a downstream's gRPC code, as Google's API design and grpc-gateway map
+/// them (a shim answers what the service below meant, not 502).
+#[cfg(all(feature = "grpc", feature = "axum"))]
+fn http_of_grpc(code: tonic::Code) -> http::StatusCode {
+    use http::StatusCode as H;
+    use tonic::Code as G;
+    match code {
+        G::Ok => H::OK,
+        G::Cancelled => H::from_u16(499).unwrap_or(H::BAD_REQUEST),
+        G::InvalidArgument | G::FailedPrecondition | G::OutOfRange => H::BAD_REQUEST,
+        G::DeadlineExceeded => H::GATEWAY_TIMEOUT,
+        G::NotFound => H::NOT_FOUND,
+        G::AlreadyExists | G::Aborted => H::CONFLICT,
+        G::PermissionDenied => H::FORBIDDEN,
+        G::Unauthenticated => H::UNAUTHORIZED,
+        G::ResourceExhausted => H::TOO_MANY_REQUESTS,
+        G::Unimplemented => H::NOT_IMPLEMENTED,
+        G::Unavailable => H::SERVICE_UNAVAILABLE,
+        G::Unknown | G::Internal | G::DataLoss => H::INTERNAL_SERVER_ERROR,
+    }
+}
+
+/// The gRPC code for a downstream's HTTP status, the same mapping read the other way.
+#[cfg(feature = "grpc")]
+fn grpc_of_http(status: http::StatusCode) -> tonic::Code {
+    use tonic::Code as G;
+    match status.as_u16() {
+        400 => G::InvalidArgument,
+        401 => G::Unauthenticated,
+        403 => G::PermissionDenied,
+        404 => G::NotFound,
+        409 => G::Aborted,
+        429 => G::ResourceExhausted,
+        501 => G::Unimplemented,
+        502 | 503 => G::Unavailable,
+        402..=499 => G::FailedPrecondition,
+        _ => G::Internal,
+    }
 }
 
 impl fmt::Display for DownstreamError {
@@ -89,6 +149,7 @@ impl fmt::Display for DownstreamError {
             Kind::Budget(e) => e.fmt(f),
             #[cfg(feature = "grpc")]
             Kind::Grpc(s) => write!(f, "downstream answered {:?}: {}", s.code(), s.message()),
+            Kind::Http(code, message) => write!(f, "downstream answered {code}: {message}"),
             Kind::Other(e) => write!(f, "downstream call failed: {e}"),
         }
     }
@@ -100,6 +161,7 @@ impl StdError for DownstreamError {
             Kind::Budget(e) => Some(e),
             #[cfg(feature = "grpc")]
             Kind::Grpc(s) => Some(s),
+            Kind::Http(..) => None,
             Kind::Other(e) => Some(e.as_ref()),
         }
     }
@@ -145,9 +207,11 @@ impl From<reqwest::Error> for DownstreamError {
     /// A plain reqwest error, such as reading a body with `text()` after a call went through
     /// the middleware: a transport failure, unless a [`BudgetError`] is in its chain.
     fn from(e: reqwest::Error) -> Self {
-        let kind = match BudgetError::find(&e) {
-            Some(b) => Kind::Budget(*b),
-            None => Kind::Other(Box::new(e)),
+        let kind = match (BudgetError::find(&e), e.status()) {
+            (Some(b), _) => Kind::Budget(*b),
+            // `error_for_status()`: the downstream answered, and its answer keeps its meaning.
+            (None, Some(status)) => Kind::Http(status, e.without_url().to_string()),
+            (None, None) => Kind::Other(Box::new(e)),
         };
         Self { kind }
     }
@@ -174,6 +238,7 @@ impl From<DownstreamError> for tonic::Status {
         match e.kind {
             Kind::Budget(b) => tonic::Status::from(b),
             Kind::Grpc(s) => s,
+            Kind::Http(code, message) => tonic::Status::new(grpc_of_http(code), message),
             Kind::Other(other) => {
                 tonic::Status::unavailable(format!("downstream call failed: {other}"))
             }
@@ -183,12 +248,16 @@ impl From<DownstreamError> for tonic::Status {
 
 #[cfg(feature = "axum")]
 impl axum::response::IntoResponse for DownstreamError {
-    /// A deadline outcome is answered as [`BudgetError`]'s response; anything else is
-    /// 502 Bad Gateway with the message.
+    /// A deadline outcome is answered as [`BudgetError`]'s response, a downstream's own
+    /// status keeps its meaning, and a transport failure is 502 Bad Gateway with the message.
     fn into_response(self) -> axum::response::Response {
+        let message = format!("{self}\n");
         match self.kind {
             Kind::Budget(b) => b.into_response(),
-            _ => (http::StatusCode::BAD_GATEWAY, format!("{self}\n")).into_response(),
+            Kind::Http(code, _) => (code, message).into_response(),
+            #[cfg(feature = "grpc")]
+            Kind::Grpc(s) => (http_of_grpc(s.code()), message).into_response(),
+            Kind::Other(_) => (http::StatusCode::BAD_GATEWAY, message).into_response(),
         }
     }
 }
@@ -225,6 +294,25 @@ mod tests {
             (back.code(), back.message()),
             (tonic::Code::NotFound, "no such order")
         );
+    }
+
+    #[cfg(all(feature = "grpc", feature = "axum"))]
+    #[test]
+    fn a_downstreams_own_status_keeps_its_meaning_in_either_spelling() {
+        use axum::response::IntoResponse;
+        let res = DownstreamError::from(tonic::Status::not_found("no such order")).into_response();
+        assert_eq!(res.status(), 404);
+        let res = DownstreamError::from(tonic::Status::invalid_argument("bad")).into_response();
+        assert_eq!(res.status(), 400);
+        let e = DownstreamError {
+            kind: Kind::Http(http::StatusCode::NOT_FOUND, "gone".into()),
+        };
+        assert_eq!(e.http_status(), Some(http::StatusCode::NOT_FOUND));
+        assert_eq!(tonic::Status::from(e).code(), tonic::Code::NotFound);
+        for code in [400, 401, 403, 404, 409, 429, 500, 501, 503] {
+            let status = http::StatusCode::from_u16(code).unwrap();
+            assert_eq!(http_of_grpc(grpc_of_http(status)), status, "{code}");
+        }
     }
 
     #[cfg(feature = "axum")]

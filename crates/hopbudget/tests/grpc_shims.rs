@@ -61,6 +61,9 @@ async fn grpc_hop_with_http_downstream() -> Server {
             // The call is all there is: the middleware finds the ambient gRPC budget.
             // No error mapping either: a deadline outcome from below keeps its meaning.
             let res = http.get(&url).send().await.map_err(DownstreamError::from)?;
+            // A downstream's own failure keeps its meaning across the shim (a 404 below is
+            // NOT_FOUND here, and a 404 again above it).
+            let res = res.error_for_status().map_err(DownstreamError::from)?;
             let text = res
                 .text()
                 .await
@@ -276,4 +279,22 @@ async fn an_expiry_the_callees_profile_spells_unavailable_is_expiry_across_the_s
         Some(BudgetError::Expired),
         "{status:?}"
     );
+}
+
+/// Issue #33 item 7: a downstream's own status passes through the shims unchanged: the HTTP
+/// leaf's 404 is NOT_FOUND at the gRPC hop and 404 again at the HTTP edge, not 502.
+#[tokio::test]
+async fn a_downstreams_own_status_passes_through_the_shims_unchanged() {
+    let leaf = http_leaf(Profile::default()).await;
+    let mid = grpc_hop_with_http_downstream().await;
+    let edge = http_edge(mid.url()).await;
+    let res = client()
+        .get(format!("{edge}/edge?next=http-shim:{leaf}/no-such-page"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 404);
+    assert!(!res.headers().contains_key("x-deadline-outcome"));
+    let text = res.text().await.unwrap();
+    assert!(text.contains("NotFound"), "{text}");
 }
