@@ -250,6 +250,10 @@ mod through_the_layers {
             .unwrap();
         assert_eq!(res.status(), 200);
         assert!(capture.is_child_of("handler", "hop"));
+        // The answer's status beside the outcome (issue #33): `completed` is the deadline's
+        // word, the status says what the answer was.
+        let hop = &capture.hop_fields()[0];
+        assert_eq!(hop["http.response.status_code"], "200", "{hop:?}");
     }
 
     #[tokio::test(start_paused = true)]
@@ -416,6 +420,8 @@ async fn the_layer_logs_one_line_per_hop_and_rate_limited_notices() {
     let budget: u64 = first["budget_ms"].parse().unwrap();
     assert!((295..=300).contains(&budget), "{first:?}");
     assert!(first.contains_key("used_ms"), "{first:?}");
+    // The answer's status beside the outcome: `completed` is the deadline's word only.
+    assert_eq!(first["http_status"], "200", "{first:?}");
     assert_eq!(hops[1]["source"], "fallback");
     assert_eq!(hops[2]["outcome"], "refused");
     assert_eq!(hops[2]["required_ms"], "200");

@@ -203,6 +203,7 @@ pub(crate) fn note_answer(
     let Some(code) = grpc_status_of(headers) else {
         return;
     };
+    guard.answer_status(crate::observe::AnswerStatus::Grpc(code));
     let marked = headers
         .get(&crate::http::OUTCOME_HEADER)
         .map(|v| v.as_bytes());

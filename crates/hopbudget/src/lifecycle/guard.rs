@@ -216,6 +216,15 @@ impl HopGuard {
         self.state_mut().answer = Some(Answer::Outcome(outcome));
     }
 
+    /// The status the caller is answered with, for the hop's span and log line (an HTTP
+    /// status, or a gRPC code): `completed` also covers a 404 or a 500, and this tells them
+    /// apart (issue #33).
+    pub(crate) fn answer_status(&mut self, status: crate::observe::AnswerStatus) {
+        if let Some(hop) = self.state_mut().hop.as_mut() {
+            hop.answer_status(status);
+        }
+    }
+
     /// The answer is a refusal stating what it needed (C3, C17).
     ///
     /// See the [example](super#example-a-custom-protocol-adapter).

@@ -15,7 +15,11 @@
 //! | end | `deadline.outcome` | `completed`, `refused`, `expired` or `cancelled` |
 //! | end, refused | `deadline.required_ms` | what the hop needed |
 //! | end, late work | `deadline.overrun_ms` | how long after the deadline the work finished |
+//! | end, answered | `http.response.status_code` / `rpc.grpc.status_code` | the status the caller got |
 //!
+//! `completed` means the deadline contract held (the answer went out in time, whatever it
+//! said), so a handler's 404 and 500 are `completed` too; the status field beside it tells
+//! them apart, with no second layer.
 //! The span also carries `otel.name` (the route), `otel.kind` (`server` or `consumer`),
 //! `service.name` and `hop.protocol`. Millisecond fields are `i64` so tracing-opentelemetry
 //! turns them into integer attributes under the same names.
@@ -217,6 +221,19 @@ impl<'a> HopRoute<'a> {
     }
 }
 
+/// The status a hop's caller was answered with: an HTTP status or a gRPC code. Recorded on
+/// the hop's span as `http.response.status_code` or `rpc.grpc.status_code` (OpenTelemetry's
+/// names) and written in its log line, so that a dashboard can tell a `completed` 200 from
+/// a `completed` 404 or 500: `completed` says the deadline contract held, not that the
+/// answer was a success.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum AnswerStatus {
+    /// An HTTP status code.
+    Http(u16),
+    /// A gRPC status code.
+    Grpc(i32),
+}
+
 /// What a hop keeps to write its one line at the end (`log.hops`): kept, boxed, only when
 /// the line is asked for, so a hop without it carries one empty pointer.
 #[derive(Debug)]
@@ -227,6 +244,7 @@ struct HopLine {
     arrived: Duration,
     source: Source,
     started: tokio::time::Instant,
+    status: Option<AnswerStatus>,
 }
 
 /// One hop, from arrival to terminal status.
@@ -345,6 +363,8 @@ impl Hop {
             deadline.outcome = Empty,
             deadline.required_ms = Empty,
             deadline.overrun_ms = Empty,
+            http.response.status_code = Empty,
+            rpc.grpc.status_code = Empty,
         );
         if source == Source::Fallback {
             tracing::debug!(parent: &span, "deadline received: none; using the edge total");
@@ -369,6 +389,7 @@ impl Hop {
                 arrived: remaining,
                 source,
                 started: tokio::time::Instant::now(),
+                status: None,
             })
         });
         Self {
@@ -409,6 +430,24 @@ impl Hop {
                 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
                 self.span.context().span().update_name(route.to_owned());
             }
+        }
+    }
+
+    /// Note the status the caller is answered with (see [`AnswerStatus`]).
+    pub(crate) fn answer_status(&mut self, status: AnswerStatus) {
+        if !self.span.is_disabled() {
+            match status {
+                AnswerStatus::Http(code) => {
+                    self.span
+                        .record("http.response.status_code", i64::from(code));
+                }
+                AnswerStatus::Grpc(code) => {
+                    self.span.record("rpc.grpc.status_code", i64::from(code));
+                }
+            }
+        }
+        if let Some(line) = self.line.as_mut() {
+            line.status = Some(status);
         }
     }
 
@@ -481,6 +520,14 @@ impl Hop {
                 source = line.source.as_str(),
                 used_ms = notice::millis(line.started.elapsed()),
                 required_ms = required.map(notice::millis),
+                http_status = match line.status {
+                    Some(AnswerStatus::Http(code)) => Some(code),
+                    _ => None,
+                },
+                grpc_status = match line.status {
+                    Some(AnswerStatus::Grpc(code)) => Some(code),
+                    _ => None,
+                },
                 "hop ended"
             );
         }
