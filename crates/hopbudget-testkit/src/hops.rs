@@ -64,8 +64,13 @@ pub struct HopRecord {
     pub remaining_ms: Option<i64>,
     /// Where the budget came from: a carrier's name, or `fallback` (`deadline.source`).
     pub source: String,
-    /// What a refused hop needed, in ms (`deadline.required_ms`).
+    /// What a refused hop needed, in ms (`deadline.required_ms`); also what a hop let
+    /// through with enforcement off would have needed.
     pub required_ms: Option<i64>,
+    /// With enforcement off (the profile's `enforce: false`, rule C24), what enforcement
+    /// would have done to this hop: `refused`, `expired` or `malformed`
+    /// (`deadline.unenforced`). Empty when it was enforced, or would have been let through.
+    pub unenforced: String,
 }
 
 /// Captures the end of every hop span; clones share what was captured.
@@ -96,6 +101,7 @@ impl HopCapture {
     /// See the [module example](self).
     #[must_use = "the capture is uninstalled when the guard is dropped"]
     pub fn install(&self) -> tracing::subscriber::DefaultGuard {
+        keep_callsites_open();
         tracing::subscriber::set_default(tracing_subscriber::registry().with(self.clone()))
     }
 
@@ -142,6 +148,18 @@ impl HopCapture {
     }
 }
 
+/// `tracing` caches whether a callsite is wanted once, process-wide. While at most one
+/// dispatcher exists it asks only the subscriber of the thread that reaches the callsite
+/// first: a parallel test with no subscriber then caches "never" for the `hop` span, and
+/// this thread's capture sees nothing (a known `tracing-core` behaviour, 0.1.36). A second
+/// dispatcher kept alive for the process makes `tracing` ask every live dispatcher instead,
+/// so a capture installed on any thread is always asked. It is nobody's default, so it
+/// receives nothing.
+fn keep_callsites_open() {
+    static SECOND: std::sync::OnceLock<tracing::Dispatch> = std::sync::OnceLock::new();
+    SECOND.get_or_init(|| tracing::Dispatch::new(tracing_subscriber::registry()));
+}
+
 /// What a hop span said at its start, kept in the span's extensions until it ends.
 #[derive(Debug, Default)]
 struct Pending(HopRecord);
@@ -163,6 +181,7 @@ impl Visit for Pending {
             "otel.name" => &mut self.0.route,
             "deadline.outcome" => &mut self.0.outcome,
             "deadline.source" => &mut self.0.source,
+            "deadline.unenforced" => &mut self.0.unenforced,
             _ => return,
         };
         *slot = value.to_owned();
