@@ -53,7 +53,7 @@ fn headers(deadline: &str) -> HashMap<String, String> {
 }
 
 fn gate() -> Gate {
-    Gate::new(&Profile::default(), "orders").with_wall_clock(Arc::new(FixedClock))
+    Gate::new(Profile::default(), "orders").with_wall_clock(Arc::new(FixedClock))
 }
 
 /// Poll a future that is ready at once (the benchmarks' work is empty).

@@ -56,6 +56,12 @@ pub struct Deadline {
     at: Instant,
 }
 
+/// An instant about 30 years out: a timer that never fires in practice (an unenforced
+/// budget's stream lifetime, rule C24).
+pub(crate) fn far_future() -> Instant {
+    Deadline::after(Duration::MAX).instant()
+}
+
 impl Deadline {
     /// A deadline `budget` from now. A budget too large for the clock is capped about 30 years
     /// out instead of panicking.

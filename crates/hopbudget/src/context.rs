@@ -34,6 +34,11 @@ pub struct HopPolicy {
     pub transit_allowance: Duration,
     /// Below this forward budget no downstream call starts.
     pub refuse_below: Duration,
+    /// Whether the budget is enforced: calls refused below the threshold, work ended at the
+    /// deadline (rules C3, C7). `false` is the profile's kill switch (`enforce: false`, rule
+    /// C24): the budget is still computed, forwarded and recorded, but nothing is refused or
+    /// cut for lack of time. Children and detached budgets inherit it.
+    pub enforce: bool,
 }
 
 impl HopPolicy {
@@ -44,6 +49,7 @@ impl HopPolicy {
         hop_margin: Duration::from_millis(5),
         transit_allowance: Duration::from_millis(1),
         refuse_below: Duration::from_millis(10),
+        enforce: true,
     };
 
     /// Margin plus transit allowance: what a hop subtracts before forwarding.
@@ -552,6 +558,26 @@ impl RequestBudget {
         self.inner.policy
     }
 
+    /// Whether this budget is enforced (see [`HopPolicy::enforce`]): `false` under a profile
+    /// whose kill switch is off (rule C24). Adapters that bound a wait or set a server-side
+    /// timeout from the budget skip it then; the budget is still forwarded and recorded.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use hopbudget::{HopPolicy, RequestBudget};
+    ///
+    /// let observe_only = HopPolicy { enforce: false, ..HopPolicy::DEFAULT };
+    /// let budget = RequestBudget::local(Duration::from_millis(3), observe_only);
+    /// assert!(!budget.is_enforced());
+    /// // Nothing is refused for lack of time, and the forward budget is still computed.
+    /// assert!(budget.admit(Duration::from_secs(1)).is_ok());
+    /// assert_eq!(budget.admit_forward().unwrap(), budget.forward());
+    /// ```
+    #[inline]
+    pub fn is_enforced(&self) -> bool {
+        self.inner.policy.enforce
+    }
+
     /// For detached work, the budget it was scheduled from (a trace link, not a cancel link).
     ///
     /// See the [example](Self#examples).
@@ -584,7 +610,7 @@ impl RequestBudget {
     pub fn admit(&self, cost: Duration) -> Result<(), BudgetError> {
         // One clock read serves both the expiry check and the comparison.
         let remaining = self.live_remaining()?;
-        if remaining < cost {
+        if remaining < cost && self.inner.policy.enforce {
             return Err(Refused::new(cost, remaining).into());
         }
         Ok(())
@@ -597,7 +623,7 @@ impl RequestBudget {
             return Err(cause.into());
         }
         let remaining = self.remaining();
-        if remaining.is_zero() {
+        if remaining.is_zero() && self.inner.policy.enforce {
             return Err(BudgetError::Expired);
         }
         Ok(remaining)
@@ -620,7 +646,7 @@ impl RequestBudget {
         let forward = self
             .live_remaining()?
             .saturating_sub(self.inner.policy.reserve());
-        if forward < required {
+        if forward < required && self.inner.policy.enforce {
             return Err(Refused::new(required, forward).into());
         }
         Ok(forward)
@@ -632,7 +658,9 @@ impl RequestBudget {
     /// See the [example](Self#examples).
     pub fn end_cause(&self) -> Option<EndCause> {
         self.recorded_cause().or_else(|| {
-            if self.deadline().is_expired() {
+            // Unenforced (C24), a passed deadline ends nothing: only a cancel or an explicit
+            // `expire` does.
+            if self.inner.policy.enforce && self.deadline().is_expired() {
                 Some(EndCause::Expired)
             } else {
                 None
@@ -764,7 +792,10 @@ impl RequestBudget {
         // A token asked for after the deadline is cancelled already (C7): the timer task that
         // would cancel it has not run yet, and code that checks `is_cancelled()` at once must
         // not start late work meanwhile. One clock read, only while the budget is live.
-        if self.inner.state.load(Ordering::Acquire) == LIVE && self.deadline().is_expired() {
+        if self.inner.policy.enforce
+            && self.inner.state.load(Ordering::Acquire) == LIVE
+            && self.deadline().is_expired()
+        {
             self.end_with(EXPIRED);
         }
         if let Some(token) = self.inner.token.get() {
@@ -815,6 +846,10 @@ impl RequestBudget {
     /// A child that shares its parent's deadline is cancelled by the parent's timer through
     /// the token tree; only a budget with a deadline of its own needs a timer.
     fn needs_own_timer(&self) -> bool {
+        // Unenforced (C24): no timer ends the work at the deadline.
+        if !self.inner.policy.enforce {
+            return false;
+        }
         match &self.inner.parent {
             None => true,
             Some(parent) => self.deadline() < parent.deadline(),
@@ -872,6 +907,11 @@ impl RequestBudget {
                 return self.recorded_cause().unwrap_or(cause);
             }
             let token = self.token();
+            if !self.inner.policy.enforce {
+                // Unenforced (C24): only a cancel or an explicit `expire` ends the budget.
+                token.cancelled().await;
+                return self.recorded_cause().unwrap_or(EndCause::Cancelled);
+            }
             tokio::select! {
                 biased;
                 () = token.cancelled() => {
@@ -1207,6 +1247,54 @@ mod tests {
         assert_eq!(c.remaining(), Duration::from_millis(40));
         let c = b.child_until(Deadline::after(Duration::from_millis(400)));
         assert_eq!(c.remaining(), Duration::from_millis(100));
+    }
+
+    /// C24: with the kill switch off, nothing ends the budget but a cancel, while its
+    /// arithmetic (what is left, what to forward) is unchanged.
+    #[tokio::test(start_paused = true)]
+    async fn an_unenforced_budget_is_never_ended_by_its_deadline() {
+        let off = HopPolicy {
+            enforce: false,
+            ..HopPolicy::DEFAULT
+        };
+        let b = RequestBudget::local(Duration::from_millis(50), off);
+        let token = b.token();
+        let child = b.child();
+        let tight = b.child_until(Deadline::after(Duration::from_millis(20)));
+        let (child_token, tight_token) = (child.token(), tight.token());
+        assert!(
+            !child.is_enforced() && !tight.is_enforced(),
+            "children inherit it"
+        );
+        assert!(!b.detach(Duration::from_secs(1)).is_enforced());
+        assert_eq!(b.forward(), Duration::from_millis(44));
+
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(
+            !token.is_cancelled() && !child_token.is_cancelled() && !tight_token.is_cancelled()
+        );
+        assert_eq!((b.end_cause(), tight.end_cause()), (None, None));
+        assert!(!b.is_done());
+        assert!(
+            !b.token().is_cancelled(),
+            "a token taken late is not cancelled either"
+        );
+        assert_eq!(b.remaining(), Duration::ZERO);
+        assert_eq!(b.admit(Duration::from_secs(1)), Ok(()));
+        assert_eq!(b.admit_forward(), Ok(Duration::ZERO), "forwarded as spent");
+        // `run` does not stop the work; `done` waits for a cancel only.
+        let work = tokio::time::sleep(Duration::from_secs(5));
+        assert_eq!(b.run(work).await, Ok(()));
+        let waiter = tokio::spawn({
+            let b = b.clone();
+            async move { b.done().await }
+        });
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert!(!waiter.is_finished());
+        // The caller going away still ends it (C5), past the deadline as expiry (C4).
+        b.cancel();
+        assert_eq!(waiter.await.unwrap(), EndCause::Expired);
+        assert!(token.is_cancelled() && child_token.is_cancelled());
     }
 
     #[tokio::test(start_paused = true)]

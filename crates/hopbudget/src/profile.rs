@@ -27,9 +27,11 @@ use crate::context::HopPolicy;
 use crate::learned::{LearnConfig, LearnedThreshold};
 use crate::status::{GrpcCode, GrpcStatusMap, HttpStatusMap};
 
+mod shared;
 mod trust;
 pub(crate) mod validated;
 
+pub use shared::SharedProfile;
 pub use trust::{TrustedHosts, UnknownDestination};
 // The one public path is `hopbudget::Profile`; inside the crate `crate::profile::Profile`
 // still names it (and this module's doc links and tests use it).
@@ -60,6 +62,12 @@ pub struct ProfileSpec {
     pub stream_lifetime_ms: i64,
     /// Arrivals with less than this much budget count as "low budget" in metrics.
     pub low_budget_ms: i64,
+    /// The kill switch (rule C24). `true` (the default): refuse what does not fit and end
+    /// work at the deadline. `false`: observe only; budgets are still read, forwarded and
+    /// recorded, hops record what enforcement would have done, and nothing is refused or cut
+    /// for lack of time. Swap it into a running service with
+    /// [`SharedProfile`](crate::SharedProfile).
+    pub enforce: bool,
     /// Per-route settings; the first matching route wins.
     pub routes: Vec<RouteSpec>,
     /// Carriers read on arrival; the tightest wins.
@@ -90,6 +98,7 @@ impl Default for ProfileSpec {
             refuse_below_ms: 10,
             stream_lifetime_ms: 300_000,
             low_budget_ms: 50,
+            enforce: true,
             routes: Vec::new(),
             inbound: vec![
                 Carrier::GrpcTimeout,

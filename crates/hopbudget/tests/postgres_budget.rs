@@ -225,6 +225,26 @@ async fn the_server_cancels_a_sleep_that_would_outlive_its_budget() {
     wait_full(&pool).await;
 }
 
+/// C24: with enforcement off the query runs to its end: no statement timeout from the
+/// budget, no cancel at its deadline, no refusal for a cost above what is left.
+#[tokio::test]
+async fn with_enforcement_off_a_query_outlives_its_budget_to_its_end() {
+    let pool = full_pool().await;
+    let off = HopPolicy {
+        enforce: false,
+        ..HopPolicy::DEFAULT
+    };
+    let b = RequestBudget::local(ms(100), off);
+    let row = pool
+        .query(&b, ms(500), "SELECT pg_sleep(0.4)::text AS slept", &[])
+        .await
+        .expect("the query ran to its end");
+    assert_eq!(row.len(), 1);
+    assert_eq!(b.end_cause(), None);
+    assert!(b.remaining().is_zero(), "it ran past the budget's deadline");
+    wait_full(&pool).await;
+}
+
 #[tokio::test]
 async fn the_deadline_across_several_statements_cancels_on_the_server() {
     // Each statement fits the statement timeout; together they outlive the budget, so the

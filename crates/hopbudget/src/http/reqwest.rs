@@ -58,7 +58,7 @@ use reqwest::ResponseBuilderExt;
 use reqwest_middleware::{Error, Middleware, Next, Result};
 
 use super::client::{Bound, ResponseBody, Shared, Trust, host_header, reply_error};
-use crate::{BudgetError, Profile, RequestBudget};
+use crate::{BudgetError, Profile, RequestBudget, SharedProfile};
 
 /// reqwest-middleware [`Middleware`] that carries the request budget onto outbound calls.
 ///
@@ -72,7 +72,7 @@ impl BudgetMiddleware {
     /// Middleware following `profile`.
     ///
     /// See the [module example](crate::http::reqwest#example).
-    pub fn new(profile: Profile) -> Self {
+    pub fn new(profile: impl Into<SharedProfile>) -> Self {
         Self {
             shared: Shared::new(profile),
         }
@@ -81,8 +81,8 @@ impl BudgetMiddleware {
     /// The profile this middleware follows.
     ///
     /// See the [module example](crate::http::reqwest#example).
-    pub fn profile(&self) -> &Profile {
-        &self.shared.profile
+    pub fn profile(&self) -> std::sync::Arc<Profile> {
+        self.shared.profile.current()
     }
 
     /// Send deadline headers to every host this client calls, whatever the profile's
@@ -173,7 +173,7 @@ impl Middleware for BudgetMiddleware {
             Err(error) => return Err(Error::middleware(error)),
         };
         if let Some(error) = reply_error(
-            self.shared.status(),
+            &self.shared.status(),
             res.status().as_u16(),
             res.headers(),
             bound.budget(),

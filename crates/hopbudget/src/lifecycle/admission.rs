@@ -10,17 +10,20 @@ use super::labels::{MethodSet, OTHER_ROUTE, RouteLabel, is_method_path};
 use crate::clock::{SystemClock, WallClock};
 use crate::codec::{Inbound, MalformedHeader, read_inbound};
 use crate::error::Refused;
-use crate::observe::{self, Hop, HopLabels, HopRoute, Protocol};
+use crate::observe::{self, Hop, HopLabels, HopRoute, Protocol, Would};
 use crate::profile::{RouteMode, RouteRule};
-use crate::{Profile, RequestBudget};
+use crate::{Profile, RequestBudget, SharedProfile};
 
 /// Everything a server hop reads on every request: the profile, the service name, the wall
 /// clock used to convert epoch carriers, and the bounded set of route labels. One per layer,
 /// shared by every clone of the service and every request.
 ///
+/// The profile is a [`SharedProfile`]: each request reads the one in force when it arrives
+/// (rule C24).
+///
 /// See the [example](super#example-a-custom-protocol-adapter).
 pub struct HopConfig {
-    profile: Profile,
+    profile: SharedProfile,
     service: Arc<str>,
     protocol: Protocol,
     wall_clock: Arc<dyn WallClock>,
@@ -53,13 +56,15 @@ pub enum Verdict {
 }
 
 impl HopConfig {
-    /// A hop configuration for `protocol` that follows `profile`, reading epoch carriers with
-    /// the machine's wall clock.
+    /// A hop configuration for `protocol` that follows `profile` (a [`Profile`], or a
+    /// [`SharedProfile`] to replace at run time), reading epoch carriers with the machine's
+    /// wall clock.
     ///
     /// See the [example](super#example-a-custom-protocol-adapter).
-    pub fn new(profile: Profile, protocol: Protocol) -> Self {
+    pub fn new(profile: impl Into<SharedProfile>, protocol: Protocol) -> Self {
+        let profile = profile.into();
         Self {
-            service: Arc::from(profile.service()),
+            service: Arc::from(profile.current().service()),
             profile,
             protocol,
             wall_clock: Arc::new(SystemClock),
@@ -76,10 +81,19 @@ impl HopConfig {
         self
     }
 
-    /// The profile.
+    /// The profile in force now.
     ///
     /// See the [example](super#example-a-custom-protocol-adapter).
-    pub fn profile(&self) -> &Profile {
+    #[inline]
+    pub fn profile(&self) -> Arc<Profile> {
+        self.profile.current()
+    }
+
+    /// The handle this configuration reads its profile from: replace the profile, or turn
+    /// enforcement off, through it (rule C24).
+    ///
+    /// See the [example](super#example-a-custom-protocol-adapter).
+    pub fn shared_profile(&self) -> &SharedProfile {
         &self.profile
     }
 
@@ -100,18 +114,19 @@ impl HopConfig {
     /// The bounded label for a route (C20).
     ///
     /// See the [example](super#example-a-custom-protocol-adapter).
-    pub fn route_label<'a>(&'a self, route: RouteLabel<'a>) -> &'a str {
-        match route {
+    pub fn route_label(&self, route: RouteLabel<'_>) -> String {
+        let profile = self.profile.current();
+        let label = match route {
             RouteLabel::Matched { pattern, .. } | RouteLabel::Known(pattern) => pattern,
-            RouteLabel::Path(path) => self
-                .profile
+            RouteLabel::Path(path) => profile
                 .route(path)
                 .map_or(OTHER_ROUTE, |rule| rule.pattern()),
-            RouteLabel::Method(method) => match self.profile.route(method) {
+            RouteLabel::Method(method) => match profile.route(method) {
                 Some(rule) => rule.pattern(),
                 None => self.methods.known(method).unwrap_or(OTHER_ROUTE),
             },
-        }
+        };
+        label.to_owned()
     }
 
     /// The service answered `method` as a method it has (C20): from now on it is its own
@@ -126,13 +141,20 @@ impl HopConfig {
     /// See the [example](super#example-a-custom-protocol-adapter).
     #[inline]
     pub fn admit(self: &Arc<Self>, headers: &HeaderMap, route: RouteLabel<'_>) -> Verdict {
-        let inbound = read_inbound(
-            headers,
-            self.profile.inbound(),
-            self.profile.max(),
-            &*self.wall_clock,
-        );
-        self.admit_with(Some(headers), inbound, route)
+        self.admit_in(&self.profile.current(), headers, route)
+    }
+
+    /// [`admit`](Self::admit) under `profile`, which the adapter read from
+    /// [`profile`](Self::profile) once for the whole request (its status codes too).
+    #[inline]
+    pub(crate) fn admit_in(
+        self: &Arc<Self>,
+        profile: &Profile,
+        headers: &HeaderMap,
+        route: RouteLabel<'_>,
+    ) -> Verdict {
+        let inbound = read_inbound(headers, profile.inbound(), profile.max(), &*self.wall_clock);
+        self.admit_with(profile, Some(headers), inbound, route)
     }
 
     /// Decide on a request whose carriers were already read (a queue message's headers, a
@@ -144,30 +166,46 @@ impl HopConfig {
         inbound: Result<Option<Inbound>, MalformedHeader>,
         route: RouteLabel<'_>,
     ) -> Verdict {
-        self.admit_with(None, inbound, route)
+        let profile = self.profile.current();
+        self.admit_with(&profile, None, inbound, route)
     }
 
     /// `headers`, when the request has them, also carry the caller's trace context.
     fn admit_with(
         self: &Arc<Self>,
+        profile: &Profile,
         headers: Option<&HeaderMap>,
         inbound: Result<Option<Inbound>, MalformedHeader>,
         route: RouteLabel<'_>,
     ) -> Verdict {
-        let (rule, label, unproved) = self.rule_and_label(route);
-        let policy = self.profile.policy();
+        let (rule, label, unproved) = self.rule_and_label(profile, route);
+        let policy = profile.policy();
         let budget = match inbound {
             Err(malformed) => {
                 let labels = HopLabels::for_route(&self.service, label, self.protocol)
-                    .with_low_budget(self.profile.low_budget());
+                    .with_low_budget(profile.low_budget());
                 observe::malformed_header(&labels, malformed.header().as_str());
-                return Verdict::Malformed(malformed);
+                if policy.enforce {
+                    return Verdict::Malformed(malformed);
+                }
+                // Unenforced (C24): counted, and the request runs on the edge total, as one
+                // with no deadline would; the hop records what enforcement would have done.
+                let budget = RequestBudget::fallback(profile.edge_total(), policy);
+                return self.admit_rooted(
+                    profile,
+                    headers,
+                    budget,
+                    rule,
+                    label,
+                    unproved,
+                    Some(Would::Malformed),
+                );
             }
             Ok(Some(inbound)) => {
                 if inbound.clamped {
                     tracing::debug!(
                         carrier = inbound.carrier.name(),
-                        max_ms = self.profile.max().as_millis() as u64,
+                        max_ms = profile.max().as_millis() as u64,
                         "inbound budget clamped to the profile maximum"
                     );
                 }
@@ -179,13 +217,13 @@ impl HopConfig {
                 observe::notice_missing(
                     &self.service,
                     label,
-                    self.profile.edge_total(),
-                    self.profile.spec().log.notices_per_s,
+                    profile.edge_total(),
+                    profile.spec().log.notices_per_s,
                 );
-                RequestBudget::fallback(self.profile.edge_total(), policy)
+                RequestBudget::fallback(profile.edge_total(), policy)
             }
         };
-        self.admit_rooted(headers, budget, rule, label, unproved)
+        self.admit_rooted(profile, headers, budget, rule, label, unproved, None)
     }
 
     /// Decide on a budget the adapter already holds: a queue message tried again under the
@@ -196,8 +234,9 @@ impl HopConfig {
         budget: RequestBudget,
         route: RouteLabel<'_>,
     ) -> Verdict {
-        let (rule, label, unproved) = self.rule_and_label(route);
-        self.admit_rooted(None, budget, rule, label, unproved)
+        let profile = self.profile.current();
+        let (rule, label, unproved) = self.rule_and_label(&profile, route);
+        self.admit_rooted(&profile, None, budget, rule, label, unproved, None)
     }
 
     /// Record a hop the adapter turns away before any work, with what is left of `budget`:
@@ -210,14 +249,10 @@ impl HopConfig {
         route: RouteLabel<'_>,
         required: Option<std::time::Duration>,
     ) {
-        let (_, label, _) = self.rule_and_label(route);
+        let profile = self.profile.current();
+        let (_, label, _) = self.rule_and_label(&profile, route);
         let hop = Hop::open(
-            HopRoute::new(
-                &self.service,
-                label,
-                self.protocol,
-                self.profile.low_budget(),
-            ),
+            HopRoute::new(&self.service, label, self.protocol, profile.low_budget()),
             budget,
         );
         match required {
@@ -235,18 +270,16 @@ impl HopConfig {
     /// the method's label if the service answers it as a method it has.
     fn rule_and_label<'a>(
         &'a self,
+        profile: &'a Profile,
         route: RouteLabel<'a>,
     ) -> (Option<&'a RouteRule>, &'a str, Option<&'a str>) {
         // The rule is looked up by the concrete path too: a profile names paths, a router
         // names patterns.
         let rule = match route {
-            RouteLabel::Matched { pattern, path } => self
-                .profile
-                .route(pattern)
-                .or_else(|| self.profile.route(path)),
-            RouteLabel::Path(p) | RouteLabel::Method(p) | RouteLabel::Known(p) => {
-                self.profile.route(p)
+            RouteLabel::Matched { pattern, path } => {
+                profile.route(pattern).or_else(|| profile.route(path))
             }
+            RouteLabel::Path(p) | RouteLabel::Method(p) | RouteLabel::Known(p) => profile.route(p),
         };
         let mut unproved = None;
         let label = match route {
@@ -264,25 +297,26 @@ impl HopConfig {
     }
 
     /// Open the hop for `budget` and decide: expired at zero, refused below the route's
-    /// threshold, else admitted.
+    /// threshold, else admitted. Unenforced (C24), every request is admitted, and its hop
+    /// records what enforcement would have done (`would`, already known for a malformed
+    /// header).
+    #[allow(clippy::too_many_arguments)]
     fn admit_rooted(
         self: &Arc<Self>,
+        profile: &Profile,
         #[cfg_attr(not(feature = "otel"), allow(unused_variables))] headers: Option<&HeaderMap>,
         budget: RequestBudget,
         rule: Option<&RouteRule>,
         label: &str,
         unproved: Option<&str>,
+        mut would: Option<Would>,
     ) -> Verdict {
-        let policy = self.profile.policy();
-        let route = HopRoute::new(
-            &self.service,
-            label,
-            self.protocol,
-            self.profile.low_budget(),
-        )
-        .with_line(self.profile.spec().log.hops);
+        let policy = profile.policy();
+        let enforce = budget.is_enforced();
+        let route = HopRoute::new(&self.service, label, self.protocol, profile.low_budget())
+            .with_line(profile.spec().log.hops);
         // An unproved method's arrival is counted when its label is settled, at its end.
-        let hop = if unproved.is_some() {
+        let mut hop = if unproved.is_some() {
             Hop::open_unlabelled(route, &budget)
         } else {
             Hop::open(route, &budget)
@@ -295,10 +329,13 @@ impl HopConfig {
         // The budget was made a moment ago from this very value: no second clock read.
         let arrived = budget.at_arrival();
         if arrived.is_zero() {
-            // C9: zero or negative budgets are already expired.
-            budget.expire();
-            hop.finish(crate::Outcome::Expired);
-            return Verdict::Expired;
+            if enforce {
+                // C9: zero or negative budgets are already expired.
+                budget.expire();
+                hop.finish(crate::Outcome::Expired);
+                return Verdict::Expired;
+            }
+            would = would.or(Some(Would::Expired));
         }
         // A learning route refuses below max(static, learned) (C3). The budget was made from
         // one clock read a moment ago; its deadline minus its arrival value is that instant.
@@ -309,20 +346,27 @@ impl HopConfig {
                 None => rule.threshold(),
             },
         };
-        if arrived < min {
+        if arrived < min && would.is_none() {
             observe::notice_refused(
                 &self.service,
                 label,
                 min,
                 arrived,
-                self.profile.spec().log.notices_per_s,
+                profile.spec().log.notices_per_s,
+                enforce,
             );
-            hop.refuse(min);
-            return Verdict::Refused(Refused::new(min, arrived));
+            if enforce {
+                hop.refuse(min);
+                return Verdict::Refused(Refused::new(min, arrived));
+            }
+            would = Some(Would::Refused(min));
+        }
+        if let Some(would) = would {
+            hop.unenforced(would);
         }
         let stream_lifetime = rule
             .is_some_and(|r| r.mode == RouteMode::Stream)
-            .then(|| self.profile.stream_lifetime());
+            .then(|| profile.stream_lifetime());
         let budget = if stream_lifetime.is_some() {
             budget.for_stream()
         } else {

@@ -249,10 +249,13 @@ impl HopGuard {
     /// See the [example](super#example-a-custom-protocol-adapter).
     pub fn finish(&mut self) {
         let state = self.state_mut();
-        let Some(hop) = state.hop.take() else { return };
+        let Some(mut hop) = state.hop.take() else {
+            return;
+        };
         let state = self.state();
         let now = tokio::time::Instant::now();
         let deadline = self.budget().deadline().instant();
+        let enforced = self.budget().is_enforced();
         let late = (!state.streaming && now > deadline).then(|| now - deadline);
         if let Some(overrun) = late {
             // Work done for nobody: the caller's own deadline had passed (C14).
@@ -271,6 +274,12 @@ impl HopGuard {
                 // The clock was read once above; the budget's own cause, else its deadline.
                 let outcome = match self.budget().recorded_cause() {
                     Some(cause) => Outcome::from(cause),
+                    None if now >= deadline && !enforced => {
+                        // Unenforced (C24): the answer went out, after the deadline; the
+                        // hop says what enforcement would have made of it.
+                        hop.unenforced(crate::observe::Would::Expired);
+                        Outcome::Completed
+                    }
                     None if now >= deadline => Outcome::Expired,
                     None => Outcome::Completed,
                 };

@@ -67,6 +67,13 @@ pub const DEGRADED_TOTAL: &str = "hopbudget_degraded_total";
 /// See the [example](METRICS#examples).
 pub const CACHE_READS_TOTAL: &str = "hopbudget_cache_reads_total";
 
+/// Counter: hops let through while enforcement was off (the profile's `enforce: false`, rule
+/// C24), by what enforcement would have done (`refused`, `expired`, `malformed`). Labels:
+/// `service`, `route`, `would`.
+///
+/// See the [example](METRICS#examples).
+pub const UNENFORCED_TOTAL: &str = "hopbudget_unenforced_total";
+
 /// Every metric hopbudget records: name, Prometheus type, labels.
 ///
 /// # Examples
@@ -92,7 +99,7 @@ pub const CACHE_READS_TOTAL: &str = "hopbudget_cache_reads_total";
 /// let refused_ratio = format!("rate({REFUSED_BEFORE_WORK_TOTAL}[5m]) / rate({ARRIVALS_TOTAL}[5m])");
 /// assert!(refused_ratio.contains("hopbudget_arrivals_total"));
 /// ```
-pub const METRICS: [(&str, &str, &[&str]); 12] = [
+pub const METRICS: [(&str, &str, &[&str]); 13] = [
     (HOPS_TOTAL, "counter", &["service", "route", "outcome"]),
     (REFUSED_BEFORE_WORK_TOTAL, "counter", &["service", "route"]),
     (DEADLINE_MISSING_TOTAL, "counter", &["service", "route"]),
@@ -113,6 +120,7 @@ pub const METRICS: [(&str, &str, &[&str]); 12] = [
         "counter",
         &["service", "cache", "choice"],
     ),
+    (UNENFORCED_TOTAL, "counter", &["service", "route", "would"]),
 ];
 
 /// Give the current recorder a description and unit for every hopbudget metric, so an
@@ -163,6 +171,10 @@ pub fn describe_metrics() {
     describe_counter!(
         DEGRADED_TOTAL,
         "Cheaper paths taken because the budget was below the full path's cost."
+    );
+    describe_counter!(
+        UNENFORCED_TOTAL,
+        "Hops let through while enforcement was off (C24), by what enforcement would have done: refused, expired or malformed."
     );
     describe_counter!(
         CACHE_READS_TOTAL,
@@ -419,6 +431,19 @@ pub(super) fn record_end(keys: &KeyCache, outcome: Outcome) {
         }
         increment(r, keys.hops_key(outcome));
     });
+}
+
+pub(super) fn record_unenforced(keys: &KeyCache, would: &'static str) {
+    // Only while enforcement is off, so the key is built each time rather than cached.
+    let key = Key::from_parts(
+        UNENFORCED_TOTAL,
+        vec![
+            Label::new("service", keys.service.to_string()),
+            Label::new("route", keys.route.to_string()),
+            Label::new("would", would),
+        ],
+    );
+    metrics::with_recorder(|r| increment(r, &key));
 }
 
 pub(super) fn record_late(keys: &KeyCache, overrun: Duration) {

@@ -245,6 +245,29 @@ struct HopLine {
     source: Source,
     started: tokio::time::Instant,
     status: Option<AnswerStatus>,
+    /// Enforcement was off and would have done this (C24).
+    would: Option<Would>,
+}
+
+/// What enforcement would have done to a hop that ran with enforcement off (rule C24).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Would {
+    /// A deadline header that could not be read: answered 400 / INVALID_ARGUMENT.
+    Malformed,
+    /// No budget left on arrival, or the answer completed after the deadline.
+    Expired,
+    /// Less budget than the route needs: refused before work, needing this much.
+    Refused(Duration),
+}
+
+impl Would {
+    pub(crate) const fn as_str(self) -> &'static str {
+        match self {
+            Would::Malformed => "malformed",
+            Would::Expired => "expired",
+            Would::Refused(_) => "refused",
+        }
+    }
 }
 
 /// One hop, from arrival to terminal status.
@@ -300,6 +323,8 @@ pub struct Hop {
     #[cfg(feature = "metrics")]
     arrival: Option<Arrival>,
     finished: bool,
+    /// What enforcement would have done was recorded already (C24): once per hop.
+    unenforced: bool,
 }
 
 /// What [`Hop::open`] counts on arrival, kept by a hop whose label is not settled yet.
@@ -363,6 +388,7 @@ impl Hop {
             deadline.outcome = Empty,
             deadline.required_ms = Empty,
             deadline.overrun_ms = Empty,
+            deadline.unenforced = Empty,
             http.response.status_code = Empty,
             rpc.grpc.status_code = Empty,
         );
@@ -390,6 +416,7 @@ impl Hop {
                 source,
                 started: tokio::time::Instant::now(),
                 status: None,
+                would: None,
             })
         });
         Self {
@@ -400,6 +427,7 @@ impl Hop {
             #[cfg(feature = "metrics")]
             arrival: (!count_now).then_some(arrival),
             finished: false,
+            unenforced: false,
         }
     }
 
@@ -485,6 +513,27 @@ impl Hop {
         metrics_names::record_late(&self.keys, overrun);
     }
 
+    /// Record that enforcement was off for this hop (rule C24) and what it would have done:
+    /// the span's `deadline.unenforced` (with `deadline.required_ms` for a refusal), the
+    /// hop's log line, and `hopbudget_unenforced_total`. The hop's outcome stays what
+    /// happened.
+    pub(crate) fn unenforced(&mut self, would: Would) {
+        if std::mem::replace(&mut self.unenforced, true) {
+            return;
+        }
+        if !self.span.is_disabled() {
+            self.span.record("deadline.unenforced", would.as_str());
+            if let Would::Refused(required) = would {
+                self.span.record("deadline.required_ms", span_ms(required));
+            }
+        }
+        if let Some(line) = self.line.as_mut() {
+            line.would = Some(would);
+        }
+        #[cfg(feature = "metrics")]
+        metrics_names::record_unenforced(&self.keys, would.as_str());
+    }
+
     fn close(&mut self, outcome: Outcome, required: Option<Duration>, _overrun: Option<Duration>) {
         if self.finished {
             return;
@@ -519,7 +568,13 @@ impl Hop {
                 budget_ms = notice::millis(line.arrived),
                 source = line.source.as_str(),
                 used_ms = notice::millis(line.started.elapsed()),
-                required_ms = required.map(notice::millis),
+                required_ms = required
+                    .or(match line.would {
+                        Some(Would::Refused(required)) => Some(required),
+                        _ => None,
+                    })
+                    .map(notice::millis),
+                unenforced = line.would.map(Would::as_str),
                 http_status = match line.status {
                     Some(AnswerStatus::Http(code)) => Some(code),
                     _ => None,

@@ -71,27 +71,41 @@ fn second() -> u64 {
     START.get_or_init(Instant::now).elapsed().as_secs()
 }
 
-/// Log a refusal before work, rate-limited.
+/// Log a refusal before work, rate-limited; unenforced (C24), the refusal that enforcement
+/// would have made, with the request let through.
 pub(crate) fn refused(
     service: &str,
     route: &str,
     required: Duration,
     remaining: Duration,
     per_s: u32,
+    enforced: bool,
 ) {
     if !tracing::enabled!(target: "hopbudget::notice", tracing::Level::INFO) {
         return;
     }
     if let Admit::Write { left_out } = REFUSED.admit(second(), per_s) {
-        tracing::info!(
-            target: "hopbudget::notice",
-            service,
-            route,
-            required_ms = millis(required),
-            remaining_ms = millis(remaining),
-            left_out,
-            "refused before work: the budget left cannot cover the route's minimum (C3)"
-        );
+        if enforced {
+            tracing::info!(
+                target: "hopbudget::notice",
+                service,
+                route,
+                required_ms = millis(required),
+                remaining_ms = millis(remaining),
+                left_out,
+                "refused before work: the budget left cannot cover the route's minimum (C3)"
+            );
+        } else {
+            tracing::info!(
+                target: "hopbudget::notice",
+                service,
+                route,
+                required_ms = millis(required),
+                remaining_ms = millis(remaining),
+                left_out,
+                "would refuse before work, let through: enforcement is off (C3, C24)"
+            );
+        }
     }
 }
 

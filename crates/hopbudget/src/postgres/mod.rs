@@ -55,6 +55,7 @@ use deadpool_postgres::{Manager, Object, Pool};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{NoTls, Row};
 
+use crate::budget::Deadline;
 use crate::context::RequestBudget;
 use crate::error::{BudgetError, Refused};
 
@@ -221,9 +222,14 @@ impl BudgetPool {
     /// Take a connection, waiting only while the budget could still cover `cost` (C21).
     async fn checkout(&self, budget: &RequestBudget, cost: Duration) -> Result<Object, QueryError> {
         let reserve = budget.policy().reserve();
-        let last_start = budget
-            .deadline()
-            .saturating_sub(cost.saturating_add(reserve));
+        // Unenforced (C24): wait for a connection as long as the caller does.
+        let last_start = if budget.is_enforced() {
+            budget
+                .deadline()
+                .saturating_sub(cost.saturating_add(reserve))
+        } else {
+            Deadline::after(Duration::MAX)
+        };
         tokio::select! {
             biased;
             cause = budget.done() => Err(BudgetError::from(cause).into()),
@@ -251,13 +257,18 @@ where
     let cancel = client.cancel_token();
     // Whole milliseconds, rounded down (C2); zero would mean "no timeout" to the server, and
     // admission already refused a forward budget below the cost, so at least 1 ms is left.
-    let set_timeout = format!(
-        "SET LOCAL statement_timeout = {}",
-        timeout.as_millis().max(1)
-    );
+    // Unenforced (C24): the server keeps its own statement timeout.
+    let set_timeout = budget.is_enforced().then(|| {
+        format!(
+            "SET LOCAL statement_timeout = {}",
+            timeout.as_millis().max(1)
+        )
+    });
     let statements = async {
         let tx = client.transaction().await?;
-        tx.batch_execute(&set_timeout).await?;
+        if let Some(set_timeout) = &set_timeout {
+            tx.batch_execute(set_timeout).await?;
+        }
         let out = work(&tx).await?;
         if let Some(cause) = budget.end_cause() {
             // Never commit for a caller that has gone: dropping `tx` rolls back.

@@ -417,6 +417,7 @@ impl Profile {
                 hop_margin,
                 transit_allowance: transit,
                 refuse_below,
+                enforce: spec.enforce,
             },
             edge_total,
             max,
@@ -459,6 +460,15 @@ impl Profile {
     /// See the [example](Self#examples).
     pub fn policy(&self) -> HopPolicy {
         self.policy
+    }
+
+    /// Whether this profile enforces budgets (`enforce`, rule C24). When `false` the layers
+    /// refuse nothing and end nothing at the deadline; budgets are still forwarded and every
+    /// hop is recorded, with what enforcement would have done.
+    ///
+    /// See the [example](crate::SharedProfile#examples).
+    pub fn enforces(&self) -> bool {
+        self.policy.enforce
     }
 
     /// Budget for requests without an inbound deadline (rule C8).

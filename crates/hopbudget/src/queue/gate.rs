@@ -24,7 +24,7 @@ use crate::clock::{SystemClock, WallClock};
 use crate::codec::{Carrier, Inbound, MalformedHeader, epoch};
 use crate::lifecycle::{HopConfig, HopGuard, RouteLabel, Verdict};
 use crate::observe::{self, Protocol};
-use crate::{EndCause, Profile, Refused};
+use crate::{EndCause, Refused, SharedProfile};
 
 /// Checks each consumed message's deadline before any work (rule C11, scenario S10).
 ///
@@ -140,10 +140,16 @@ impl Gate {
     /// metrics' `queue` label and the hop span's name, so keep it low in cardinality).
     ///
     /// See the [example](Self#examples).
-    pub fn new(profile: &Profile, queue: impl Into<Arc<str>>) -> Self {
+    ///
+    /// `profile` is a `&Profile`, or a `&SharedProfile` whose replacements and kill switch
+    /// (rule C24) the gate follows message by message. The deadline header, the skew allowance,
+    /// the longest processing time and the least budget are read when the gate is built.
+    pub fn new(profile: impl Into<SharedProfile>, queue: impl Into<Arc<str>>) -> Self {
+        let shared = profile.into();
+        let profile = shared.current();
         let (header, _, skew) = profile.queue();
         Self {
-            config: Arc::new(HopConfig::new(profile.clone(), Protocol::Queue)),
+            config: Arc::new(HopConfig::new(shared.clone(), Protocol::Queue)),
             queue: queue.into(),
             // The profile checked it is a valid header name (C15).
             header: HeaderName::from_bytes(header.as_bytes()).unwrap_or(HeaderName::from_static(
@@ -208,11 +214,18 @@ impl Gate {
         let (inbound, late_by) = match self.read(headers) {
             Read::InSkew { late_by } => {
                 let required = self.least_budget();
-                let nothing_left = crate::RequestBudget::from_carrier(
-                    Carrier::Queue,
-                    Duration::ZERO,
-                    self.config.profile().policy(),
-                );
+                let policy = self.config.profile().policy();
+                let nothing_left =
+                    crate::RequestBudget::from_carrier(Carrier::Queue, Duration::ZERO, policy);
+                if !policy.enforce {
+                    // Unenforced (C24): the work runs, and its hop says it would have expired.
+                    let verdict = self
+                        .config
+                        .admit_budget(nothing_left, RouteLabel::Known(&self.queue));
+                    return self.decide(verdict, headers, || {
+                        DeadLetter::within_skew(late_by, self.skew)
+                    });
+                }
                 self.config.turn_away(
                     &nothing_left,
                     RouteLabel::Known(&self.queue),
@@ -282,7 +295,7 @@ impl Gate {
         );
         let left = budget.at_arrival();
         let started_with = first.at_arrival();
-        if left < self.least_budget() {
+        if left < self.least_budget() && budget.is_enforced() {
             self.config
                 .turn_away(&budget, RouteLabel::Known(&self.queue), None);
             observe::queue_expired(self.config.service(), &self.queue);

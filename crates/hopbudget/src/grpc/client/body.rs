@@ -21,7 +21,13 @@ pub(super) fn relabel_late_cancel(headers: &mut http::HeaderMap, watch: &Watch) 
     {
         return;
     }
-    let code = watch.shared.profile.grpc_status().expired.as_i32();
+    let code = watch
+        .shared
+        .profile
+        .current()
+        .grpc_status()
+        .expired
+        .as_i32();
     let code = crate::codec::Encoded::decimal(u64::try_from(code).unwrap_or(4));
     headers.insert("grpc-status", code.to_header_value());
     headers.insert(

@@ -58,14 +58,20 @@ impl Watch {
     }
 
     fn answer(&self, err: BudgetError) -> http::response::Parts {
-        status_parts(budget_status(&err, self.shared.profile.grpc_status()))
+        status_parts(budget_status(
+            &err,
+            self.shared.profile.current().grpc_status(),
+        ))
     }
 
     /// The trailers that end a body cut off by the wait: DEADLINE_EXCEEDED marked expired, or
     /// CANCELLED when the request's budget was cancelled (C4, C5).
     pub(super) fn trailers(&self, err: &BudgetError) -> http::HeaderMap {
-        let mut trailers =
-            status_parts(budget_status(err, self.shared.profile.grpc_status())).headers;
+        let mut trailers = status_parts(budget_status(
+            err,
+            self.shared.profile.current().grpc_status(),
+        ))
+        .headers;
         trailers.remove(http::header::CONTENT_TYPE);
         trailers
     }

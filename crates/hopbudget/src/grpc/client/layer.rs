@@ -3,8 +3,8 @@ use std::sync::Arc;
 use tower_layer::Layer;
 
 use super::GrpcClient;
-use crate::Profile;
 use crate::http::client::{Shared, Trust};
+use crate::{Profile, SharedProfile};
 
 /// Applies [`GrpcClient`] to a tonic `Channel` or any tower gRPC client service. See the
 /// [module docs](super).
@@ -19,7 +19,7 @@ impl GrpcClientLayer {
     /// A layer forwarding budgets with `profile`'s policy, fallback and status codes.
     ///
     /// See the [module example](super#example).
-    pub fn new(profile: Profile) -> Self {
+    pub fn new(profile: impl Into<SharedProfile>) -> Self {
         Self {
             shared: Shared::new(profile),
         }
@@ -28,8 +28,8 @@ impl GrpcClientLayer {
     /// The profile this layer applies.
     ///
     /// See the [module example](super#example).
-    pub fn profile(&self) -> &Profile {
-        &self.shared.profile
+    pub fn profile(&self) -> std::sync::Arc<Profile> {
+        self.shared.profile.current()
     }
 
     /// Name the destination every call of this layer reaches: the URI of the tonic

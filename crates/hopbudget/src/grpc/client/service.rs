@@ -7,7 +7,7 @@ use tower_service::Service;
 
 use super::future::ResponseFuture;
 use super::{GrpcClientLayer, ResponseBody};
-use crate::Profile;
+use crate::SharedProfile;
 use crate::codec::grpc_timeout;
 use crate::context::RequestBudget;
 use crate::grpc::{budget_status, status_parts};
@@ -30,7 +30,7 @@ impl<S> GrpcClient<S> {
     /// Wrap `inner` with the behaviour `profile` describes.
     ///
     /// See the [module example](super#example).
-    pub fn new(inner: S, profile: Profile) -> Self {
+    pub fn new(inner: S, profile: impl Into<SharedProfile>) -> Self {
         Self {
             inner,
             shared: GrpcClientLayer::new(profile).shared,
@@ -40,7 +40,7 @@ impl<S> GrpcClient<S> {
     /// A layer for this middleware.
     ///
     /// See the [module example](super#example).
-    pub fn layer(profile: Profile) -> GrpcClientLayer {
+    pub fn layer(profile: impl Into<SharedProfile>) -> GrpcClientLayer {
         GrpcClientLayer::new(profile)
     }
 
@@ -106,7 +106,7 @@ where
             Err(err) => {
                 return ResponseFuture::answer(status_parts(budget_status(
                     &err,
-                    shared.profile.grpc_status(),
+                    shared.profile.current().grpc_status(),
                 )));
             }
         };

@@ -106,6 +106,10 @@ impl<B: Body> Body for ResponseBody<B> {
         let frame = match polled {
             Poll::Ready(frame) => frame,
             Poll::Pending => {
+                if !guard.budget().is_enforced() {
+                    // Unenforced (C24): the body runs to its end, whatever the deadline.
+                    return Poll::Pending;
+                }
                 if this.sleep.is_none() {
                     let until = guard.budget().deadline().instant();
                     this.sleep.set(Some(tokio::time::sleep_until(until)));

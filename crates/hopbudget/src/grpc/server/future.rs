@@ -139,6 +139,10 @@ where
                         response.map(|body| ResponseBody::new(body, guard, config, open))
                     ));
                 }
+                if !g.budget().is_enforced() {
+                    // Unenforced (C24): the handler runs to its end, whatever the deadline.
+                    return Poll::Pending;
+                }
                 if sleep.is_none() {
                     sleep.set(Some(tokio::time::sleep_until(
                         g.budget().deadline().instant(),

@@ -3,10 +3,10 @@ use std::sync::Arc;
 use tower_layer::Layer;
 
 use super::GrpcServer;
-use crate::Profile;
 use crate::clock::WallClock;
 use crate::lifecycle::HopConfig;
 use crate::observe::Protocol;
+use crate::{Profile, SharedProfile};
 
 /// Applies [`GrpcServer`] to a tonic server's services. See the [module docs](super).
 ///
@@ -17,10 +17,12 @@ pub struct GrpcServerLayer {
 }
 
 impl GrpcServerLayer {
-    /// A layer reading budgets, thresholds and status codes from `profile`.
+    /// A layer reading budgets, thresholds and status codes from `profile`. Pass a
+    /// [`SharedProfile`] to replace the profile, or turn enforcement off, while the service
+    /// runs (rule C24).
     ///
     /// See the [module example](super#example).
-    pub fn new(profile: Profile) -> Self {
+    pub fn new(profile: impl Into<SharedProfile>) -> Self {
         Self {
             config: Arc::new(HopConfig::new(profile, Protocol::Grpc)),
         }
@@ -33,7 +35,7 @@ impl GrpcServerLayer {
     pub fn with_wall_clock(self, clock: Arc<dyn WallClock>) -> Self {
         let config = match Arc::try_unwrap(self.config) {
             Ok(config) => config,
-            Err(shared) => HopConfig::new(shared.profile().clone(), Protocol::Grpc),
+            Err(shared) => HopConfig::new(shared.shared_profile().clone(), Protocol::Grpc),
         };
         Self {
             config: Arc::new(config.with_wall_clock(clock)),
@@ -43,8 +45,16 @@ impl GrpcServerLayer {
     /// The profile this layer applies.
     ///
     /// See the [module example](super#example).
-    pub fn profile(&self) -> &Profile {
+    pub fn profile(&self) -> Arc<Profile> {
         self.config.profile()
+    }
+
+    /// The handle the layer reads its profile from: replace the profile, or turn enforcement
+    /// off, through it while the service runs (rule C24).
+    ///
+    /// See the [example](crate::SharedProfile#examples).
+    pub fn shared_profile(&self) -> &SharedProfile {
+        self.config.shared_profile()
     }
 }
 

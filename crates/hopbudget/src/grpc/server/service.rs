@@ -6,7 +6,7 @@ use tower_service::Service;
 
 use super::future::ResponseFuture;
 use super::{GrpcServerLayer, ResponseBody};
-use crate::Profile;
+use crate::SharedProfile;
 use crate::error::BudgetError;
 use crate::grpc::{budget_status, malformed_status, status_parts};
 use crate::lifecycle::{HopConfig, RouteLabel, Verdict, strip_internal_markers};
@@ -25,7 +25,7 @@ impl<S> GrpcServer<S> {
     /// Wrap `inner` with the behaviour `profile` describes.
     ///
     /// See the [module example](super#example).
-    pub fn new(inner: S, profile: Profile) -> Self {
+    pub fn new(inner: S, profile: impl Into<SharedProfile>) -> Self {
         Self {
             inner,
             config: GrpcServerLayer::new(profile).config,
@@ -35,7 +35,7 @@ impl<S> GrpcServer<S> {
     /// A layer for this middleware.
     ///
     /// See the [module example](super#example).
-    pub fn layer(profile: Profile) -> GrpcServerLayer {
+    pub fn layer(profile: impl Into<SharedProfile>) -> GrpcServerLayer {
         GrpcServerLayer::new(profile)
     }
 
@@ -77,10 +77,16 @@ where
 
     fn call(&mut self, mut req: Request<ReqBody>) -> Self::Future {
         let config = &self.config;
-        let statuses = config.profile().grpc_status();
+        // The profile in force as the call arrives serves it to its end (C24).
+        let profile = config.profile();
+        let statuses = profile.grpc_status();
         // The budget's deadline is fixed here, in `call`: tonic arms its own `grpc-timeout`
         // timer only after this returns (see the module docs), so ours is never the later.
-        let admission = config.admit(req.headers(), RouteLabel::Method(req.uri().path()));
+        let admission = config.admit_in(
+            &profile,
+            req.headers(),
+            RouteLabel::Method(req.uri().path()),
+        );
         let err = match admission {
             Verdict::Admitted(mut guard) => {
                 strip_internal_markers(req.headers_mut());

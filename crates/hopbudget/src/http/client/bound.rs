@@ -66,7 +66,9 @@ impl Bound {
         if self.budget.is_done() {
             return Some(self.cause());
         }
-        (self.wait_until.is_expired() && !self.moved_on()).then_some(BudgetError::Expired)
+        // Unenforced (C24): the wait ends only when the request's budget is cancelled.
+        (self.budget.is_enforced() && self.wait_until.is_expired() && !self.moved_on())
+            .then_some(BudgetError::Expired)
     }
 
     /// Whether the call's deadline moved later since the wait was planned: a stream route's
@@ -95,6 +97,10 @@ impl Bound {
             .get_or_insert_with(|| Box::pin(self.watched.token().cancelled_owned()));
         if cancelled.as_mut().poll(cx).is_ready() {
             return Poll::Ready(self.cause());
+        }
+        if !self.budget.is_enforced() {
+            // Unenforced (C24): no timer ends the wait; the cancellation above still does.
+            return Poll::Pending;
         }
         loop {
             let at = self.wait_until.instant();

@@ -4,7 +4,7 @@ use tower_layer::Layer;
 
 use super::ClientBudget;
 use super::outbound::{Shared, Trust};
-use crate::Profile;
+use crate::{Profile, SharedProfile};
 
 /// Applies [`ClientBudget`] to an HTTP client service.
 ///
@@ -19,7 +19,7 @@ impl ClientBudgetLayer {
     /// total, outbound carrier, trusted hosts and status codes.
     ///
     /// See the [module example](super#example).
-    pub fn new(profile: Profile) -> Self {
+    pub fn new(profile: impl Into<SharedProfile>) -> Self {
         Self {
             shared: Shared::new(profile),
         }
@@ -28,8 +28,8 @@ impl ClientBudgetLayer {
     /// The profile this layer follows.
     ///
     /// See the [module example](super#example).
-    pub fn profile(&self) -> &Profile {
-        &self.shared.profile
+    pub fn profile(&self) -> std::sync::Arc<Profile> {
+        self.shared.profile.current()
     }
 
     /// Send deadline headers to every destination of this client, whatever the profile's

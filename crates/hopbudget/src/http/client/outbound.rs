@@ -13,7 +13,7 @@ use crate::clock::{SystemClock, WallClock};
 use crate::codec::{Carrier, epoch, grpc_timeout, millis};
 use crate::profile::UnknownDestination;
 use crate::status::{HttpStatusMap, Outcome};
-use crate::{BudgetError, Deadline, Profile, Refused, RequestBudget};
+use crate::{BudgetError, Deadline, Refused, RequestBudget, SharedProfile};
 
 /// Which destinations a client layer sends deadline headers to (C19).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,7 +30,7 @@ pub(crate) enum Trust {
 
 #[derive(Clone, Debug)]
 pub(crate) struct Shared {
-    pub(crate) profile: Profile,
+    pub(crate) profile: SharedProfile,
     pub(crate) service: Arc<str>,
     pub(crate) trust: Trust,
     /// The host every call of this layer reaches, named when the layer was built (a tonic
@@ -58,8 +58,9 @@ pub(crate) struct Call {
 }
 
 impl Shared {
-    pub(crate) fn new(profile: Profile) -> Arc<Self> {
-        let service = Arc::from(profile.service());
+    pub(crate) fn new(profile: impl Into<SharedProfile>) -> Arc<Self> {
+        let profile = profile.into();
+        let service = Arc::from(profile.current().service());
         Arc::new(Self {
             profile,
             service,
@@ -94,7 +95,8 @@ impl Shared {
             Trust::All => true,
             Trust::Nobody => false,
             Trust::Profile => {
-                let allowed = self.profile.trusted_hosts();
+                let profile = self.profile.current();
+                let allowed = profile.trusted_hosts();
                 let mut named = false;
                 for host in [self.destination.as_deref(), uri_host, host_header]
                     .into_iter()
@@ -105,9 +107,7 @@ impl Shared {
                         return false;
                     }
                 }
-                named
-                    || self.profile.spec().outbound.unknown_destination
-                        == UnknownDestination::Trusted
+                named || profile.spec().outbound.unknown_destination == UnknownDestination::Trusted
             }
         }
     }
@@ -157,7 +157,7 @@ impl Shared {
 
     #[cold]
     pub(crate) fn fallback(&self) -> RequestBudget {
-        let edge_total = self.profile.edge_total();
+        let edge_total = self.profile.current().edge_total();
         tracing::debug!(
             service = %self.service,
             edge_total_ms = edge_total.as_millis() as u64,
@@ -170,13 +170,14 @@ impl Shared {
             "route" => "(outbound)"
         )
         .increment(1);
-        RequestBudget::fallback(edge_total, self.profile.policy())
+        RequestBudget::fallback(edge_total, self.profile.current().policy())
     }
 
     /// Write the forward budget into the profile's outbound carrier (C2: already rounded down
     /// by the encoders).
     pub(crate) fn stamp(&self, headers: &mut HeaderMap, forward: Duration) {
-        let (carrier, name) = self.profile.outbound_http();
+        let profile = self.profile.current();
+        let (carrier, name) = profile.outbound_http();
         let value = encode(carrier, forward);
         headers.insert(name.clone(), value);
     }
@@ -194,7 +195,8 @@ impl Shared {
     /// A timeout the application put on the request by hand in the profile's outbound
     /// carrier (C16). A value that does not parse is replaced by the stamp, not trusted.
     pub(crate) fn hand_set_http(&self, headers: &HeaderMap) -> Option<Duration> {
-        let (carrier, name) = self.profile.outbound_http();
+        let profile = self.profile.current();
+        let (carrier, name) = profile.outbound_http();
         let value = headers.get(name)?.as_bytes();
         match carrier {
             Carrier::EpochMs => epoch::decode(value, SystemClock.now_unix_ms()).ok(),
@@ -204,7 +206,8 @@ impl Shared {
 
     /// Remove every header that would tell a third party about this system's deadlines.
     pub(crate) fn strip(&self, headers: &mut HeaderMap) {
-        let (_, ours) = self.profile.outbound_http();
+        let profile = self.profile.current();
+        let (_, ours) = profile.outbound_http();
         headers.remove(ours);
         for name in [
             crate::codec::REQUEST_TIMEOUT_MS,
@@ -225,8 +228,8 @@ impl Shared {
         }
     }
 
-    pub(crate) fn status(&self) -> &HttpStatusMap {
-        self.profile.http_status()
+    pub(crate) fn status(&self) -> HttpStatusMap {
+        *self.profile.current().http_status()
     }
 }
 
@@ -335,6 +338,7 @@ pub(crate) fn ended(budget: &RequestBudget) -> BudgetError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Profile;
 
     /// A callee deadline that has not passed.
     fn later() -> Deadline {
@@ -436,7 +440,7 @@ mod tests {
         assert_eq!(budget.source(), crate::Source::Fallback);
         assert_eq!(
             budget.remaining(),
-            shared.profile.edge_total(),
+            shared.profile.current().edge_total(),
             "C8: never unbounded"
         );
         #[cfg(feature = "metrics")]
@@ -450,8 +454,10 @@ mod tests {
             );
         }
         // The ambient budget wins over the fallback, the explicit one over both.
-        let ambient = RequestBudget::local(Duration::from_millis(50), shared.profile.policy());
-        let explicit = RequestBudget::local(Duration::from_millis(70), shared.profile.policy());
+        let ambient =
+            RequestBudget::local(Duration::from_millis(50), shared.profile.current().policy());
+        let explicit =
+            RequestBudget::local(Duration::from_millis(70), shared.profile.current().policy());
         let got = ambient.sync_scope(|| shared.budget_for(None));
         assert!(got.ptr_eq(&ambient));
         let got = ambient.sync_scope(|| shared.budget_for(Some(&explicit)));

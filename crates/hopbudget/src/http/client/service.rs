@@ -9,7 +9,7 @@ use super::outbound::{Shared, host_header};
 use super::{ClientBudgetLayer, ResponseBody, ResponseFuture};
 use tower::BoxError;
 
-use crate::{Profile, RequestBudget};
+use crate::{RequestBudget, SharedProfile};
 
 /// Middleware that carries the request budget onto outbound HTTP calls.
 ///
@@ -26,7 +26,7 @@ impl<S> ClientBudget<S> {
     /// Wrap the client `inner` with the behaviour `profile` describes.
     ///
     /// See the [module example](super#example).
-    pub fn new(inner: S, profile: Profile) -> Self {
+    pub fn new(inner: S, profile: impl Into<SharedProfile>) -> Self {
         ClientBudget {
             inner,
             shared: Shared::new(profile),
@@ -36,7 +36,7 @@ impl<S> ClientBudget<S> {
     /// A layer for this middleware.
     ///
     /// See the [module example](super#example).
-    pub fn layer(profile: Profile) -> ClientBudgetLayer {
+    pub fn layer(profile: impl Into<SharedProfile>) -> ClientBudgetLayer {
         ClientBudgetLayer::new(profile)
     }
 
@@ -95,7 +95,7 @@ where
         // The callee's hop span continues this trace (feature `otel`).
         #[cfg(feature = "otel")]
         crate::observe::propagation::inject_current(req.headers_mut());
-        let status = *self.shared.status();
+        let status = self.shared.status();
         let bound = Bound::new(&call);
         ResponseFuture::running(self.inner.call(req), bound, status)
     }

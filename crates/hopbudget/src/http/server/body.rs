@@ -106,7 +106,12 @@ impl<B: Body> ResponseBody<B> {
     ) -> Self {
         // The first frame counts towards the length once it is handed over, in `poll_frame`.
         let until = guard.as_ref().map_or_else(tokio::time::Instant::now, |g| {
-            g.budget().deadline().instant()
+            if g.budget().is_enforced() {
+                g.budget().deadline().instant()
+            } else {
+                // Unenforced (C24): the stream lifetime ends nothing.
+                crate::budget::far_future()
+            }
         });
         Self {
             kind: Kind::Stream {

@@ -282,6 +282,10 @@ where
         let Some(guard) = this.guard.as_mut() else {
             return Poll::Pending;
         };
+        if !guard.budget().is_enforced() {
+            // Unenforced (C24): the handler runs to its end, whatever the deadline.
+            return Poll::Pending;
+        }
         let sleep = this.sleep.get_or_insert_with(|| {
             Box::pin(tokio::time::sleep_until(
                 guard.budget().deadline().instant(),

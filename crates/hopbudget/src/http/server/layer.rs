@@ -3,11 +3,10 @@ use std::sync::Arc;
 use tower_layer::Layer;
 
 use super::ServerBudget;
-use crate::Profile;
 use crate::clock::WallClock;
 use crate::lifecycle::HopConfig;
 use crate::observe::Protocol;
-use crate::status::HttpStatusMap;
+use crate::{Profile, SharedProfile};
 
 /// Applies [`ServerBudget`] to a service: one budget per inbound request.
 ///
@@ -15,19 +14,17 @@ use crate::status::HttpStatusMap;
 #[derive(Clone, Debug)]
 pub struct ServerBudgetLayer {
     pub(super) config: Arc<HopConfig>,
-    pub(super) status: HttpStatusMap,
 }
 
 impl ServerBudgetLayer {
     /// A layer that follows `profile`: its inbound carriers, maximum, edge total, route
-    /// minimums, streaming routes and status codes.
+    /// minimums, streaming routes and status codes. Pass a [`SharedProfile`] to replace the
+    /// profile, or turn enforcement off, while the service runs (rule C24).
     ///
     /// See the [module example](super#example).
-    pub fn new(profile: Profile) -> Self {
-        let status = *profile.http_status();
+    pub fn new(profile: impl Into<SharedProfile>) -> Self {
         Self {
             config: Arc::new(HopConfig::new(profile, Protocol::Http)),
-            status,
         }
     }
 
@@ -38,19 +35,26 @@ impl ServerBudgetLayer {
     pub fn with_wall_clock(self, clock: Arc<dyn WallClock>) -> Self {
         let config = match Arc::try_unwrap(self.config) {
             Ok(config) => config,
-            Err(shared) => HopConfig::new(shared.profile().clone(), Protocol::Http),
+            Err(shared) => HopConfig::new(shared.shared_profile().clone(), Protocol::Http),
         };
         Self {
             config: Arc::new(config.with_wall_clock(clock)),
-            status: self.status,
         }
     }
 
     /// The profile this layer follows.
     ///
     /// See the [module example](super#example).
-    pub fn profile(&self) -> &Profile {
+    pub fn profile(&self) -> Arc<Profile> {
         self.config.profile()
+    }
+
+    /// The handle the layer reads its profile from: replace the profile, or turn enforcement
+    /// off, through it while the service runs (rule C24).
+    ///
+    /// See the [example](crate::SharedProfile#examples).
+    pub fn shared_profile(&self) -> &SharedProfile {
+        self.config.shared_profile()
     }
 }
 

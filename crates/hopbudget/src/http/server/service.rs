@@ -7,7 +7,7 @@ use tower_service::Service;
 
 use super::answer::{expired_response, malformed_response, refused_response};
 use super::{ResponseBody, ResponseFuture, ServerBudgetLayer, linger};
-use crate::Profile;
+use crate::SharedProfile;
 use crate::lifecycle::{RouteLabel, Verdict, strip_internal_markers};
 
 /// Middleware that gives each inbound HTTP request its [`RequestBudget`](crate::RequestBudget).
@@ -25,7 +25,7 @@ impl<S> ServerBudget<S> {
     /// Wrap `inner` with the behaviour `profile` describes.
     ///
     /// See the [module example](super#example).
-    pub fn new(inner: S, profile: Profile) -> Self {
+    pub fn new(inner: S, profile: impl Into<SharedProfile>) -> Self {
         ServerBudget {
             inner,
             layer: ServerBudgetLayer::new(profile),
@@ -35,7 +35,7 @@ impl<S> ServerBudget<S> {
     /// A layer for this middleware.
     ///
     /// See the [module example](super#example).
-    pub fn layer(profile: Profile) -> ServerBudgetLayer {
+    pub fn layer(profile: impl Into<SharedProfile>) -> ServerBudgetLayer {
         ServerBudgetLayer::new(profile)
     }
 
@@ -77,7 +77,9 @@ where
     }
 
     fn call(&mut self, mut req: Request<ReqBody>) -> Self::Future {
-        let status = &self.layer.status;
+        // The profile in force as the request arrives serves it to its end (C24).
+        let profile = self.layer.config.profile();
+        let status = profile.http_status();
         // The route as the router knows it (`/users/{id}`) keeps labels bounded (C20); a
         // plain hyper service has only the concrete path, labelled by the profile's rules.
         let path = req.uri().path();
@@ -85,7 +87,7 @@ where
             Some(pattern) => RouteLabel::Matched { pattern, path },
             None => RouteLabel::Path(path),
         };
-        match self.layer.config.admit(req.headers(), route) {
+        match self.layer.config.admit_in(&profile, req.headers(), route) {
             // Early answers, before the body was read: on HTTP/1.1 the unread body is drained
             // so the client reads the answer instead of a reset (C18, S14).
             Verdict::Malformed(malformed) => ResponseFuture::answer(linger::answer_early(

@@ -139,7 +139,8 @@ impl Requester {
         let request = async_nats::Request::new()
             .headers(headers)
             .payload(payload)
-            .timeout(Some(forward));
+            // Unenforced (C24): the client's own request timeout applies.
+            .timeout(budget.is_enforced().then_some(forward));
         // The wait ends with the budget too: a parent cancelled (the caller went away) stops
         // waiting at once, as cancellation, instead of holding on until the timeout (#32).
         let sent = tokio::select! {
