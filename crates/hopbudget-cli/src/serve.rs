@@ -17,8 +17,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hopbudget::Profile;
 use hopbudget::profile::RouteSpec;
+use hopbudget::{Profile, SharedProfile};
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
@@ -150,6 +150,42 @@ pub fn profile(spec: &ServiceSpec, file: Option<&PathBuf>) -> Result<Profile, St
     })
 }
 
+/// Reload `file` on every SIGHUP, completed as at start (see [`profile`]), and put it in force
+/// for the next request without a restart (C24). A file that does not load or validate is
+/// refused with its reason on stderr, and the running profile is kept.
+fn reload_on_hangup(
+    shared: &SharedProfile,
+    spec: &ServiceSpec,
+    file: &std::path::Path,
+) -> std::io::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut hangups = signal(SignalKind::hangup())?;
+    let (shared, spec, file) = (shared.clone(), spec.clone(), file.to_path_buf());
+    tokio::spawn(async move {
+        while hangups.recv().await.is_some() {
+            match profile(&spec, Some(&file)) {
+                Ok(new) => {
+                    let enforce = new.enforces();
+                    shared.replace(new);
+                    println!(
+                        "{}: SIGHUP: profile {} reloaded; enforcement {}",
+                        spec.name,
+                        file.display(),
+                        if enforce { "on" } else { "off (observe only)" }
+                    );
+                }
+                // One line per event, for a log: the problems joined with `;`.
+                Err(e) => eprintln!(
+                    "{}: SIGHUP: profile reload refused, the running profile stays: {}",
+                    spec.name,
+                    e.lines().map(str::trim).collect::<Vec<_>>().join("; ")
+                ),
+            }
+        }
+    });
+    Ok(())
+}
+
 /// The carriers a profile reads, as header names, for the start-up line.
 fn carriers(profile: &Profile) -> String {
     profile
@@ -211,7 +247,7 @@ pub fn run(opts: &ServeOptions) -> Result<(), String> {
         .index_of(&opts.service)
         .ok_or_else(|| format!("no service named `{}`", opts.service))?;
     let spec = topo.services[idx].clone();
-    let profile = profile(&spec, opts.profile.as_ref())?;
+    let profile = SharedProfile::new(profile(&spec, opts.profile.as_ref())?);
     let metrics = hopbudget::observe::prometheus::builder()
         .map_err(|e| format!("cannot set up the Prometheus exporter: {e}"))?
         .install_recorder()
@@ -272,7 +308,7 @@ pub fn run(opts: &ServeOptions) -> Result<(), String> {
             println!(
                 "{}: serves {what}; reads the budget from {} (the tightest wins)",
                 spec.name,
-                carriers(&profile)
+                carriers(&profile.current())
             );
         } else {
             println!(
@@ -283,6 +319,15 @@ pub fn run(opts: &ServeOptions) -> Result<(), String> {
                 } else {
                     opts.mode.as_str()
                 }
+            );
+        }
+        if let Some(file) = &opts.profile {
+            reload_on_hangup(&profile, &spec, file)
+                .map_err(|e| format!("{}: cannot listen for SIGHUP: {e}", spec.name))?;
+            println!(
+                "{}: profile {}; SIGHUP reloads it (an invalid one is refused and the running one kept)",
+                spec.name,
+                file.display()
             );
         }
         let stop = CancellationToken::new();

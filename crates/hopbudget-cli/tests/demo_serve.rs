@@ -60,10 +60,11 @@ fn serve(args: &[&str]) -> Served {
         .args(args)
         .args(["--topology", TOPOLOGY])
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let mut reader = BufReader::new(child.stdout.take().unwrap());
+    let errors = BufReader::new(child.stderr.take().unwrap());
     let mut line = String::new();
     reader.read_line(&mut line).unwrap();
     // "<name> (<protocol>, <mode> mode) listening on <addr>; metrics on http://<addr>/metrics; ..."
@@ -80,13 +81,19 @@ fn serve(args: &[&str]) -> Served {
         field("metrics on http://", '/'),
     );
     let lines = Arc::new(Mutex::new(vec![line.clone()]));
-    let sink = lines.clone();
-    std::thread::spawn(move || {
-        for l in reader.lines() {
-            let Ok(l) = l else { return };
-            sink.lock().unwrap().push(l);
-        }
-    });
+    // Stdout and stderr in one log, stderr's lines marked, in the order they came.
+    for (stream, prefix) in [
+        (Box::new(reader) as Box<dyn BufRead + Send>, ""),
+        (Box::new(errors), "stderr: "),
+    ] {
+        let sink = lines.clone();
+        std::thread::spawn(move || {
+            for l in stream.lines() {
+                let Ok(l) = l else { return };
+                sink.lock().unwrap().push(format!("{prefix}{l}"));
+            }
+        });
+    }
     Served {
         child,
         addr,
@@ -300,6 +307,69 @@ async fn an_operator_gets_metrics_a_log_line_per_hop_and_a_clean_sigterm_stop() 
     };
     assert!(status.success(), "{status:?}");
     reco.line_with(&["reco-scorer: SIGTERM received, stopped"]);
+}
+
+/// C24: the operator edits the profile file and sends SIGHUP; the running process takes it
+/// for the next call, refuses a file that does not validate (saying why, keeping what runs),
+/// and the kill switch lets through what the threshold refused.
+#[tokio::test]
+async fn sighup_reloads_the_profile_and_keeps_the_running_one_when_the_new_one_is_bad() {
+    let path = std::env::temp_dir().join(format!("serve-sighup-{}.yaml", std::process::id()));
+    let strict = "service: reco-scorer\nroutes:\n  - path: /hopbudget.demo.Hop/Call\n    min_budget_ms: 2000\n";
+    std::fs::write(&path, strict).unwrap();
+    let reco = serve(&[
+        "reco-scorer",
+        "--port",
+        "0",
+        "--profile",
+        path.to_str().unwrap(),
+    ]);
+    reco.line_with(&["SIGHUP reloads it"]);
+    let mut client = HopClient::connect(format!("http://{}", reco.addr))
+        .await
+        .unwrap();
+    let hangup = || {
+        let pid = reco.child.id().to_string();
+        assert!(
+            Command::new("kill")
+                .args(["-HUP", &pid])
+                .status()
+                .unwrap()
+                .success()
+        );
+    };
+
+    // 1 s is less than the 2 s the route asks: refused before work (C3).
+    let status = client.call(call(1, "1S")).await.unwrap_err();
+    assert_eq!(
+        hopbudget::grpc::refusal(&status).map(|r| r.required()),
+        Some(Duration::from_millis(2000)),
+        "{status:?}"
+    );
+
+    // The threshold was wrong: the operator turns enforcement off and says so.
+    std::fs::write(&path, format!("{strict}enforce: false\n")).unwrap();
+    hangup();
+    reco.line_with(&["SIGHUP: profile", "reloaded; enforcement off"]);
+    let reply = client.call(call(2, "1S")).await.unwrap().into_inner();
+    assert_eq!(reply.service, "reco-scorer");
+
+    // A typo in the next edit: refused with the file and the field, and what runs stays.
+    std::fs::write(&path, format!("{strict}enforce: nope\n")).unwrap();
+    hangup();
+    let refused = reco.line_with(&["stderr: ", "profile reload refused"]);
+    assert!(refused.contains(path.to_str().unwrap()), "{refused}");
+    assert!(refused.contains("enforce"), "{refused}");
+    let reply = client.call(call(3, "1S")).await.unwrap().into_inner();
+    assert_eq!(reply.service, "reco-scorer", "enforcement is still off");
+
+    // Back on.
+    std::fs::write(&path, strict).unwrap();
+    hangup();
+    reco.line_with(&["SIGHUP: profile", "reloaded; enforcement on"]);
+    let status = client.call(call(4, "1S")).await.unwrap_err();
+    let _ = std::fs::remove_file(&path);
+    assert!(hopbudget::grpc::refusal(&status).is_some(), "{status:?}");
 }
 
 #[tokio::test]

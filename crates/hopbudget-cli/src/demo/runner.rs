@@ -154,13 +154,14 @@ async fn run_async(topo: &Topology, spec: &RunSpec) -> Result<RunData, String> {
             (Some(bg), None) => Some(queue::start(bg, behaviour.clone(), collector.clone())),
             (None, _) => None,
         };
+        let profile = hopbudget::SharedProfile::new(profile);
         let node = Arc::new(Node {
             idx,
             spec: s.clone(),
             sem: Semaphore::new(s.concurrency as usize),
             peers: wiring::peers_for(topo, s, behaviour.layers().client, &profile, &addrs, &http)?,
             collector: collector.clone(),
-            profile,
+            profile: profile.clone(),
             seed: topo.client.seed,
             degrade: services::degrade_for(s),
             queue: background,

@@ -17,7 +17,7 @@ use axum::response::{IntoResponse, Response};
 use futures_util::future::join_all;
 use hopbudget::degrade::{Choice, Degrade};
 use hopbudget::profile::{AdmissionRouteSpec, AdmissionSpec, ProfileSpec, RouteSpec};
-use hopbudget::{Profile, RequestBudget};
+use hopbudget::{Profile, RequestBudget, SharedProfile};
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
@@ -54,8 +54,9 @@ pub struct Node {
     pub peers: Vec<(usize, Peer)>,
     /// Where measurements go.
     pub collector: Arc<Collector>,
-    /// The adoption profile its hopbudget layers run with (min budget as a route).
-    pub profile: Profile,
+    /// The adoption profile its hopbudget layers run with (min budget as a route); `serve`
+    /// replaces it on SIGHUP (C24).
+    pub profile: SharedProfile,
     /// The run's seed.
     pub seed: u64,
     /// Where this service hands its background work (S11), if it has any.

@@ -21,7 +21,7 @@ use hopbudget::grpc::server::GrpcServerLayer;
 use hopbudget::http::reqwest::{BudgetMiddleware, budget_error};
 use hopbudget::http::server::ServerBudgetLayer;
 use hopbudget::status::{OUTCOME_METADATA, REMAINING_MS_HEADER, REQUIRED_MS_HEADER};
-use hopbudget::{BudgetError, Outcome, Profile, Refused};
+use hopbudget::{BudgetError, Outcome, Refused, SharedProfile};
 use reqwest_middleware::ClientWithMiddleware;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -200,7 +200,9 @@ fn ms_header(h: &HeaderMap, name: &str) -> Duration {
 /// library's `hopbudget::grpc::budget_status`.
 pub fn grpc_status(node: &Node, e: &HopError) -> tonic::Status {
     match e {
-        HopError::Budget(b) => hopbudget::grpc::budget_status(b, node.profile.grpc_status()),
+        HopError::Budget(b) => {
+            hopbudget::grpc::budget_status(b, node.profile.current().grpc_status())
+        }
         // A service without hopbudget spells its own timeout plainly, with no marker.
         HopError::TimedOut => tonic::Status::deadline_exceeded("timeout"),
         HopError::Malformed(m) => tonic::Status::invalid_argument(m.clone()),
@@ -210,7 +212,7 @@ pub fn grpc_status(node: &Node, e: &HopError) -> tonic::Status {
 
 /// The HTTP response for a hop error, spelled by the service's profile (C10).
 pub fn http_response(node: &Node, e: &HopError) -> Response {
-    let map = node.profile.http_status();
+    let map = *node.profile.current().http_status();
     let status = |o: Outcome, fallback: u16| {
         StatusCode::from_u16(map.for_outcome(o).unwrap_or(fallback))
             .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
@@ -279,7 +281,7 @@ pub fn peers_for(
     topo: &Topology,
     spec: &ServiceSpec,
     budget_layers: bool,
-    profile: &Profile,
+    profile: &SharedProfile,
     addrs: &[SocketAddr],
     http: &reqwest::Client,
 ) -> Result<Vec<(usize, Peer)>, String> {
@@ -342,7 +344,7 @@ pub fn spawn_server(
                 .tcp_nodelay(true)
                 .max_concurrent_streams(Some(100_000));
             let admission = admission
-                .then(|| AdmissionLayer::grpc_from_profile(&profile))
+                .then(|| AdmissionLayer::grpc_from_profile(&profile.current()))
                 .flatten();
             tokio::spawn(async move {
                 let _ = if layered {
@@ -366,7 +368,7 @@ pub fn spawn_server(
                 .with_state(node);
             if layered {
                 let admission = admission
-                    .then(|| AdmissionLayer::from_profile(&profile))
+                    .then(|| AdmissionLayer::from_profile(&profile.current()))
                     .flatten();
                 app = app.layer(
                     ServiceBuilder::new()

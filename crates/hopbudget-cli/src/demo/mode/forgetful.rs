@@ -42,7 +42,7 @@ impl HopMode for Forgetful {
             let budget = RequestBudget::new(
                 Deadline::after(node.spec.timeout()),
                 Source::Local,
-                node.profile.policy(),
+                node.profile.current().policy(),
             );
             let guard =
                 node.collector

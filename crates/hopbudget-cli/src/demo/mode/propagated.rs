@@ -124,13 +124,13 @@ impl HopMode for Propagated {
         let own = Duration::from_millis(bg.deadline_ms);
         let budget = match RequestBudget::current() {
             Some(request) => request.detach(own),
-            None => RequestBudget::local(own, node.profile.policy()),
+            None => RequestBudget::local(own, node.profile.current().policy()),
         };
         // hopbudget's stamper, as a producer on any broker uses it: what is left after the hop
         // margin and transit allowance (C2), and the origin budget beside it. It refuses only
         // when that is below the refuse threshold (C3); the message then carries a deadline
         // already past, so the consumer drops it before any work.
-        let stamper = Stamper::new(&node.profile);
+        let stamper = Stamper::new(&node.profile.current());
         if stamper.stamp_with(&budget, &mut headers).is_err() {
             headers.insert(
                 codec::QUEUE_DEADLINE_EPOCH_MS,
