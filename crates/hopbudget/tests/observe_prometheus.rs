@@ -133,6 +133,26 @@ fn drive_hops() {
     }
 
     observe::queue_expired("billing", "invoices");
+
+    // With enforcement off (C24) an arrival below its route's minimum is let through, and
+    // counted by what enforcement would have done.
+    let dry_run = std::sync::Arc::new(hopbudget::lifecycle::HopConfig::new(
+        hopbudget::Profile::from_yaml(
+            "service: tax\nenforce: false\nroutes: [{path: /dry-run, min_budget_ms: 200}]\n",
+            "dry-run.yaml",
+        )
+        .unwrap(),
+        Protocol::Http,
+    ));
+    let mut headers = http::HeaderMap::new();
+    headers.insert(
+        "x-request-timeout-ms",
+        http::HeaderValue::from_static("100"),
+    );
+    match dry_run.admit(&headers, hopbudget::lifecycle::RouteLabel::Path("/dry-run")) {
+        hopbudget::lifecycle::Verdict::Admitted(mut guard) => guard.finish(),
+        other => panic!("enforcement is off, yet {other:?}"),
+    }
 }
 
 #[tokio::test]
@@ -193,6 +213,13 @@ async fn metrics_endpoint_exposes_every_hopbudget_metric() {
     assert_eq!(
         observe::METRICS.len(),
         types.keys().filter(|n| n.starts_with("hopbudget_")).count()
+    );
+
+    assert!(
+        text.contains(
+            "hopbudget_unenforced_total{service=\"tax\",route=\"/dry-run\",would=\"refused\"} 1"
+        ),
+        "{text}"
     );
 
     let tax = [("service", "tax"), ("route", "/tax/{id}")];

@@ -227,9 +227,8 @@ async fn a_profile_that_does_not_validate_is_refused_and_the_running_one_kept() 
 
 #[tokio::test]
 async fn a_tonic_service_follows_the_switch_through_a_real_channel() {
-    use grpc_support::{HopHandler, budget, call, grpc_client};
+    use grpc_support::{HopHandler, budget, call, grpc_client, serve_with_layer};
     use hopbudget::grpc::server::GrpcServerLayer;
-    use hopbudget_testkit::pb::hop_server::HopServer;
 
     let shared = SharedProfile::new(
         Profile::from_yaml(
@@ -239,19 +238,9 @@ async fn a_tonic_service_follows_the_switch_through_a_real_channel() {
         .unwrap(),
     );
     let handler = HopHandler::new(shared.current().as_ref().clone());
-    let stats = handler.stats.clone();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let layer = GrpcServerLayer::new(shared.clone());
-    let server = tokio::spawn(async move {
-        tonic::transport::Server::builder()
-            .layer(layer)
-            .add_service(HopServer::new(handler))
-            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener))
-            .await
-            .unwrap();
-    });
-    let mut client = grpc_client(&Profile::default(), &format!("http://{addr}"));
+    let server = serve_with_layer(handler, GrpcServerLayer::new(shared.clone())).await;
+    let stats = server.stats.clone();
+    let mut client = grpc_client(&Profile::default(), &server.url());
 
     let status = budget(120)
         .scope(client.call(call(&[], 0)))
@@ -269,5 +258,4 @@ async fn a_tonic_service_follows_the_switch_through_a_real_channel() {
         .await
         .expect("let through with enforcement off");
     assert_eq!(stats.entered(), 1);
-    server.abort();
 }

@@ -85,27 +85,20 @@ pub(crate) fn refused(
         return;
     }
     if let Admit::Write { left_out } = REFUSED.admit(second(), per_s) {
-        if enforced {
-            tracing::info!(
-                target: "hopbudget::notice",
-                service,
-                route,
-                required_ms = millis(required),
-                remaining_ms = millis(remaining),
-                left_out,
-                "refused before work: the budget left cannot cover the route's minimum (C3)"
-            );
+        let what = if enforced {
+            "refused before work"
         } else {
-            tracing::info!(
-                target: "hopbudget::notice",
-                service,
-                route,
-                required_ms = millis(required),
-                remaining_ms = millis(remaining),
-                left_out,
-                "would refuse before work, let through: enforcement is off (C3, C24)"
-            );
-        }
+            "would be refused before work, let through as enforcement is off (C24)"
+        };
+        tracing::info!(
+            target: "hopbudget::notice",
+            service,
+            route,
+            required_ms = millis(required),
+            remaining_ms = millis(remaining),
+            left_out,
+            "{what}: the budget left cannot cover the route's minimum (C3)"
+        );
     }
 }
 

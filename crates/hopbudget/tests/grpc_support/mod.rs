@@ -310,10 +310,15 @@ impl Drop for Server {
 
 /// Serve `handler` behind `GrpcServerLayer` on 127.0.0.1:0.
 pub async fn serve(handler: HopHandler) -> Server {
+    let layer = GrpcServerLayer::new(handler.profile.clone());
+    serve_with_layer(handler, layer).await
+}
+
+/// Serve `handler` behind `layer` (built from a `SharedProfile`, say) on 127.0.0.1:0.
+pub async fn serve_with_layer(handler: HopHandler, layer: GrpcServerLayer) -> Server {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let stats = handler.stats.clone();
-    let layer = GrpcServerLayer::new(handler.profile.clone());
     let task = tokio::spawn(async move {
         tonic::transport::Server::builder()
             .layer(layer)
