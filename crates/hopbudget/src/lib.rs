@@ -114,7 +114,7 @@ pub use context::{BudgetId, HopPolicy, RequestBudget, Source};
 pub use downstream::DownstreamError;
 pub use error::{BudgetError, EndCause, Refused};
 pub use outcome::Outcome;
-pub use profile::SharedProfile;
+pub use profile::shared::SharedProfile;
 pub use profile::validated::Profile;
 pub use task::{
     FutureExt, TaskHandle, WithBudget, spawn, spawn_blocking, spawn_detached, spawn_with,

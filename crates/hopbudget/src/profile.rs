@@ -27,11 +27,10 @@ use crate::context::HopPolicy;
 use crate::learned::{LearnConfig, LearnedThreshold};
 use crate::status::{GrpcCode, GrpcStatusMap, HttpStatusMap};
 
-mod shared;
+pub(crate) mod shared;
 mod trust;
 pub(crate) mod validated;
 
-pub use shared::SharedProfile;
 pub use trust::{TrustedHosts, UnknownDestination};
 // The one public path is `hopbudget::Profile`; inside the crate `crate::profile::Profile`
 // still names it (and this module's doc links and tests use it).
