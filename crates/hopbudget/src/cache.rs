@@ -19,7 +19,7 @@ use std::time::Duration;
 use tracing::Span;
 use tracing::field::Empty;
 
-use crate::context::RequestBudget;
+use crate::budget::RequestBudget;
 use crate::error::BudgetError;
 
 /// What the store holds for a key.
@@ -223,7 +223,7 @@ fn ms(d: Duration) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::context::HopPolicy;
+    use crate::budget::HopPolicy;
 
     fn budget(v: u64) -> RequestBudget {
         RequestBudget::local(Duration::from_millis(v), HopPolicy::DEFAULT)

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use tracing::Instrument;
 
-use crate::context::RequestBudget;
+use crate::budget::RequestBudget;
 
 /// Which path a [`Degrade`] chose.
 ///
@@ -208,7 +208,7 @@ fn ms(d: Duration) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::context::HopPolicy;
+    use crate::budget::HopPolicy;
 
     fn budget(ms: u64) -> RequestBudget {
         RequestBudget::local(Duration::from_millis(ms), HopPolicy::DEFAULT)

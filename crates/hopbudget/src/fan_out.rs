@@ -15,7 +15,7 @@ use std::future::Future;
 
 use tokio::task::JoinSet;
 
-use crate::context::RequestBudget;
+use crate::budget::RequestBudget;
 use crate::error::BudgetError;
 
 /// What the other siblings do when one fails.

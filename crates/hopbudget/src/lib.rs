@@ -74,14 +74,12 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod admission;
-mod ambient;
 mod answer;
 mod budget;
 pub mod cache;
 pub mod clock;
 pub mod codec;
 pub mod config;
-mod context;
 pub mod degrade;
 mod downstream;
 mod error;
@@ -108,9 +106,7 @@ pub mod retry;
 pub mod status;
 mod task;
 
-pub use ambient::Scoped;
-pub use budget::Deadline;
-pub use context::{BudgetId, HopPolicy, RequestBudget, Source};
+pub use budget::{BudgetId, Deadline, HopPolicy, RequestBudget, Scoped, Source};
 pub use downstream::DownstreamError;
 pub use error::{BudgetError, EndCause, Refused};
 pub use outcome::Outcome;

@@ -22,8 +22,8 @@ use http::HeaderName;
 use serde::{Deserialize, Serialize};
 
 use crate::admission::{AdmissionConfig, QueuePolicy};
+use crate::budget::HopPolicy;
 use crate::codec::{Carrier, InboundCarriers};
-use crate::context::HopPolicy;
 use crate::learned::{LearnConfig, LearnedThreshold};
 use crate::status::{GrpcCode, GrpcStatusMap, HttpStatusMap};
 

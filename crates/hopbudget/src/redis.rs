@@ -59,8 +59,8 @@ use ::redis::aio::ConnectionLike;
 use ::redis::{FromRedisValue, RedisError, ToRedisArgs, ToSingleRedisArg};
 use tracing::Instrument;
 
+use crate::budget::RequestBudget;
 use crate::cache::{CacheChoice, CacheReads, Lookup, Plan, plan};
-use crate::context::RequestBudget;
 use crate::error::BudgetError;
 
 /// A value read through the cache, with what the read did to get it.

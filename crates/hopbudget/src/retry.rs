@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use tower::retry::Policy;
 
-use crate::context::RequestBudget;
+use crate::budget::RequestBudget;
 use crate::error::BudgetError;
 
 /// What one attempt amounted to, for the retry decision.

@@ -16,7 +16,7 @@ use pin_project_lite::pin_project;
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 
-use crate::context::{HopPolicy, RequestBudget};
+use crate::budget::{HopPolicy, RequestBudget};
 use crate::error::BudgetError;
 
 /// Spawn a task that carries the ambient budget: it sees a child budget as its own ambient

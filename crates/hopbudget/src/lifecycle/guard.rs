@@ -176,7 +176,7 @@ impl HopGuard {
     pub(crate) fn entered(&mut self) -> Entered<'_> {
         let state = self.state_mut();
         Entered {
-            _lent: crate::ambient::lend(&mut state.budget),
+            _lent: crate::budget::lend(&mut state.budget),
             _span: state.hop.as_ref().map(|hop| hop.span().enter()),
         }
     }
@@ -314,7 +314,7 @@ impl HopGuard {
 /// What [`HopGuard::entered`] returns. The budget leaves the scope first, then the span is
 /// exited, as with [`HopGuard::enter`].
 pub(crate) struct Entered<'a> {
-    _lent: crate::ambient::Lent<'a>,
+    _lent: crate::budget::Lent<'a>,
     _span: Option<tracing::span::Entered<'a>>,
 }
 

@@ -13,7 +13,7 @@ use std::time::Duration;
 use metrics::{Key, Label, Level, Metadata, Recorder, Unit};
 
 use super::HopLabels;
-use crate::context::Source;
+use crate::budget::Source;
 use crate::status::Outcome;
 
 /// Counter: hops by terminal status. Labels: `service`, `route`, `outcome`.

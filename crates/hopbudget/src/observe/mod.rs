@@ -37,7 +37,7 @@ use std::time::Duration;
 use tracing::Span;
 use tracing::field::Empty;
 
-use crate::context::{RequestBudget, Source};
+use crate::budget::{RequestBudget, Source};
 use crate::status::Outcome;
 
 #[cfg(feature = "metrics")]

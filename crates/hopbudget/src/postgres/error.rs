@@ -6,7 +6,7 @@ use std::fmt;
 use deadpool_postgres::PoolError;
 use tokio_postgres::error::{DbError, Severity, SqlState};
 
-use crate::context::RequestBudget;
+use crate::budget::RequestBudget;
 use crate::error::BudgetError;
 
 /// Why a budgeted query did not return rows.

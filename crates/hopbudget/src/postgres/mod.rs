@@ -56,7 +56,7 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{NoTls, Row};
 
 use crate::budget::Deadline;
-use crate::context::RequestBudget;
+use crate::budget::RequestBudget;
 use crate::error::{BudgetError, Refused};
 
 #[cfg(any(feature = "grpc", feature = "axum"))]

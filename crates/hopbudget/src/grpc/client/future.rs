@@ -9,7 +9,7 @@ use tower::BoxError;
 
 use super::ResponseBody;
 use crate::budget::Deadline;
-use crate::context::RequestBudget;
+use crate::budget::RequestBudget;
 use crate::error::BudgetError;
 use crate::grpc::{budget_status, status_parts};
 use crate::http::client::{Bound, Shared, settle};

@@ -110,7 +110,7 @@ impl<B: Body> ResponseBody<B> {
                 g.budget().deadline().instant()
             } else {
                 // Unenforced (C24): the stream lifetime ends nothing.
-                crate::budget::far_future()
+                crate::budget::deadline::far_future()
             }
         });
         Self {

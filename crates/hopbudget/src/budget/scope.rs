@@ -15,7 +15,7 @@ use std::task::{Context, Poll};
 
 use pin_project_lite::pin_project;
 
-use crate::RequestBudget;
+use super::RequestBudget;
 
 thread_local! {
     static CURRENT: Cell<Option<RequestBudget>> = const { Cell::new(None) };
