@@ -9,6 +9,7 @@
 
 use std::io::{self, Write};
 
+use hopbudget::observe::fields;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -56,12 +57,12 @@ impl Gen {
         let ms = 1_000_000u64;
         let deadline = start + remaining.max(0) as u64 * ms;
         let mut attrs = vec![
-            int("deadline.remaining_ms", remaining),
-            string("deadline.source", source),
-            int("deadline.margin_ms", MARGIN_MS),
+            int(fields::REMAINING_MS, remaining),
+            string(fields::SOURCE, source),
+            int(fields::MARGIN_MS, MARGIN_MS),
         ];
         let (end, outcome) = if remaining < min_budget {
-            attrs.push(int("deadline.required_ms", min_budget));
+            attrs.push(int(fields::REQUIRED_MS, min_budget));
             (start + 50_000, "refused")
         } else {
             // Log-normal-ish work with a slow path on one request in ten.
@@ -88,17 +89,14 @@ impl Gen {
             }
             if end > deadline {
                 if work_end > deadline {
-                    attrs.push(int(
-                        "deadline.overrun_ms",
-                        ((work_end - deadline) / ms) as i64,
-                    ));
+                    attrs.push(int(fields::OVERRUN_MS, ((work_end - deadline) / ms) as i64));
                 }
                 (deadline + 300_000, "expired")
             } else {
                 (end, "completed")
             }
         };
-        attrs.push(string("deadline.outcome", outcome));
+        attrs.push(string(fields::OUTCOME, outcome));
         let parent = if parent == 0 {
             String::new()
         } else {
@@ -186,7 +184,7 @@ fn write_batch(out: &mut dyn Write, batch: &[(u64, usize, String)]) -> io::Resul
         write!(
             out,
             r#"{{"resource":{{"attributes":[{}]}},"scopeSpans":[{{"scope":{{"name":"hopbudget"}},"spans":["#,
-            string("service.name", name)
+            string(fields::SERVICE, name)
         )?;
         for (k, s) in spans.enumerate() {
             if k > 0 {

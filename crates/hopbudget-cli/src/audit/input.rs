@@ -15,6 +15,7 @@ use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read};
 use std::path::Path;
 
+use hopbudget::observe::fields;
 use serde::Deserialize;
 use serde::de::{self, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
@@ -249,7 +250,7 @@ fn decode_line(
         let resource_service = rs
             .resource
             .as_ref()
-            .and_then(|r| r.attributes.iter().find(|kv| kv.key == "service.name"))
+            .and_then(|r| r.attributes.iter().find(|kv| kv.key == fields::SERVICE))
             .and_then(|kv| kv.value.as_ref()?.as_str().map(str::to_owned));
         for ss in rs.scope_spans {
             for span in ss.spans {
@@ -336,24 +337,24 @@ fn convert(
     for kv in &span.attributes {
         let Some(v) = kv.value.as_ref() else { continue };
         match kv.key.as_ref() {
-            "service.name" => {
+            fields::SERVICE => {
                 if let Some(s) = v.as_str() {
                     service = Some(names.intern(s));
                 }
             }
             // Not a hop by itself: a `degrade` or `cache.read` span inside a hop has it too.
-            "deadline.remaining_ms" => hop.remaining_ms = v.as_i64(),
-            "deadline.source" => {
+            fields::REMAINING_MS => hop.remaining_ms = v.as_i64(),
+            fields::SOURCE => {
                 is_hop = true;
                 hop.source = v.as_str().map(|s| names.intern(s));
             }
-            "deadline.margin_ms" => hop.margin_ms = v.as_i64(),
-            "deadline.outcome" => {
+            fields::MARGIN_MS => hop.margin_ms = v.as_i64(),
+            fields::OUTCOME => {
                 is_hop = true;
                 hop.outcome = v.as_str().map_or(Outcome::Unknown, Outcome::parse);
             }
-            "deadline.required_ms" => hop.required_ms = v.as_i64(),
-            "deadline.overrun_ms" => hop.overrun_ms = v.as_i64(),
+            fields::REQUIRED_MS => hop.required_ms = v.as_i64(),
+            fields::OVERRUN_MS => hop.overrun_ms = v.as_i64(),
             _ => {}
         }
     }

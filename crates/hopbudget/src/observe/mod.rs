@@ -46,6 +46,7 @@ mod metrics_names;
 pub use metrics_names::*;
 #[cfg(feature = "metrics")]
 pub(crate) use metrics_names::{cache_read_key, count, degraded_key};
+pub mod fields;
 mod notice;
 pub(crate) use notice::{missing as notice_missing, refused as notice_refused};
 #[cfg(feature = "otlp")]
@@ -376,21 +377,22 @@ impl Hop {
         let remaining = budget.at_arrival();
         let remaining_ms = span_ms(remaining);
         let source = budget.source();
+        // The names are `fields`' constants, in `fields::HOP_FIELDS`' order (a test checks).
         let span = tracing::info_span!(
-            "hop",
-            otel.name = %route.route,
-            otel.kind = route.protocol.span_kind(),
-            service.name = %route.service,
-            hop.protocol = route.protocol.as_str(),
-            deadline.remaining_ms = remaining_ms,
-            deadline.source = source.as_str(),
-            deadline.margin_ms = span_ms(budget.policy().reserve()),
-            deadline.outcome = Empty,
-            deadline.required_ms = Empty,
-            deadline.overrun_ms = Empty,
-            deadline.unenforced = Empty,
-            http.response.status_code = Empty,
-            rpc.grpc.status_code = Empty,
+            fields::HOP_SPAN,
+            { fields::ROUTE } = %route.route,
+            { fields::KIND } = route.protocol.span_kind(),
+            { fields::SERVICE } = %route.service,
+            { fields::PROTOCOL } = route.protocol.as_str(),
+            { fields::REMAINING_MS } = remaining_ms,
+            { fields::SOURCE } = source.as_str(),
+            { fields::MARGIN_MS } = span_ms(budget.policy().reserve()),
+            { fields::OUTCOME } = Empty,
+            { fields::REQUIRED_MS } = Empty,
+            { fields::OVERRUN_MS } = Empty,
+            { fields::UNENFORCED } = Empty,
+            { fields::HTTP_STATUS } = Empty,
+            { fields::GRPC_STATUS } = Empty,
         );
         if source == Source::Fallback {
             tracing::debug!(parent: &span, "deadline received: none; using the edge total");
@@ -448,7 +450,7 @@ impl Hop {
         #[cfg(not(feature = "metrics"))]
         let _ = service;
         if !self.span.is_disabled() {
-            self.span.record("otel.name", route);
+            self.span.record(fields::ROUTE, route);
             // tracing-opentelemetry renames a span from `otel.name` only until its
             // OpenTelemetry span was started (by a child, or by propagation to a call the
             // handler made); after that the name is changed on the started span itself.
@@ -466,11 +468,10 @@ impl Hop {
         if !self.span.is_disabled() {
             match status {
                 AnswerStatus::Http(code) => {
-                    self.span
-                        .record("http.response.status_code", i64::from(code));
+                    self.span.record(fields::HTTP_STATUS, i64::from(code));
                 }
                 AnswerStatus::Grpc(code) => {
-                    self.span.record("rpc.grpc.status_code", i64::from(code));
+                    self.span.record(fields::GRPC_STATUS, i64::from(code));
                 }
             }
         }
@@ -507,7 +508,7 @@ impl Hop {
     pub fn late_work(&self, overrun: Duration) {
         // `Span::record` looks the field up by name even on a disabled span: skip it.
         if !self.span.is_disabled() {
-            self.span.record("deadline.overrun_ms", span_ms(overrun));
+            self.span.record(fields::OVERRUN_MS, span_ms(overrun));
         }
         #[cfg(feature = "metrics")]
         metrics_names::record_late(&self.keys, overrun);
@@ -522,9 +523,9 @@ impl Hop {
             return;
         }
         if !self.span.is_disabled() {
-            self.span.record("deadline.unenforced", would.as_str());
+            self.span.record(fields::UNENFORCED, would.as_str());
             if let Would::Refused(required) = would {
-                self.span.record("deadline.required_ms", span_ms(required));
+                self.span.record(fields::REQUIRED_MS, span_ms(required));
             }
         }
         if let Some(line) = self.line.as_mut() {
@@ -551,9 +552,9 @@ impl Hop {
         if !self.span.is_disabled() {
             // The outcome last: a subscriber may take the hop as ended when it arrives.
             if let Some(required) = required {
-                self.span.record("deadline.required_ms", span_ms(required));
+                self.span.record(fields::REQUIRED_MS, span_ms(required));
             }
-            self.span.record("deadline.outcome", outcome.as_str());
+            self.span.record(fields::OUTCOME, outcome.as_str());
         }
         #[cfg(feature = "metrics")]
         metrics_names::record_end(&self.keys, outcome);
