@@ -259,3 +259,49 @@ async fn a_tonic_service_follows_the_switch_through_a_real_channel() {
         .expect("let through with enforcement off");
     assert_eq!(stats.entered(), 1);
 }
+
+/// A call keeps the profile it arrived under to its end: a swap while it runs does not
+/// respell its expiry (the new profile's codes apply to the next call). Raw HTTP/2 calls, so
+/// no client gives up first and the server's own answer is read.
+#[tokio::test]
+async fn a_running_grpc_call_is_answered_with_the_codes_it_arrived_under() {
+    use grpc_support::{HopHandler, call, raw_call, serve_with_layer};
+    use hopbudget::grpc::server::GrpcServerLayer;
+
+    let shared = SharedProfile::new(Profile::default().with_service("tax"));
+    let handler = HopHandler::new(shared.current().as_ref().clone());
+    let server = serve_with_layer(handler, GrpcServerLayer::new(shared.clone())).await;
+    // 150 ms of budget for 400 ms of work.
+    let (addr, timeout, work) = (server.addr, [("grpc-timeout", "150m")], call(&[], 400));
+
+    let running = tokio::spawn({
+        let work = work.clone();
+        async move { raw_call(addr, &timeout, &work).await }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // The profile changes while the call runs.
+    shared.replace(
+        Profile::from_yaml(
+            "service: tax\nstatus: {grpc: {expired: UNAVAILABLE}}\n",
+            "t.yaml",
+        )
+        .unwrap(),
+    );
+    let answered = running.await.unwrap();
+    // DEADLINE_EXCEEDED is 4; UNAVAILABLE is 14.
+    assert_eq!(
+        answered.grpc_status.as_deref(),
+        Some("4"),
+        "{:?}",
+        answered.grpc_message
+    );
+
+    // The next call is spelled by the new profile.
+    let answered = raw_call(addr, &timeout, &work).await;
+    assert_eq!(
+        answered.grpc_status.as_deref(),
+        Some("14"),
+        "{:?}",
+        answered.grpc_message
+    );
+}

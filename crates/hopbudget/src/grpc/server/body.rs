@@ -11,7 +11,7 @@ use super::method::{self, Proof};
 use crate::error::BudgetError;
 use crate::grpc::{budget_status, note_answer, status_parts};
 use crate::lifecycle::{HopConfig, HopGuard};
-use crate::status::OUTCOME_METADATA;
+use crate::status::{GrpcStatusMap, OUTCOME_METADATA};
 
 pin_project! {
     /// Response body of [`GrpcServer`](super::GrpcServer): the handler's body, polled inside
@@ -29,6 +29,8 @@ pin_project! {
         inner: Option<B>,
         guard: Option<HopGuard>,
         config: Option<Arc<HopConfig>>,
+        // The codes of the profile the call arrived under (C24).
+        statuses: GrpcStatusMap,
         // Armed only when the body is pending: a unary body that is ready at once pays for
         // no timer.
         #[pin]
@@ -52,6 +54,7 @@ impl<B: Body> ResponseBody<B> {
         inner: B,
         mut guard: Option<HopGuard>,
         config: Arc<HopConfig>,
+        statuses: GrpcStatusMap,
         unproved: bool,
     ) -> Self {
         // A body already at its end (a trailers-only status) completes the hop now: hyper may
@@ -65,6 +68,7 @@ impl<B: Body> ResponseBody<B> {
             inner: Some(inner),
             guard,
             config: Some(config),
+            statuses,
             sleep: None,
             unproved,
         }
@@ -77,6 +81,7 @@ impl<B> ResponseBody<B> {
             inner: None,
             guard: None,
             config: None,
+            statuses: GrpcStatusMap::default(),
             sleep: None,
             unproved: false,
         }
@@ -124,11 +129,8 @@ impl<B: Body> Body for ResponseBody<B> {
                 budget.sync_scope(|| this.inner.set(None));
                 this.guard.take();
                 let mut trailers = HeaderMap::new();
-                if let Some(config) = this.config.as_ref() {
-                    let parts = status_parts(budget_status(
-                        &BudgetError::Expired,
-                        config.profile().grpc_status(),
-                    ));
+                if this.config.is_some() {
+                    let parts = status_parts(budget_status(&BudgetError::Expired, this.statuses));
                     expired_trailers(parts, &mut trailers);
                 }
                 return Poll::Ready(Some(Ok(Frame::trailers(trailers))));
@@ -155,7 +157,7 @@ impl<B: Body> Body for ResponseBody<B> {
                     {
                         guard.method_answered(config);
                     }
-                    note_answer(guard, trailers, config.profile().grpc_status());
+                    note_answer(guard, trailers, this.statuses);
                     if let Some(mut g) = this.guard.take() {
                         g.finish();
                     }

@@ -12,6 +12,7 @@ use super::method::{self, Proof};
 use crate::error::BudgetError;
 use crate::grpc::{budget_status, note_answer, status_parts};
 use crate::lifecycle::{HopConfig, HopGuard};
+use crate::status::GrpcStatusMap;
 
 pin_project! {
     /// Response future of [`GrpcServer`](super::GrpcServer). Like tower's futures it panics if
@@ -53,6 +54,9 @@ pin_project! {
             #[pin]
             sleep: Option<Sleep>,
             config: Arc<HopConfig>,
+            // The profile's codes when the call arrived: a swap (C24) does not respell a
+            // running call's answer.
+            statuses: GrpcStatusMap,
         },
         Answer {
             parts: Option<http::response::Parts>,
@@ -73,13 +77,19 @@ impl<F> ResponseFuture<F> {
         }
     }
 
-    pub(super) fn running(inner: F, guard: HopGuard, config: Arc<HopConfig>) -> Self {
+    pub(super) fn running(
+        inner: F,
+        guard: HopGuard,
+        config: Arc<HopConfig>,
+        statuses: GrpcStatusMap,
+    ) -> Self {
         Self {
             state: State::Running {
                 guard: Some(guard),
                 inner: Some(inner),
                 sleep: None,
                 config,
+                statuses,
             },
         }
     }
@@ -100,6 +110,7 @@ where
                 mut inner,
                 mut sleep,
                 config,
+                statuses,
             } => {
                 let (Some(g), Some(fut)) = (guard.as_mut(), inner.as_mut().as_pin_mut()) else {
                     panic!("`ResponseFuture` polled after completion");
@@ -132,12 +143,11 @@ where
                             Proof::Refuted => {}
                             Proof::Open => open = true,
                         }
-                        note_answer(g, response.headers(), config.profile().grpc_status());
+                        note_answer(g, response.headers(), statuses);
                     }
                     let config = config.clone();
-                    return Poll::Ready(Ok(
-                        response.map(|body| ResponseBody::new(body, guard, config, open))
-                    ));
+                    return Poll::Ready(Ok(response
+                        .map(|body| ResponseBody::new(body, guard, config, *statuses, open))));
                 }
                 if !g.budget().is_enforced() {
                     // Unenforced (C24): the handler runs to its end, whatever the deadline.
@@ -156,10 +166,7 @@ where
                 let mut g = guard.take();
                 let parts = g.as_mut().map(|g| {
                     g.expired();
-                    status_parts(budget_status(
-                        &BudgetError::Expired,
-                        config.profile().grpc_status(),
-                    ))
+                    status_parts(budget_status(&BudgetError::Expired, statuses))
                 });
                 match g {
                     Some(g) => g.budget().clone().sync_scope(|| inner.set(None)),

@@ -96,7 +96,7 @@ where
                     let _entered = guard.entered();
                     self.inner.call(req)
                 };
-                return ResponseFuture::running(inner, guard, config.clone());
+                return ResponseFuture::running(inner, guard, config.clone(), *statuses);
             }
             Verdict::Malformed(malformed) => {
                 // C9: a malformed deadline is the client's error, never "no deadline".
