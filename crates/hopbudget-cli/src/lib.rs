@@ -1,24 +1,13 @@
-//! The `hopbudget` command as a library, so integration tests can run the demo in process.
+//! The `hopbudget` command, what an operator runs, as a library so integration tests can
+//! call it in process.
 //!
-//! - `hopbudget profile check FILE`: validate an adoption profile.
-//! - `hopbudget demo`: the checkout call graph, per-hop timeouts vs propagated deadlines
-//!   ([`demo`]).
+//! - `hopbudget profile check FILE`: validate an adoption profile ([`profile_cmd`]).
 //! - `hopbudget audit FILE…`: find chain breaks and other deadline trouble in OTLP JSON
 //!   traces ([`audit`]).
-//! - `hopbudget serve SERVICE --topology FILE`: one service of a demo topology alone
-//!   ([`serve`]).
-//! - `hopbudget soak`: a three-hop chain at a fixed rate, checked for leaks and lost requests
-//!   ([`soak`]).
+//!
+//! The demo harness (`demo`, `serve`, `soak`) is the workspace's unpublished `hopbudget-demo`
+//! crate: `cargo run --release -- demo` from a checkout.
 
 pub mod audit;
 pub mod cli;
-pub mod demo;
 pub mod profile_cmd;
-pub mod serve;
-pub mod soak;
-
-/// The generated gRPC code for `proto/demo.proto`.
-#[allow(missing_docs, unreachable_pub, clippy::all)]
-pub mod proto {
-    tonic::include_proto!("hopbudget.demo");
-}

@@ -50,6 +50,48 @@ fn generated_traces_with_a_forgetful_hop_show_the_break_and_the_spike() {
     assert_eq!(clean.exit_status(), 0, "{:?}", clean.findings);
 }
 
+/// The `hopbudget` binary on files: `audit --json` prints the report and exits 1 on a chain
+/// break, 0 on clean traces; `gen-traces` writes the file it says it wrote.
+#[test]
+fn the_binary_exits_1_on_a_chain_break_and_0_on_clean_traces() {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_hopbudget"))
+            .args(args)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("panicked"), "{stderr}");
+        (out.status.code(), String::from_utf8(out.stdout).unwrap())
+    };
+    let broken = dir.join("audit-binary-broken.otlp.jsonl.gz");
+    let (status, said) = run(&[
+        "gen-traces",
+        broken.to_str().unwrap(),
+        "--spans",
+        "4000",
+        "--forgetful",
+        "inventory",
+    ]);
+    assert_eq!(status, Some(0), "{said}");
+    let (status, json) = run(&["audit", "--json", broken.to_str().unwrap()]);
+    let report: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(status, Some(1), "{json}");
+    assert!(
+        report["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["kind"] == "chain_break"),
+        "{json}"
+    );
+
+    let clean = dir.join("audit-binary-clean.otlp.jsonl");
+    std::fs::write(&clean, traces(4_000, None)).unwrap();
+    let (status, table) = run(&["audit", clean.to_str().unwrap()]);
+    assert_eq!(status, Some(0), "{table}");
+}
+
 #[test]
 fn gzip_reads_like_plain() {
     let plain = traces(4_000, Some("inventory"));

@@ -2,7 +2,7 @@
 //! file, the field (as a path, `status.http.expired`, `routes[2].path`) and the reason.
 //!
 //! The adoption profile reports its problems as a [`ConfigError`]; so can anything else that is
-//! configured from YAML (the `hopbudget` command's topology files build one with
+//! configured from YAML (the demo's topology files build one with
 //! [`ConfigError::one`] and [`Issue::new`]). Parsing goes through a generic tree first so that a structural
 //! error (an unknown field, a wrong type) can name the field path it is at; semantic checks
 //! then add every further problem they find.

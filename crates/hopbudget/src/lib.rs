@@ -121,27 +121,3 @@ pub use task::{
 #[cfg(all(doctest, feature = "axum", feature = "reqwest", feature = "grpc"))]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
-
-/// Not part of the API: helpers the `hopbudget` command-line tool, a sibling crate in this
-/// workspace, shares with the library so that its configuration files report problems the way
-/// profiles do. No semver guarantee; may change or go away in any release.
-#[doc(hidden)]
-pub mod __private {
-    use std::path::Path;
-
-    use crate::config::ConfigError;
-
-    /// A configuration file's text; a file that cannot be read is a `(file)` problem.
-    pub fn read_file(kind: &'static str, path: &Path) -> Result<String, ConfigError> {
-        crate::config::read_file(kind, path)
-    }
-
-    /// YAML text into `T`, every problem naming the file, the field path and the reason.
-    pub fn parse_yaml<T: serde::de::DeserializeOwned>(
-        kind: &'static str,
-        text: &str,
-        origin: &Path,
-    ) -> Result<T, ConfigError> {
-        crate::config::parse_yaml(kind, text, origin)
-    }
-}

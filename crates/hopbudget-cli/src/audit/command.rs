@@ -64,6 +64,13 @@ pub struct GenTracesArgs {
 /// Run `hopbudget audit`; the exit status is [`Report::exit_status`](super::Report::exit_status)
 /// (2 on a usage error).
 pub fn audit(args: &AuditArgs) -> ExitCode {
+    ExitCode::from(audit_to(args, &mut std::io::stdout().lock()))
+}
+
+/// Run `hopbudget audit` with the table or JSON written to `out` instead of standard output;
+/// returns the exit status. For running the command in process: the demo's tests audit the
+/// demo's traces with it.
+pub fn audit_to(args: &AuditArgs, out: &mut dyn Write) -> u8 {
     let opts = AuditOptions {
         tolerance_ms: args.tolerance_ms,
         settle_spans: args.settle_spans,
@@ -88,16 +95,15 @@ pub fn audit(args: &AuditArgs) -> ExitCode {
     } else {
         render::table(&report)
     };
-    let mut stdout = std::io::stdout().lock();
     // A closed pipe (`| head`) is not an audit failure.
-    let _ = stdout.write_all(text.as_bytes());
+    let _ = out.write_all(text.as_bytes());
     if let Some(path) = &args.html
         && let Err(e) = std::fs::write(path, render::html(&report))
     {
         eprintln!("hopbudget: cannot write {}: {e}", path.display());
-        return ExitCode::from(2);
+        return 2;
     }
-    ExitCode::from(report.exit_status())
+    report.exit_status()
 }
 
 /// Run `hopbudget gen-traces`.

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use hopbudget_cli::demo::{self, DemoOptions, Mode, Topology};
+use hopbudget_demo::demo::{self, DemoOptions, Mode, Topology};
 
 #[test]
 fn a_budget_too_small_for_the_chain_depth_is_reported_as_such() {

@@ -1,4 +1,4 @@
-//! `hopbudget demo`: the checkout call graph of scenario S7 as real services on loopback,
+//! `hopbudget-demo demo`: the checkout call graph of scenario S7 as real services on loopback,
 //! run once per mode over the same seeded arrival schedule and compared side by side (S18):
 //! `detached` (per-hop timeouts, work survives its caller: the seeds' incident), `timeouts`
 //! (per-hop timeouts with Rust's drop-cancellation) and `propagated` (hopbudget).

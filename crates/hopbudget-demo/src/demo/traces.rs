@@ -118,7 +118,7 @@ pub fn leave_thread() {
 /// OpenTelemetry propagator). The collector records `deadline.remaining_ms`,
 /// `deadline.source` and `deadline.outcome` on it as the hop learns them.
 pub fn own_span(spec: &ServiceSpec, route: &str, headers: &HeaderMap) -> Span {
-    // Named like `tower_http`'s request span, not `hop`: `hopbudget serve`'s log reads spans
+    // Named like `tower_http`'s request span, not `hop`: `hopbudget-demo serve`'s log reads spans
     // named `hop` (the library's); these hops are logged by the collector instead.
     let span = tracing::info_span!(
         target: TARGET,

@@ -1,4 +1,4 @@
-//! The background queue over NATS JetStream (`hopbudget demo --broker nats://…`).
+//! The background queue over NATS JetStream (`hopbudget-demo demo --broker nats://…`).
 //!
 //! One stream, `HOPBUDGET_DEMO`, captures `hopbudget.demo.>`; each run publishes a service's
 //! e-mails to `hopbudget.demo.<run>.<service>.mail` and reads them back through a pull

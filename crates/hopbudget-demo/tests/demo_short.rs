@@ -1,4 +1,4 @@
-//! A short run of `hopbudget demo` (scenarios S7, S18) in process: the three modes over the
+//! A short run of `hopbudget-demo demo` (scenarios S7, S18) in process: the three modes over the
 //! same seeded schedule, and what holds between them on a busy two-core machine.
 //!
 //! - `detached` (work survives its caller) leaves work running for users who left, no hop is
@@ -18,7 +18,7 @@
 
 use std::time::Duration;
 
-use hopbudget_cli::demo::{self, DemoOptions, Mode, ModeResult, Topology};
+use hopbudget_demo::demo::{self, DemoOptions, Mode, ModeResult, Topology};
 
 fn hop(m: &ModeResult, name: &str) -> demo::results::HopResult {
     m.hops.iter().find(|h| h.service == name).unwrap().clone()

@@ -1,4 +1,4 @@
-//! `hopbudget soak`: a bounded, fixed-rate run of a three-hop chain on loopback that checks
+//! `hopbudget-demo soak`: a bounded, fixed-rate run of a three-hop chain on loopback that checks
 //! the library leaks nothing and loses nothing over time.
 //!
 //! The chain is `edge -> mid -> leaf`, three axum services, each behind
@@ -28,7 +28,7 @@
 //! With `--overload FACTOR` the mix is all good requests and the leaf gets a fixed capacity
 //! (a concurrency limit and a fixed amount of work per request); the rate is FACTOR times that
 //! capacity. The leaf runs hopbudget's admission layer inside its server layer, as the demo's
-//! propagated leaves do (`hopbudget demo --sweep`): its slots are the admission limit, waiters
+//! propagated leaves do (`hopbudget-demo demo --sweep`): its slots are the admission limit, waiters
 //! are served earliest-deadline-first, and each is refused the moment its budget no longer
 //! covers the work plus the answer's way back (C3, C21). So refusals rise with the load while
 //! goodput (answers within budget per second) holds near capacity, and memory stays bounded.
@@ -52,7 +52,7 @@ use hopbudget::{BudgetError, Profile, RequestBudget};
 use reqwest_middleware::{ClientBuilder, ClientWithMiddleware};
 use tokio::sync::Semaphore;
 
-/// `hopbudget soak` arguments.
+/// `hopbudget-demo soak` arguments.
 #[derive(Debug, clap::Args)]
 pub struct SoakArgs {
     /// Seconds of load (then the chain drains and the checks run).
@@ -505,7 +505,7 @@ impl SoakReport {
     }
 }
 
-/// `hopbudget soak`: run, print the report, and exit 1 when a check failed (2 for bad
+/// `hopbudget-demo soak`: run, print the report, and exit 1 when a check failed (2 for bad
 /// arguments or a chain that could not start).
 pub fn main(args: &SoakArgs) -> std::process::ExitCode {
     let report = SoakOptions::from_args(args).and_then(|opts| run(&opts));
@@ -515,12 +515,12 @@ pub fn main(args: &SoakArgs) -> std::process::ExitCode {
             if report.passed() {
                 std::process::ExitCode::SUCCESS
             } else {
-                eprintln!("hopbudget soak: a check failed");
+                eprintln!("hopbudget-demo soak: a check failed");
                 std::process::ExitCode::from(1)
             }
         }
         Err(e) => {
-            eprintln!("hopbudget soak: {e}");
+            eprintln!("hopbudget-demo soak: {e}");
             std::process::ExitCode::from(2)
         }
     }

@@ -158,7 +158,7 @@ impl Collector {
         }
     }
 
-    /// A collector for `hopbudget serve`, which runs until stopped: it keeps no records, and
+    /// A collector for `hopbudget-demo serve`, which runs until stopped: it keeps no records, and
     /// with `log_as` prints one line per hop (for a service whose hops the library's server
     /// layer does not log).
     pub fn for_serve(services: usize, log_as: Option<String>) -> Self {

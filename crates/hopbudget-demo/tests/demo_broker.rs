@@ -1,4 +1,4 @@
-//! `hopbudget demo --broker nats://…`: the order-confirmation e-mail (S11) goes over the real
+//! `hopbudget-demo demo --broker nats://…`: the order-confirmation e-mail (S11) goes over the real
 //! NATS JetStream server at `NATS_URL` (default 127.0.0.1:4222) instead of the in-process
 //! queue, and its outcomes are counted as they are in process.
 //!
@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use async_nats::jetstream;
-use hopbudget_cli::demo::{self, DemoOptions, Mode, Topology};
+use hopbudget_demo::demo::{self, DemoOptions, Mode, Topology};
 
 fn nats_url() -> String {
     std::env::var("NATS_URL").unwrap_or_else(|_| "127.0.0.1:4222".to_owned())

@@ -12,7 +12,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::time::Duration;
 
-use hopbudget_cli::demo::{self, DemoOptions, Mode, Topology};
+use hopbudget_demo::demo::{self, DemoOptions, Mode, Topology};
 
 fn options(modes: Vec<Mode>, name: &str) -> (DemoOptions, std::path::PathBuf) {
     let mut opts = DemoOptions::new(Topology::builtin().unwrap());

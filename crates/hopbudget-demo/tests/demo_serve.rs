@@ -1,4 +1,4 @@
-//! `hopbudget serve`: one service of the demo topology alone, in its own process, reached over
+//! `hopbudget-demo serve`: one service of the demo topology alone, in its own process, reached over
 //! real sockets, with its behaviour from the topology file (min budget, latency, peers), and
 //! what an operator needs: `--profile`, `/metrics`, a log line per hop, `--help` naming the
 //! wire, and a clean stop on SIGTERM.
@@ -9,12 +9,12 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use hopbudget_cli::proto::HopRequest;
-use hopbudget_cli::proto::hop_client::HopClient;
+use hopbudget_demo::proto::HopRequest;
+use hopbudget_demo::proto::hop_client::HopClient;
 
 const TOPOLOGY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/topologies/checkout.yaml");
 
-/// A `hopbudget serve` child process, killed (by its own handle) when dropped; its stdout
+/// A `hopbudget-demo serve` child process, killed (by its own handle) when dropped; its stdout
 /// lines are collected as they come.
 struct Served {
     child: Child,
@@ -55,7 +55,7 @@ impl Drop for Served {
 }
 
 fn serve(args: &[&str]) -> Served {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_hopbudget"))
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hopbudget-demo"))
         .arg("serve")
         .args(args)
         .args(["--topology", TOPOLOGY])
@@ -201,7 +201,7 @@ async fn two_processes_form_the_vendor_hop() {
 
 #[test]
 fn serve_names_what_is_missing() {
-    let out = Command::new(env!("CARGO_BIN_EXE_hopbudget"))
+    let out = Command::new(env!("CARGO_BIN_EXE_hopbudget-demo"))
         .args(["serve", "no-such-svc", "--topology", TOPOLOGY])
         .output()
         .unwrap();
@@ -210,7 +210,7 @@ fn serve_names_what_is_missing() {
     assert!(err.contains("no service named `no-such-svc`"), "{err}");
     assert!(err.contains("reco-scorer"), "{err}");
 
-    let out = Command::new(env!("CARGO_BIN_EXE_hopbudget"))
+    let out = Command::new(env!("CARGO_BIN_EXE_hopbudget-demo"))
         .args([
             "serve",
             "warehouse-router",
@@ -406,7 +406,7 @@ async fn a_profile_file_sets_the_layers_rules() {
 fn a_bad_profile_is_named_with_file_field_and_reason() {
     let path = std::env::temp_dir().join(format!("serve-bad-profile-{}.yaml", std::process::id()));
     std::fs::write(&path, "hop_margin_ms: -3\n").unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_hopbudget"))
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hopbudget-demo"))
         .args([
             "serve",
             "reco-scorer",
@@ -436,7 +436,7 @@ fn a_bad_profile_is_named_with_file_field_and_reason() {
 
 #[test]
 fn serve_help_names_the_wire() {
-    let out = Command::new(env!("CARGO_BIN_EXE_hopbudget"))
+    let out = Command::new(env!("CARGO_BIN_EXE_hopbudget-demo"))
         .args(["serve", "--help"])
         .output()
         .unwrap();

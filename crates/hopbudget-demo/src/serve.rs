@@ -1,10 +1,10 @@
-//! `hopbudget serve SERVICE --topology FILE`: run one service of a demo topology alone, so the
+//! `hopbudget-demo serve SERVICE --topology FILE`: run one service of a demo topology alone, so the
 //! same graph can run one process per host, as an operator would run it.
 //!
 //! The service listens on its `addr` from the topology (or `--port` on 127.0.0.1, or
 //! `--listen ADDR`) and reaches its downstream services at their `addr` in the topology, or at
 //! the address given with `--peer NAME=ADDR`. Its behaviour (latency, concurrency, faults,
-//! mode) is exactly the one `hopbudget demo` runs in process. `--profile FILE` runs its
+//! mode) is exactly the one `hopbudget-demo demo` runs in process. `--profile FILE` runs its
 //! hopbudget layers with an adoption profile of the operator's (C15). It serves Prometheus
 //! metrics (`observe::prometheus`) on `/metrics` at `--metrics ADDR`, logs one line per hop
 //! ([`hop_log`]), and stops cleanly on SIGTERM or Ctrl-C.

@@ -1,10 +1,10 @@
-//! `hopbudget demo --sweep`: offered load from 0.5x to 3x the graph's capacity, every mode at
+//! `hopbudget-demo demo --sweep`: offered load from 0.5x to 3x the graph's capacity, every mode at
 //! every point, charted and tabled with the p99 of admitted requests and the refusals. (That the budgeted graph degrades rather than collapses, seed 003's
 //! claim, is measured by the release build in the README.)
 
 use std::time::Duration;
 
-use hopbudget_cli::demo::{self, DemoOptions, Mode, Topology};
+use hopbudget_demo::demo::{self, DemoOptions, Mode, Topology};
 
 #[test]
 fn the_sweep_runs_every_mode_at_every_load() {

@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use hopbudget_cli::demo::{self, DemoOptions, Mode, Topology};
+use hopbudget_demo::demo::{self, DemoOptions, Mode, Topology};
 
 #[test]
 fn a_forgetful_hop_resets_the_budget_below_it_and_the_traces_show_it() {

@@ -1,4 +1,4 @@
-//! The `hopbudget demo` command line: bad input gets a clear error naming what was wrong
+//! The `hopbudget-demo demo` command line: bad input gets a clear error naming what was wrong
 //! (file, field, reason) and exit status 2, never a panic.
 
 use std::process::Command;
@@ -6,7 +6,7 @@ use std::process::Command;
 const TOPOLOGY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/topologies/checkout.yaml");
 
 fn demo(args: &[&str]) -> (Option<i32>, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_hopbudget"))
+    let out = Command::new(env!("CARGO_BIN_EXE_hopbudget-demo"))
         .arg("demo")
         .args(args)
         .output()

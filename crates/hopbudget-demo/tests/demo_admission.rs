@@ -2,14 +2,14 @@
 //! are the topology's `concurrency`, and the requests waiting for one are served
 //! earliest-deadline-first, not first come first served, and a request whose budget cannot
 //! cover the work's p99 is refused (marked, with the budget it needed). Checked on
-//! `hopbudget serve`, over a real socket, with a leaf of one slot.
+//! `hopbudget-demo serve`, over a real socket, with a leaf of one slot.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use hopbudget_cli::proto::HopRequest;
-use hopbudget_cli::proto::hop_client::HopClient;
+use hopbudget_demo::proto::HopRequest;
+use hopbudget_demo::proto::hop_client::HopClient;
 
 /// One HTTP leaf, one slot, exactly 300 ms of work per request.
 const TOPOLOGY: &str =
@@ -32,11 +32,11 @@ impl Drop for Served {
     }
 }
 
-/// Start `hopbudget serve` on the one service of `topology`; its address.
+/// Start `hopbudget-demo serve` on the one service of `topology`; its address.
 fn serve(name: &str, topology: &str) -> (Served, String) {
     let file = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}.yaml"));
     std::fs::write(&file, topology).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_hopbudget"))
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hopbudget-demo"))
         .args(["serve", "one-slot", "--port", "0", "--mode", "propagated"])
         .arg("--topology")
         .arg(&file)

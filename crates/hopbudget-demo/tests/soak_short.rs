@@ -1,7 +1,7 @@
-//! `hopbudget soak` for a few seconds, in process: the chain drains, nothing is lost at any
+//! `hopbudget-demo soak` for a few seconds, in process: the chain drains, nothing is lost at any
 //! hop, and the live task count returns to its baseline. CI runs the command itself for 60 s.
 
-use hopbudget_cli::soak::{SoakArgs, SoakOptions, run};
+use hopbudget_demo::soak::{SoakArgs, SoakOptions, run};
 
 #[test]
 fn a_short_soak_passes_every_check() {

@@ -1,4 +1,4 @@
-//! The request log of `hopbudget serve`: one line per hop, written when the library's `hop`
+//! The request log of `hopbudget-demo serve`: one line per hop, written when the library's `hop`
 //! span closes, with the fields the span carries (C14): the budget at arrival and where it
 //! came from, and the terminal status. The line comes from the library's own span, so hops
 //! the server layer answers before any handler (refusals, malformed headers) are logged too.

@@ -1,15 +1,20 @@
 //! `hopbudget audit` on the demo's own traces: the demo's services run in process, the
 //! library exports their hop spans as OTLP JSON (trace context carried on the wire), and
-//! the `hopbudget` binary audits the file. With `--forgetful warehouse-router` (S13) the
-//! audit names warehouse-router as the hop where the budget was reset, inventory as the
-//! caller it ignored, reco-scorer as the hop below that ran on the reset budget, and exits 1;
-//! on clean traces it finds no chain break and exits 0.
+//! the operator's `hopbudget audit` (crate hopbudget-cli, in process) audits the file. With
+//! `--forgetful warehouse-router` (S13) the audit names warehouse-router as the hop where the
+//! budget was reset, inventory as the caller it ignored, reco-scorer as the hop below that ran
+//! on the reset budget, and exits 1; on clean traces it finds no chain break and exits 0.
+//!
+//! It lives with the demo because the traces are the demo's (its `--forgetful` option exists
+//! to make them); the audit comes in as a dev-dependency, so the operator's crate never
+//! compiles the demo. The `hopbudget` binary itself is run on traces by `audit_input.rs`.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
-use hopbudget_cli::demo::{self, DemoOptions, Mode, Topology};
+use clap::Parser;
+use hopbudget_cli::audit::command::{self, AuditArgs};
+use hopbudget_demo::demo::{self, DemoOptions, Mode, Topology};
 
 /// Run the demo in propagated mode and write its traces where the audit can read them.
 fn demo_traces(forgetful: Option<&str>, name: &str) -> PathBuf {
@@ -27,18 +32,22 @@ fn demo_traces(forgetful: Option<&str>, name: &str) -> PathBuf {
     demo::traces::path_for(&dir, Mode::Propagated)
 }
 
+/// `hopbudget audit ARGS…`, run in process through the command's own argument parser and
+/// code (`audit_to` is what the binary runs, with standard output as `out`): the binary is
+/// another package's, out of this test's reach. Its exit status and standard output.
 fn audit(args: &[&str]) -> (i32, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_hopbudget"))
-        .arg("audit")
-        .args(args)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!stderr.contains("panicked"), "{stderr}");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8(out.stdout).unwrap(),
-    )
+    let parsed = Audit::try_parse_from(std::iter::once("audit").chain(args.iter().copied()))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut out = Vec::new();
+    let status = command::audit_to(&parsed.args, &mut out);
+    (i32::from(status), String::from_utf8(out).unwrap())
+}
+
+/// The `audit` subcommand's arguments, as the `hopbudget` binary parses them.
+#[derive(Parser)]
+struct Audit {
+    #[command(flatten)]
+    args: AuditArgs,
 }
 
 #[test]

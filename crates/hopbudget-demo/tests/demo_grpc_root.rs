@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use hopbudget_cli::demo::{self, DemoOptions, Mode, Topology};
+use hopbudget_demo::demo::{self, DemoOptions, Mode, Topology};
 
 const TOPOLOGY: &str = "
 client: { budget_ms: 300, timeout_ms: 600, rate_per_s: 20, duration_s: 1, seed: 7 }

@@ -1,0 +1,261 @@
+//! Command-line parsing and dispatch for the `hopbudget-demo` binary.
+
+use std::collections::HashMap;
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+use crate::demo::{self, DemoOptions, Mode, Topology};
+use crate::serve;
+
+/// hopbudget's demo harness: the checkout graph in three modes, one of its services alone, a
+/// three-hop soak. (What an operator runs, `audit` and `profile check`, is the `hopbudget`
+/// command of the hopbudget-cli crate.)
+#[derive(Debug, Parser)]
+#[command(name = "hopbudget-demo", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Compare per-hop timeouts with propagated deadlines on a checkout call graph.
+    ///
+    /// Eight services on loopback, run three times over the same traffic: per-hop timeouts
+    /// with detached work, per-hop timeouts with drop-cancellation, and propagated deadlines.
+    /// Prints them side by side and writes table.txt, results.json and report.html.
+    Demo(DemoArgs),
+    /// Run one service of a demo topology alone (one process per host).
+    ///
+    /// With Prometheus metrics, a log line per hop, and a clean stop on SIGTERM or Ctrl-C.
+    #[command(after_help = SERVE_HELP)]
+    Serve(ServeArgs),
+    /// Load a three-hop chain and check that nothing leaks or is lost (exit 1 if so).
+    ///
+    /// A fixed rate for a bounded time, with good, short, expiring, cancelled and malformed
+    /// requests; then the chain drains and every hop's accounts, tasks and memory are checked.
+    Soak(crate::soak::SoakArgs),
+}
+
+/// What `hopbudget-demo serve --help` says about the wire, for the operator wiring callers to it.
+const SERVE_HELP: &str = "\
+What the service answers:
+  HTTP service: POST /call, header `x-demo-request-id: <u64>` required (400 without it);
+    answers 200 {\"service\": ..., \"degraded\": n}, or 503 + Retry-After: 0 (refused before
+    work: too little budget left), 504 (expired), 499 (the caller went away).
+  gRPC service: /hopbudget.demo.Hop/Call (proto/demo.proto: HopRequest { request_id }),
+    answers HopReply, or DEADLINE_EXCEEDED (expired; marked `x-deadline-outcome: refused`
+    with x-deadline-required-ms / x-deadline-remaining-ms when refused), CANCELLED.
+Deadline carriers read (propagated mode, default profile; --profile changes the list):
+  grpc-timeout, x-request-timeout-ms (relative ms), connect-timeout-ms,
+  x-envoy-expected-rq-timeout-ms; the tightest wins. x-request-deadline (absolute epoch ms)
+  when the profile lists `epoch-ms`. No deadline: the profile's edge total (edge_total_ms).
+Operations:
+  GET /metrics on --metrics ADDR (Prometheus text; the hopbudget_* metrics of the guide's
+    observability page, docs/guide/observability.md);
+  one line per hop on stdout: service, route, budget_ms, source, outcome;
+  SIGTERM or Ctrl-C: stop accepting, let in-flight calls finish (at most 5 s), exit 0.";
+
+/// A mode, or all of them (S18).
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum ModeArg {
+    /// Per-hop fresh timeouts, each handler on a detached task: work goes on after its caller
+    /// gave up.
+    Detached,
+    /// Per-hop fresh timeouts with Rust's drop-cancellation: work stops with its caller, but
+    /// no hop knows the time left.
+    Timeouts,
+    /// hopbudget at every hop: one propagated deadline, refusals, cheaper paths.
+    Propagated,
+    /// All three, in that order.
+    All,
+}
+
+/// One mode.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum OneMode {
+    /// Per-hop fresh timeouts, the handler on a detached task.
+    Detached,
+    /// Per-hop fresh timeouts with drop-cancellation.
+    Timeouts,
+    /// hopbudget's layers.
+    Propagated,
+}
+
+impl From<OneMode> for Mode {
+    fn from(m: OneMode) -> Self {
+        match m {
+            OneMode::Detached => Mode::Detached,
+            OneMode::Timeouts => Mode::Timeouts,
+            OneMode::Propagated => Mode::Propagated,
+        }
+    }
+}
+
+#[derive(Debug, clap::Args)]
+struct DemoArgs {
+    /// Topology file (default: the built-in checkout graph, topologies/checkout.yaml).
+    #[arg(long)]
+    topology: Option<PathBuf>,
+    /// Which mode(s) to run.
+    #[arg(long, value_enum, default_value = "all")]
+    mode: ModeArg,
+    /// Arrivals per second (default: the topology's, 40).
+    #[arg(long)]
+    rate: Option<f64>,
+    /// Seconds of arrivals per mode (default: the topology's, 20).
+    #[arg(long)]
+    duration: Option<f64>,
+    /// Also sweep offered load from 0.5x to 3x capacity and chart goodput per mode.
+    #[arg(long)]
+    sweep: bool,
+    /// Seconds of arrivals per sweep point and mode.
+    #[arg(long, default_value_t = 4.0)]
+    sweep_duration: f64,
+    /// This service ignores inbound deadlines and uses its own default timeout (a broken
+    /// chain); traces are written as OTLP JSON, for `hopbudget audit` (crate hopbudget-cli).
+    #[arg(long, value_name = "SERVICE")]
+    forgetful: Option<String>,
+    /// Write OTLP JSON traces (one file per mode) even without --forgetful.
+    #[arg(long)]
+    traces: bool,
+    /// Output directory for report.html, results.json, table.txt and traces.
+    #[arg(long, default_value = "target/hopbudget-demo")]
+    out: PathBuf,
+    /// Carry the order-confirmation e-mail (background work) over this NATS server with
+    /// JetStream, e.g. nats://127.0.0.1:4222, instead of the in-process queue (the default):
+    /// stamped with its deadline in propagated mode, gated before any work, and dead-lettered
+    /// when it waited too long.
+    #[arg(long, value_name = "nats://HOST:PORT")]
+    broker: Option<String>,
+}
+
+#[derive(Debug, clap::Args)]
+struct ServeArgs {
+    /// The service to run.
+    service: String,
+    /// Topology file (default: the built-in checkout graph, topologies/checkout.yaml).
+    #[arg(long)]
+    topology: Option<PathBuf>,
+    /// Listen on 127.0.0.1:PORT instead of the topology's `addr`.
+    #[arg(long)]
+    port: Option<u16>,
+    /// Listen on this address instead of the topology's `addr`.
+    #[arg(long, conflicts_with = "port")]
+    listen: Option<std::net::SocketAddr>,
+    /// Address of a downstream service, NAME=ADDR (repeatable; overrides the topology).
+    #[arg(long, value_name = "NAME=ADDR")]
+    peer: Vec<String>,
+    /// Behaviour of this service.
+    #[arg(long, value_enum, default_value = "propagated")]
+    mode: OneMode,
+    /// Ignore inbound deadlines and use the service's own default timeout (a broken chain).
+    #[arg(long)]
+    forgetful: bool,
+    /// Adoption profile (YAML) for the service's hopbudget layers; the topology's
+    /// min_budget_ms is added as a route rule unless the profile has one for the path.
+    #[arg(long, value_name = "FILE")]
+    profile: Option<PathBuf>,
+    /// Serve Prometheus metrics on http://ADDR/metrics (default: 127.0.0.1 on a free port,
+    /// printed at start).
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<std::net::SocketAddr>,
+}
+
+fn load_topology(path: Option<&PathBuf>) -> Result<Topology, String> {
+    match path {
+        Some(p) => Topology::load(p),
+        None => Topology::builtin(),
+    }
+    .map_err(|e| e.to_string())
+}
+
+/// Parse the command line and run it.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Demo(args) => run_demo(args),
+        Command::Serve(args) => run_serve(args),
+        Command::Soak(args) => return crate::soak::main(&args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("hopbudget-demo: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run_demo(args: DemoArgs) -> Result<(), String> {
+    let topology = load_topology(args.topology.as_ref())?;
+    let mut opts = DemoOptions::new(topology);
+    opts.modes = match args.mode {
+        ModeArg::All => Mode::ALL.to_vec(),
+        ModeArg::Detached => vec![Mode::Detached],
+        ModeArg::Timeouts => vec![Mode::Timeouts],
+        ModeArg::Propagated => vec![Mode::Propagated],
+    };
+    opts.rate_per_s = args.rate;
+    if let Some(d) = args.duration {
+        if !(d.is_finite() && d > 0.0 && d <= 3600.0) {
+            return Err(format!(
+                "--duration must be above 0 and at most 3600 (got {d})"
+            ));
+        }
+        opts.duration = Some(Duration::from_secs_f64(d));
+    }
+    if !(args.sweep_duration.is_finite() && args.sweep_duration > 0.0) {
+        return Err(format!(
+            "--sweep-duration must be above 0 (got {})",
+            args.sweep_duration
+        ));
+    }
+    opts.sweep = args.sweep;
+    opts.sweep_duration = Duration::from_secs_f64(args.sweep_duration);
+    opts.forgetful = args.forgetful.clone();
+    opts.broker = args.broker.clone();
+    opts.progress = std::io::stdout().is_terminal();
+    if args.traces || args.forgetful.is_some() {
+        opts.traces = Some(args.out.clone());
+        std::fs::create_dir_all(&args.out)
+            .map_err(|e| format!("cannot create {}: {e}", args.out.display()))?;
+    }
+    let (results, _raw) = demo::run(&opts)?;
+    print!("{}", demo::report::table(&results));
+    let mut written = demo::report::write_all(&results, &args.out)?;
+    if let Some(dir) = &opts.traces {
+        written.extend(opts.modes.iter().map(|&m| demo::traces::path_for(dir, m)));
+    }
+    println!();
+    for p in written {
+        println!("wrote {}", p.display());
+    }
+    Ok(())
+}
+
+fn run_serve(args: ServeArgs) -> Result<(), String> {
+    let topology = load_topology(args.topology.as_ref())?;
+    let mut peers = HashMap::new();
+    for p in &args.peer {
+        let (name, addr) = serve::parse_peer(p)?;
+        peers.insert(name, addr);
+    }
+    let listen = args.listen.or(args
+        .port
+        .map(|p| std::net::SocketAddr::from(([127, 0, 0, 1], p))));
+    serve::run(&serve::ServeOptions {
+        topology,
+        service: args.service,
+        listen,
+        peers,
+        mode: args.mode.into(),
+        forgetful: args.forgetful,
+        profile: args.profile,
+        metrics: args.metrics,
+    })
+}

@@ -1,0 +1,5 @@
+//! The `hopbudget-demo` command; see [`hopbudget_demo::cli`].
+
+fn main() -> std::process::ExitCode {
+    hopbudget_demo::cli::main()
+}
