@@ -28,7 +28,7 @@ fi
 
 if [ -z "$report" ]; then
     out=target/hopbudget-demo-check
-    cargo run --quiet -p hopbudget-cli -- demo --duration 3 --forgetful inventory \
+    cargo run --quiet -p hopbudget-demo -- demo --duration 3 --forgetful inventory \
         --out "$out" >/dev/null
     report=$out/report.html
 fi

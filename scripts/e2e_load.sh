@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # End-to-end throughput of the HTTP server layer with a load generator in a process of its
-# own: the second measure beside `cargo bench --bench http_e2e`, whose hyper client shares the
+# own: the second measure beside `cargo bench -p hopbudget --bench http_e2e`, whose hyper client shares the
 # server's process and runtime.
 #
 #   scripts/e2e_load.sh                  wrk, server and wrk pinned to a core each (PIN=1)
