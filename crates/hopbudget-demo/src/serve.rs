@@ -25,11 +25,11 @@ use tokio_util::sync::CancellationToken;
 use tracing_subscriber::layer::SubscriberExt;
 
 use crate::demo::collector::Collector;
-use crate::demo::queue;
-use crate::demo::services::{self, GRPC_PATH, HTTP_PATH, Node};
+use crate::demo::node::Node;
 use crate::demo::topology::{Protocol, ServiceSpec};
-use crate::demo::wiring;
+use crate::demo::wire::{GRPC_PATH, HTTP_PATH};
 use crate::demo::{Mode, Topology};
+use crate::demo::{peer, queue, server, services};
 
 /// What `serve` needs.
 #[derive(Clone, Debug)]
@@ -268,7 +268,7 @@ pub fn run(opts: &ServeOptions) -> Result<(), String> {
         let metrics_listener = tokio::net::TcpListener::bind(metrics_addr)
             .await
             .map_err(|e| format!("{}: cannot serve metrics on {metrics_addr}: {e}", spec.name))?;
-        let http = wiring::reqwest_client()?;
+        let http = peer::reqwest_client()?;
         let behaviour = opts.mode.behaviour(opts.forgetful);
         let layers = behaviour.layers();
         // Without a server layer the library logs no hop; the collector does it instead.
@@ -278,7 +278,7 @@ pub fn run(opts: &ServeOptions) -> Result<(), String> {
         ));
         let node = Arc::new(Node {
             idx,
-            peers: wiring::peers_for(topo, &spec, layers.client, &profile, &addrs, &http)?,
+            peers: peer::peers_for(topo, &spec, layers.client, &profile, &addrs, &http)?,
             sem: Semaphore::new(spec.concurrency as usize),
             collector: collector.clone(),
             profile: profile.clone(),
@@ -287,7 +287,7 @@ pub fn run(opts: &ServeOptions) -> Result<(), String> {
             queue: spec
                 .background
                 .as_ref()
-                .map(|bg| queue::start(bg, behaviour.clone(), collector.clone())),
+                .map(|bg| queue::in_process::start(bg, behaviour.clone(), collector.clone())),
             behaviour,
             spec: spec.clone(),
         });
@@ -331,7 +331,7 @@ pub fn run(opts: &ServeOptions) -> Result<(), String> {
             );
         }
         let stop = CancellationToken::new();
-        let server = wiring::spawn_server(node, listener, stop.clone());
+        let server = server::spawn_server(node, listener, stop.clone());
         let metrics_server = spawn_metrics(metrics, metrics_listener, stop.clone());
         let signal = stop_signal().await;
         stop.cancel();

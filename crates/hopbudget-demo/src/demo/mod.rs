@@ -4,9 +4,13 @@
 //! (per-hop timeouts with Rust's drop-cancellation) and `propagated` (hopbudget).
 //!
 //! - [`topology`]: the YAML file describing the graph (built in: `topologies/checkout.yaml`).
-//! - [`services`]: every service as a real gRPC (tonic) or HTTP (axum) server on its own port.
-//! - [`mode`]: what a mode is (one small trait), one file per mode.
-//! - [`wiring`]: what the modes share: errors and their spelling, peers, servers.
+//! - [`mode`]: a mode's name; [`behaviour`]: what each mode does, one file per mode.
+//! - [`node`]: one running service and the trait its mode implements ([`node::HopMode`]).
+//! - [`services`]: the hop body every mode shares, and a service's settings.
+//! - [`server`]: a node as a real gRPC (tonic) or HTTP (axum) server on its own port;
+//!   [`answer`]: how it spells a [`hop_error::HopError`]; [`peer`]: how it calls the services
+//!   below; [`wire`]: the names on the wire.
+//! - [`queue`]: the background queue (in process or NATS).
 //! - [`runner`]: one mode's run: services up, open-loop arrivals, drain, stop.
 //! - [`collector`], [`results`]: what is measured and how it is summarised.
 //! - [`sweep`]: the load sweep (0.5x to 3x capacity) and its table.
@@ -16,19 +20,25 @@
 //!
 //! [`run`] is the whole demo as a library call (the integration tests use it).
 
+pub mod answer;
+pub mod behaviour;
 pub mod collector;
+pub mod hop_error;
 pub mod mode;
+pub mod node;
+pub mod peer;
 pub mod queue;
 pub mod report;
 pub mod results;
 pub mod runner;
+pub mod server;
 pub mod services;
 pub mod sweep;
 pub mod table;
 pub mod timeline;
 pub mod topology;
 pub mod traces;
-pub mod wiring;
+pub mod wire;
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -18,12 +18,15 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::collector::Collector;
+use super::hop_error::HopError;
 use super::mode::Mode;
+use super::node::Node;
 use super::queue;
-use super::services::{self, Node, REQUEST_ID};
+use super::services;
 use super::topology::{Protocol, Topology};
 use super::traces::RunTraces;
-use super::wiring::{self, HopError};
+use super::wire::{HTTP_PATH, REQUEST_ID};
+use super::{peer, server};
 use crate::proto::HopRequest;
 use crate::proto::hop_client::HopClient;
 
@@ -130,11 +133,11 @@ async fn run_async(topo: &Topology, spec: &RunSpec) -> Result<RunData, String> {
         Duration::from_millis(topo.client.budget_ms),
     ));
     let stop = CancellationToken::new();
-    let listeners = services::bind_all(topo, |_| SocketAddr::from(([127, 0, 0, 1], 0)))
+    let listeners = server::bind_all(topo, |_| SocketAddr::from(([127, 0, 0, 1], 0)))
         .await
         .map_err(|e| e.to_string())?;
     let addrs: Vec<SocketAddr> = listeners.iter().map(|(_, a)| *a).collect();
-    let http = wiring::reqwest_client()?;
+    let http = peer::reqwest_client()?;
     let broker = match &spec.broker {
         Some(url) => Some(queue::nats::Broker::connect(url).await?),
         None => None,
@@ -151,7 +154,11 @@ async fn run_async(topo: &Topology, spec: &RunSpec) -> Result<RunData, String> {
                     .start(&s.name, bg, behaviour.clone(), collector.clone(), &profile)
                     .await?,
             ))),
-            (Some(bg), None) => Some(queue::start(bg, behaviour.clone(), collector.clone())),
+            (Some(bg), None) => Some(queue::in_process::start(
+                bg,
+                behaviour.clone(),
+                collector.clone(),
+            )),
             (None, _) => None,
         };
         let profile = hopbudget::SharedProfile::new(profile);
@@ -159,7 +166,7 @@ async fn run_async(topo: &Topology, spec: &RunSpec) -> Result<RunData, String> {
             idx,
             spec: s.clone(),
             sem: Semaphore::new(s.concurrency as usize),
-            peers: wiring::peers_for(topo, s, behaviour.layers().client, &profile, &addrs, &http)?,
+            peers: peer::peers_for(topo, s, behaviour.layers().client, &profile, &addrs, &http)?,
             collector: collector.clone(),
             profile: profile.clone(),
             seed: topo.client.seed,
@@ -167,7 +174,7 @@ async fn run_async(topo: &Topology, spec: &RunSpec) -> Result<RunData, String> {
             queue: background,
             behaviour,
         });
-        wiring::spawn_server(node, listener, stop.clone());
+        server::spawn_server(node, listener, stop.clone());
     }
     let edge = topo
         .index_of(&topo.edge().name)
@@ -247,8 +254,8 @@ impl EdgeClient {
     fn new(protocol: Protocol, addr: SocketAddr) -> Result<Self, String> {
         Ok(match protocol {
             Protocol::Http => EdgeClient::Http {
-                client: wiring::reqwest_client()?,
-                url: format!("http://{addr}{}", services::HTTP_PATH),
+                client: peer::reqwest_client()?,
+                url: format!("http://{addr}{}", HTTP_PATH),
             },
             Protocol::Grpc => EdgeClient::Grpc(HopClient::new(
                 tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
@@ -276,7 +283,7 @@ impl EdgeClient {
                     .map_err(|e| HopError::Failed(format!("HTTP call failed: {e}")))?;
                 let status = resp.status().as_u16();
                 if status != 200 {
-                    return Err(wiring::from_http(status, resp.headers()));
+                    return Err(peer::from_http(status, resp.headers()));
                 }
                 let body = resp
                     .bytes()
@@ -299,7 +306,7 @@ impl EdgeClient {
                 }
                 match client.clone().call(req).await {
                     Ok(reply) => Ok(reply.into_inner().degraded),
-                    Err(status) => Err(wiring::from_grpc(&status)),
+                    Err(status) => Err(peer::from_grpc(&status)),
                 }
             }
         }

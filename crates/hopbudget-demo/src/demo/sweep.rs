@@ -5,7 +5,7 @@
 //!
 //! Propagated mode runs its leaves behind hopbudget's admission layer (EDF, each waiter
 //! dropped once its budget no longer covers the p99 of the leaf's work; see
-//! `mode/propagated.rs`),
+//! `behaviour/propagated.rs`),
 //! so this is where what the admission layer does past capacity shows, beside the modes
 //! without it.
 

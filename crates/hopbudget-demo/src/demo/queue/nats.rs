@@ -23,9 +23,10 @@ use hopbudget::Profile;
 use hopbudget::queue::Gate;
 use http::HeaderMap;
 
-use super::Job;
+use super::job::Job;
+use super::producer::Publisher;
 use crate::demo::collector::{BackgroundOutcome, Collector};
-use crate::demo::mode::HopMode;
+use crate::demo::node::HopMode;
 use crate::demo::topology::BackgroundSpec;
 
 /// The stream every demo run shares.
@@ -158,48 +159,6 @@ fn subject_token(name: &str) -> String {
             }
         })
         .collect()
-}
-
-/// The producer side of one service's background queue on NATS.
-#[derive(Clone, Debug)]
-pub struct Publisher {
-    js: jetstream::Context,
-    subject: Arc<str>,
-    collector: Arc<Collector>,
-}
-
-impl Publisher {
-    /// Publish `job` (headers as the mode stamped them) without holding up the handler that
-    /// handed it off; the stream's acknowledgement is awaited in the background.
-    pub fn send(&self, job: Job) {
-        let mut headers = async_nats::HeaderMap::new();
-        for (name, value) in &job.headers {
-            if let Ok(value) = value.to_str() {
-                headers.insert(name.as_str(), value);
-            }
-        }
-        let payload = format!("{} {}", job.id, job.work.as_micros())
-            .into_bytes()
-            .into();
-        let this = self.clone();
-        tokio::spawn(async move {
-            let stored = match this
-                .js
-                .publish_with_headers(this.subject.to_string(), headers, payload)
-                .await
-            {
-                Ok(ack) => ack.await.map(drop),
-                Err(e) => Err(e),
-            };
-            if let Err(e) = stored {
-                // Not in the stream, so never consumed: count it as dropped so the run's
-                // background figures still add up.
-                tracing::warn!(error = %e, subject = %this.subject, "demo background message not stored");
-                this.collector
-                    .background_done(job.id, BackgroundOutcome::DroppedExpired);
-            }
-        });
-    }
 }
 
 /// Read the job back from a message: `<request id> <work µs>`.

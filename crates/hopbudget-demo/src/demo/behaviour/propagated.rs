@@ -27,11 +27,13 @@ use hopbudget::queue::Stamper;
 use hopbudget::{HopPolicy, RequestBudget};
 use http::HeaderMap;
 
-use super::{HopMode, Layers, Mode};
 use crate::demo::collector::BackgroundOutcome;
+use crate::demo::hop_error::{self, HopError};
+use crate::demo::mode::Mode;
+use crate::demo::node::{HopMode, Layers, Node};
+use crate::demo::peer::{self, Peer};
 use crate::demo::queue::Job;
-use crate::demo::services::{self, Node};
-use crate::demo::wiring::{self, HopError, Peer};
+use crate::demo::services;
 
 /// hopbudget everywhere.
 #[derive(Clone, Copy, Debug, Default)]
@@ -73,7 +75,7 @@ impl HopMode for Propagated {
                 Some(budget.clone()),
             );
             let result = services::body(node.clone(), id).await;
-            guard.finish(wiring::outcome_of(&result), wiring::failed(&result));
+            guard.finish(hop_error::outcome_of(&result), hop_error::failed(&result));
             result
         })
     }
@@ -108,8 +110,8 @@ impl HopMode for Propagated {
         Box::pin(async move {
             // The client layers take the ambient budget, refuse locally below the threshold
             // (no connection, no bytes, C3), stamp the forward budget (C2) and bound the wait.
-            let result = wiring::send(peer, id).await;
-            wiring::count_at_caller(node, callee, &result);
+            let result = peer::send(peer, id).await;
+            services::count_at_caller(node, callee, &result);
             result
         })
     }

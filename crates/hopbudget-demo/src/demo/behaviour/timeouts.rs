@@ -15,11 +15,13 @@ use std::time::Duration;
 use futures_util::future::BoxFuture;
 use http::HeaderMap;
 
-use super::{HopMode, Layers, Mode};
 use crate::demo::collector::BackgroundOutcome;
+use crate::demo::hop_error::{self, HopError};
+use crate::demo::mode::Mode;
+use crate::demo::node::{HopMode, Layers, Node};
+use crate::demo::peer::{self, Peer};
 use crate::demo::queue::Job;
-use crate::demo::services::{self, Node};
-use crate::demo::wiring::{self, HopError, Peer};
+use crate::demo::services;
 
 /// Per-hop fresh timeouts with drop-cancellation.
 #[derive(Clone, Copy, Debug, Default)]
@@ -43,7 +45,7 @@ impl HopMode for Timeouts {
             // future (the caller went away), the guard records a cancellation.
             let guard = node.collector.arrive(node.idx, id, None, None);
             let result = services::body(node.clone(), id).await;
-            guard.finish(wiring::outcome_of(&result), wiring::failed(&result));
+            guard.finish(hop_error::outcome_of(&result), hop_error::failed(&result));
             result
         })
     }
@@ -74,9 +76,9 @@ impl HopMode for Timeouts {
         Box::pin(async move {
             // `tokio::time::timeout` is what `tower::timeout::Timeout` does per call: race the
             // call against a fresh timer and drop the call when the timer wins.
-            match tokio::time::timeout(node.spec.timeout(), wiring::send(peer, id)).await {
+            match tokio::time::timeout(node.spec.timeout(), peer::send(peer, id)).await {
                 Ok(result) => {
-                    wiring::count_at_caller(node, callee, &result);
+                    services::count_at_caller(node, callee, &result);
                     result
                 }
                 Err(_) => {

@@ -12,11 +12,15 @@ use futures_util::future::BoxFuture;
 use hopbudget::{Deadline, RequestBudget, Source};
 use http::HeaderMap;
 
-use super::{HopMode, Layers, Mode, Propagated, run_detached};
+use super::Propagated;
+use super::detached::run_detached;
 use crate::demo::collector::BackgroundOutcome;
+use crate::demo::hop_error::{self, HopError};
+use crate::demo::mode::Mode;
+use crate::demo::node::{HopMode, Layers, Node};
+use crate::demo::peer::Peer;
 use crate::demo::queue::Job;
-use crate::demo::services::{self, Node};
-use crate::demo::wiring::{self, HopError, Peer};
+use crate::demo::services;
 
 /// What the forgetful hop shares with `propagated`.
 static BASE: Propagated = Propagated;
@@ -53,7 +57,7 @@ impl HopMode for Forgetful {
                     Ok(r) => r,
                     Err(e) => Err(HopError::Budget(e)),
                 };
-                guard.finish(wiring::outcome_of(&result), wiring::failed(&result));
+                guard.finish(hop_error::outcome_of(&result), hop_error::failed(&result));
                 result
             })
             .await

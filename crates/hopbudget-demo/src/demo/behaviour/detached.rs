@@ -12,11 +12,14 @@ use std::time::Duration;
 use futures_util::future::BoxFuture;
 use http::HeaderMap;
 
-use super::{HopMode, Layers, Mode, Timeouts, run_detached};
+use super::Timeouts;
 use crate::demo::collector::BackgroundOutcome;
+use crate::demo::hop_error::{self, HopError};
+use crate::demo::mode::Mode;
+use crate::demo::node::{HopMode, Layers, Node};
+use crate::demo::peer::Peer;
 use crate::demo::queue::Job;
-use crate::demo::services::{self, Node};
-use crate::demo::wiring::{self, HopError, Peer};
+use crate::demo::services;
 
 /// What `detached` shares with `timeouts`.
 static BASE: Timeouts = Timeouts;
@@ -40,7 +43,7 @@ impl HopMode for Detached {
             // Dropping the awaiting future does not stop the work below.
             run_detached(async move {
                 let result = services::body(node, id).await;
-                guard.finish(wiring::outcome_of(&result), wiring::failed(&result));
+                guard.finish(hop_error::outcome_of(&result), hop_error::failed(&result));
                 result
             })
             .await
@@ -48,4 +51,16 @@ impl HopMode for Detached {
     }
 
     delegate_to!(BASE);
+}
+
+/// Run a hop's handler on a task of its own: dropping the caller's future does not stop it
+/// (the detached modes' defining trait). It keeps the hop's span, the trace context, as an
+/// instrumented executor would.
+pub(super) async fn run_detached(
+    handler: impl std::future::Future<Output = Result<u32, HopError>> + Send + 'static,
+) -> Result<u32, HopError> {
+    use tracing::Instrument as _;
+    tokio::spawn(handler.in_current_span())
+        .await
+        .unwrap_or_else(|e| Err(HopError::Failed(format!("handler task failed: {e}"))))
 }
