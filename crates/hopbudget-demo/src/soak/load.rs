@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use hdrhistogram::Histogram;
 
-use super::SoakOptions;
 use super::mix::Kind;
+use super::options::SoakOptions;
 use super::overload::OVERLOAD_BUDGET_MS;
 
 /// What the client saw for one kind of request.

@@ -10,8 +10,35 @@ use super::ledger::End;
 use super::load::Load;
 use super::memory::{Memory, memory_flat, mib};
 use super::mix::Kind;
+use super::options::SoakOptions;
 use super::overload::{CAPACITY_SLOTS, CAPACITY_WORK, OVERLOAD_BUDGET_MS, capacity_per_s};
-use super::{Check, SoakOptions, SoakReport};
+
+/// One check and whether it held.
+#[derive(Debug, Clone)]
+pub struct Check {
+    /// What was checked.
+    pub name: String,
+    /// Whether it held.
+    pub ok: bool,
+    /// The figures behind it.
+    pub detail: String,
+}
+
+/// The result of a soak run.
+#[derive(Debug, Clone)]
+pub struct SoakReport {
+    /// The report as text.
+    pub text: String,
+    /// Every check.
+    pub checks: Vec<Check>,
+}
+
+impl SoakReport {
+    /// Whether every check held.
+    pub fn passed(&self) -> bool {
+        self.checks.iter().all(|c| c.ok)
+    }
+}
 
 /// The report of one run; its checks decide the exit status.
 pub(super) fn report(
