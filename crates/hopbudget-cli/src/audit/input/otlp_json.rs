@@ -1,0 +1,326 @@
+//! One line of OTLP JSON (an `ExportTraceServiceRequest` in the protobuf JSON mapping) into
+//! spans: borrowed JSON shapes that skip what the audit does not read, every id and number
+//! checked, a span that cannot be used reported and skipped.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use hopbudget::observe::fields;
+use serde::Deserialize;
+use serde::de::{self, IgnoredAny, MapAccess, SeqAccess, Visitor};
+
+use super::sink::{InputStats, SpanSink};
+use crate::audit::span::{HopAttrs, Interner, Outcome, Span, parse_hex_id};
+use crate::audit::{Problem, Problems};
+
+pub(super) fn decode_line(
+    line: &[u8],
+    label: &str,
+    number: u64,
+    sink: &mut dyn SpanSink,
+    stats: &mut InputStats,
+    problems: &mut Problems,
+) -> Result<(), String> {
+    let request: RequestJson<'_> =
+        serde_json::from_slice(line).map_err(|e| format!("not an OTLP JSON trace request: {e}"))?;
+    let mut index = 0u64;
+    for rs in request.resource_spans {
+        let resource_service = rs
+            .resource
+            .as_ref()
+            .and_then(|r| r.attributes.iter().find(|kv| kv.key == fields::SERVICE))
+            .and_then(|kv| kv.value.as_ref()?.as_str().map(str::to_owned));
+        for ss in rs.scope_spans {
+            for span in ss.spans {
+                index += 1;
+                match convert(span, resource_service.as_deref(), sink.names()) {
+                    Ok(s) => {
+                        stats.spans += 1;
+                        sink.span(s);
+                    }
+                    Err(reason) => {
+                        stats.bad_spans += 1;
+                        problems.push(Problem::new(
+                            label,
+                            Some(number),
+                            format!("span {index}: {reason}; span skipped"),
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn convert(
+    span: SpanJson<'_>,
+    service: Option<&str>,
+    names: &mut Interner,
+) -> Result<Span, String> {
+    let trace = match &span.trace_id {
+        Some(Scalar::Str(s)) => parse_hex_id(s, 16).map_err(|e| format!("traceId: {e}"))?,
+        _ => return Err("no traceId".into()),
+    };
+    if trace == 0 {
+        return Err("traceId is all zeros".into());
+    }
+    let id = match &span.span_id {
+        Some(Scalar::Str(s)) => parse_hex_id(s, 8).map_err(|e| format!("spanId: {e}"))? as u64,
+        _ => return Err("no spanId".into()),
+    };
+    if id == 0 {
+        return Err("spanId is all zeros".into());
+    }
+    let parent = match &span.parent_span_id {
+        None | Some(Scalar::Null) => 0,
+        Some(Scalar::Str(s)) if s.is_empty() => 0,
+        Some(Scalar::Str(s)) => {
+            parse_hex_id(s, 8).map_err(|e| format!("parentSpanId: {e}"))? as u64
+        }
+        Some(_) => return Err("parentSpanId is not a string".into()),
+    };
+    let start_ns = span
+        .start_time_unix_nano
+        .as_ref()
+        .and_then(Scalar::as_u64)
+        .ok_or("no valid startTimeUnixNano")?;
+    let end_ns = span
+        .end_time_unix_nano
+        .as_ref()
+        .and_then(Scalar::as_u64)
+        .ok_or("no valid endTimeUnixNano")?;
+    let kind = match &span.kind {
+        Some(Scalar::Str(s)) => match s.as_ref() {
+            "SPAN_KIND_INTERNAL" => 1,
+            "SPAN_KIND_SERVER" => 2,
+            "SPAN_KIND_CLIENT" => 3,
+            "SPAN_KIND_PRODUCER" => 4,
+            "SPAN_KIND_CONSUMER" => 5,
+            _ => 0,
+        },
+        Some(k) => k.as_i64().and_then(|k| u8::try_from(k).ok()).unwrap_or(0),
+        None => 0,
+    };
+    let mut service = service.map(|s| names.intern(s));
+    let mut hop = HopAttrs {
+        remaining_ms: None,
+        source: None,
+        margin_ms: None,
+        outcome: Outcome::Unknown,
+        required_ms: None,
+        overrun_ms: None,
+    };
+    let mut is_hop = false;
+    for kv in &span.attributes {
+        let Some(v) = kv.value.as_ref() else { continue };
+        match kv.key.as_ref() {
+            fields::SERVICE => {
+                if let Some(s) = v.as_str() {
+                    service = Some(names.intern(s));
+                }
+            }
+            // Not a hop by itself: a `degrade` or `cache.read` span inside a hop has it too.
+            fields::REMAINING_MS => hop.remaining_ms = v.as_i64(),
+            fields::SOURCE => {
+                is_hop = true;
+                hop.source = v.as_str().map(|s| names.intern(s));
+            }
+            fields::MARGIN_MS => hop.margin_ms = v.as_i64(),
+            fields::OUTCOME => {
+                is_hop = true;
+                hop.outcome = v.as_str().map_or(Outcome::Unknown, Outcome::parse);
+            }
+            fields::REQUIRED_MS => hop.required_ms = v.as_i64(),
+            fields::OVERRUN_MS => hop.overrun_ms = v.as_i64(),
+            _ => {}
+        }
+    }
+    let name = names.intern(span.name.as_ref().and_then(Scalar::as_str).unwrap_or(""));
+    Ok(Span {
+        trace,
+        id,
+        parent,
+        service: service.unwrap_or_else(|| names.intern("(unknown service)")),
+        name,
+        kind,
+        start_ns,
+        end_ns,
+        hop: is_hop.then_some(hop),
+    })
+}
+
+// The OTLP JSON shapes, as lenient as the protobuf JSON mapping allows: unknown fields are
+// ignored, numbers may be strings or numbers, strings are borrowed from the line when they
+// hold no escapes.
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RequestJson<'a> {
+    #[serde(default, borrow, alias = "resource_spans")]
+    resource_spans: Vec<ResourceSpansJson<'a>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ResourceSpansJson<'a> {
+    #[serde(default, borrow)]
+    resource: Option<ResourceJson<'a>>,
+    #[serde(
+        default,
+        borrow,
+        alias = "scope_spans",
+        alias = "instrumentationLibrarySpans"
+    )]
+    scope_spans: Vec<ScopeSpansJson<'a>>,
+}
+
+#[derive(Deserialize)]
+struct ResourceJson<'a> {
+    #[serde(default, borrow)]
+    attributes: Vec<KeyValueJson<'a>>,
+}
+
+#[derive(Deserialize)]
+struct ScopeSpansJson<'a> {
+    #[serde(default, borrow)]
+    spans: Vec<SpanJson<'a>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SpanJson<'a> {
+    #[serde(default, borrow, alias = "trace_id")]
+    trace_id: Option<Scalar<'a>>,
+    #[serde(default, borrow, alias = "span_id")]
+    span_id: Option<Scalar<'a>>,
+    #[serde(default, borrow, alias = "parent_span_id")]
+    parent_span_id: Option<Scalar<'a>>,
+    #[serde(default, borrow)]
+    name: Option<Scalar<'a>>,
+    #[serde(default, borrow)]
+    kind: Option<Scalar<'a>>,
+    #[serde(default, borrow, alias = "start_time_unix_nano")]
+    start_time_unix_nano: Option<Scalar<'a>>,
+    #[serde(default, borrow, alias = "end_time_unix_nano")]
+    end_time_unix_nano: Option<Scalar<'a>>,
+    #[serde(default, borrow)]
+    attributes: Vec<KeyValueJson<'a>>,
+}
+
+#[derive(Deserialize)]
+struct KeyValueJson<'a> {
+    #[serde(borrow)]
+    key: Cow<'a, str>,
+    #[serde(default, borrow)]
+    value: Option<AnyValueJson<'a>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct AnyValueJson<'a> {
+    #[serde(default, borrow, alias = "string_value")]
+    string_value: Option<Scalar<'a>>,
+    #[serde(default, borrow, alias = "int_value")]
+    int_value: Option<Scalar<'a>>,
+    #[serde(default, borrow, alias = "double_value")]
+    double_value: Option<Scalar<'a>>,
+}
+
+impl AnyValueJson<'_> {
+    fn as_str(&self) -> Option<&str> {
+        self.string_value.as_ref()?.as_str()
+    }
+
+    fn as_i64(&self) -> Option<i64> {
+        [&self.int_value, &self.double_value, &self.string_value]
+            .into_iter()
+            .find_map(|v| v.as_ref()?.as_i64())
+    }
+}
+
+/// Any JSON scalar; arrays and objects are skipped as [`Scalar::Other`].
+enum Scalar<'a> {
+    Str(Cow<'a, str>),
+    Int(i64),
+    UInt(u64),
+    Float(f64),
+    Null,
+    Other,
+}
+
+impl Scalar<'_> {
+    fn as_str(&self) -> Option<&str> {
+        match self {
+            Scalar::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    fn as_i64(&self) -> Option<i64> {
+        match self {
+            Scalar::Int(i) => Some(*i),
+            Scalar::UInt(u) => i64::try_from(*u).ok(),
+            Scalar::Float(f) if f.is_finite() && f.abs() < 9.0e18 => Some(f.round() as i64),
+            Scalar::Str(s) => s.trim().parse().ok(),
+            _ => None,
+        }
+    }
+
+    fn as_u64(&self) -> Option<u64> {
+        match self {
+            Scalar::Int(i) => u64::try_from(*i).ok(),
+            Scalar::UInt(u) => Some(*u),
+            Scalar::Str(s) => s.trim().parse().ok(),
+            _ => None,
+        }
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Scalar<'a> {
+    fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = Scalar<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON value")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Scalar::Str(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Scalar::Str(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
+                Ok(Scalar::Str(Cow::Owned(v)))
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<Self::Value, E> {
+                Ok(Scalar::Int(v))
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<Self::Value, E> {
+                Ok(Scalar::UInt(v))
+            }
+            fn visit_f64<E>(self, v: f64) -> Result<Self::Value, E> {
+                Ok(Scalar::Float(v))
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+                Ok(Scalar::Other)
+            }
+            fn visit_unit<E>(self) -> Result<Self::Value, E> {
+                Ok(Scalar::Null)
+            }
+            fn visit_none<E>(self) -> Result<Self::Value, E> {
+                Ok(Scalar::Null)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Scalar::Other)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(Scalar::Other)
+            }
+        }
+        d.deserialize_any(V(std::marker::PhantomData))
+    }
+}

@@ -1,0 +1,28 @@
+//! Where the reader hands decoded spans, and what it counted.
+
+use crate::audit::span::{Interner, Span};
+
+/// Where decoded spans go, line by line.
+pub(crate) trait SpanSink {
+    /// The names table spans are interned in.
+    fn names(&mut self) -> &mut Interner;
+    /// One span.
+    fn span(&mut self, span: Span);
+    /// A line (one export batch) has been read in full: a good moment to finish traces.
+    fn line_end(&mut self);
+}
+
+/// Counts of what was read.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct InputStats {
+    /// Files opened.
+    pub files: u64,
+    /// Non-empty lines read.
+    pub lines: u64,
+    /// Lines that could not be decoded (each is a problem).
+    pub bad_lines: u64,
+    /// Spans decoded.
+    pub spans: u64,
+    /// Spans skipped because a field was missing or invalid (each is a problem).
+    pub bad_spans: u64,
+}
