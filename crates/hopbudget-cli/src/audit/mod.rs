@@ -162,7 +162,7 @@ struct Session {
     stats: input::InputStats,
     problems: Problems,
     limits: input::ReadLimits,
-    rules: report::FindingRules,
+    rules: report::findings::FindingRules,
 }
 
 impl Session {
@@ -184,7 +184,7 @@ impl Session {
             limits: input::ReadLimits {
                 max_line_bytes: opts.max_line_bytes,
             },
-            rules: report::FindingRules {
+            rules: report::findings::FindingRules {
                 spike_min: opts.spike_min,
                 depth_min: opts.depth_min,
             },
@@ -198,7 +198,7 @@ impl Session {
             mut acc,
         } = self.auditor;
         grouper.drain(&mut |spans, how| acc.trace(&spans, how, &names));
-        report::build(report::Inputs {
+        report::findings::build(report::findings::Inputs {
             acc: &acc,
             names: &names,
             input: self.stats,

@@ -1,0 +1,193 @@
+//! Turning the accumulated counters into findings, per hop, and the report's tables.
+//!
+//! The findings follow the list: budget resets (S13), missing deadlines (C8), a
+//! latency spike at one exact value (a default timeout firing), late work (C14), refusals
+//! concentrated at the deepest hops ("entry budget too small for this chain depth", S6), and
+//! for hops that carry the deadline as an epoch instant, an estimate of the clock offset
+//! between the two services (S3).
+//!
+//! This file is the report's shape, what `--json` prints; `findings.rs` builds it.
+
+pub(crate) mod findings;
+
+use serde::Serialize;
+
+use super::Problem;
+use super::group::GroupStats;
+use super::input::InputStats;
+
+/// How much a finding matters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Severity {
+    /// A chain break: the exit status is 1.
+    Error,
+    /// Worth fixing.
+    Warning,
+    /// For information.
+    Info,
+}
+
+/// What kind of finding.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FindingKind {
+    /// A hop started with more budget than its caller had left when it called (S13).
+    ChainBreak,
+    /// Hops arrived without a deadline (`deadline.source = fallback`, C8).
+    MissingDeadline,
+    /// A cluster of hop durations at one value: a fixed timeout firing.
+    TimeoutSpike,
+    /// Work finished after its deadline (`deadline.overrun_ms`).
+    LateWork,
+    /// Most hops at the deepest level were refused (S6).
+    EntryBudgetTooSmall,
+    /// Estimated clock offset between two services with an epoch carrier (S3).
+    ClockOffset,
+}
+
+/// One finding.
+#[derive(Clone, Debug, Serialize)]
+pub struct Finding {
+    /// What kind.
+    pub kind: FindingKind,
+    /// How much it matters.
+    pub severity: Severity,
+    /// The hop it is about (`service route`), or the services for a clock offset.
+    pub hop: String,
+    /// How many spans show it.
+    pub count: u64,
+    /// Out of how many.
+    pub of: u64,
+    /// The value in milliseconds it is about (reset size, spike value, offset, ...).
+    pub value_ms: Option<i64>,
+    /// The callers involved (chain break) or the hops at that depth (S6).
+    pub related: Vec<String>,
+    /// The hops below a reset, which ran on the reset budget.
+    pub below: Vec<String>,
+    /// One line for people.
+    pub detail: String,
+    /// A trace that shows it (hex trace id).
+    pub example_trace: Option<String>,
+}
+
+/// One row of the per-hop table.
+#[derive(Clone, Debug, Serialize)]
+pub struct HopRow {
+    /// `service route`.
+    pub hop: String,
+    /// Service name.
+    pub service: String,
+    /// Span name (route).
+    pub route: String,
+    /// Smallest depth seen (0 = entry hop).
+    pub depth: Option<u32>,
+    /// Hop spans.
+    pub spans: u64,
+    /// Completed.
+    pub completed: u64,
+    /// Refused before work (C3).
+    pub refused: u64,
+    /// Expired (C4).
+    pub expired: u64,
+    /// Cancelled (C5).
+    pub cancelled: u64,
+    /// Budget left on arrival, median (ms).
+    pub remaining_p50_ms: Option<u64>,
+    /// Duration, median (ms).
+    pub duration_p50_ms: Option<u64>,
+    /// Duration, 99th percentile (ms).
+    pub duration_p99_ms: Option<u64>,
+    /// Arrivals without a deadline.
+    pub missing: u64,
+    /// Work finished after its deadline.
+    pub late: u64,
+    /// Arrivals with more budget than the caller had left.
+    pub resets: u64,
+}
+
+/// Hops and refusals at one depth.
+#[derive(Clone, Debug, Serialize)]
+pub struct DepthRow {
+    /// 0 is the entry hop.
+    pub depth: u32,
+    /// Hop spans at this depth.
+    pub hops: u64,
+    /// Of which refused.
+    pub refused: u64,
+    /// `refused / hops`.
+    pub refusal_rate: f64,
+}
+
+/// One edge of the hop tree, summed over traces.
+#[derive(Clone, Debug, Serialize)]
+pub struct TreeEdge {
+    /// The calling hop.
+    pub parent: String,
+    /// The called hop.
+    pub child: String,
+    /// How many calls.
+    pub calls: u64,
+    /// Of which reset the budget.
+    pub resets: u64,
+}
+
+/// Trace counts.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct TraceStats {
+    /// Traces with every hop linked to the entry hop.
+    pub complete: u64,
+    /// Traces with a missing parent span or no root (split across files, cut by the window).
+    pub partial: u64,
+    /// Hop spans (spans with `deadline.*` attributes).
+    pub hop_spans: u64,
+    /// Background hops with their own deadline (C12), not compared with their caller.
+    pub detached: u64,
+}
+
+/// Everything `hopbudget audit` found.
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    /// What was read.
+    pub input: InputStats,
+    /// How spans were grouped into traces.
+    pub grouping: GroupStats,
+    /// Traces and hops.
+    pub traces: TraceStats,
+    /// The findings, most serious first.
+    pub findings: Vec<Finding>,
+    /// Per hop.
+    pub hops: Vec<HopRow>,
+    /// Refusals by depth (S6).
+    pub depths: Vec<DepthRow>,
+    /// The entry hops and how many traces each started.
+    pub roots: Vec<(String, u64)>,
+    /// The hop tree.
+    pub tree: Vec<TreeEdge>,
+    /// What could not be read (the first ones; `problems_total` counts all).
+    pub problems: Vec<Problem>,
+    /// How many problems in all.
+    pub problems_total: u64,
+}
+
+impl Report {
+    /// How many chain-break findings.
+    pub fn chain_breaks(&self) -> usize {
+        self.findings
+            .iter()
+            .filter(|f| f.kind == FindingKind::ChainBreak)
+            .count()
+    }
+
+    /// The exit status `hopbudget audit` ends with: 1 when a chain break was found, else 3
+    /// when some input could not be read, else 0. (2 is a usage error, before any reading.)
+    pub fn exit_status(&self) -> u8 {
+        if self.chain_breaks() > 0 {
+            1
+        } else if self.problems_total > 0 {
+            3
+        } else {
+            0
+        }
+    }
+}
