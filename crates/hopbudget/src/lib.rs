@@ -72,9 +72,14 @@
 //! ```
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
+// The outbound half of the hop core (`hop::outbound`) is protocol-neutral, and every client
+// adapter (HTTP, reqwest, gRPC) is behind `http`: a build without any of them uses none of it.
+#![cfg_attr(
+    not(feature = "http"),
+    allow(dead_code, unused_imports, unreachable_pub)
+)]
 
 pub mod admission;
-mod answer;
 mod budget;
 pub mod cache;
 pub mod clock;
@@ -87,11 +92,12 @@ pub mod fan_out;
 #[cfg(feature = "grpc")]
 #[cfg_attr(docsrs, doc(cfg(feature = "grpc")))]
 pub mod grpc;
+pub mod hop;
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub mod http;
+mod http_answer;
 pub mod learned;
-pub mod lifecycle;
 pub mod observe;
 mod outcome;
 #[cfg(feature = "postgres")]

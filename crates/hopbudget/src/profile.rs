@@ -441,7 +441,7 @@ impl RouteRule {
     }
 
     /// The route's learned threshold, if it learns. The server layers (every adapter of
-    /// [`crate::lifecycle`]) record each completed request's latency into it; other code may
+    /// [`crate::hop`]) record each completed request's latency into it; other code may
     /// record too.
     ///
     /// See the [example](Profile#examples).

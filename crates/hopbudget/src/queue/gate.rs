@@ -1,6 +1,6 @@
 //! The consumer's gate: before any work, decide what a message's deadline allows.
 //!
-//! The gate is the queue consumer's adapter over the shared [hop lifecycle](crate::lifecycle).
+//! The gate is the queue consumer's adapter over the shared [hop lifecycle](crate::hop).
 //! It owns only what is particular to a queue: reading the absolute `deadline-epoch-ms` header
 //! with the injected wall clock (read once, rule C1) and the profile's skew allowance, clamping
 //! to the maximum processing budget, and spelling each verdict as ack-and-process or
@@ -22,7 +22,7 @@ use super::dead_letter::DeadLetter;
 use super::{HeaderCarrier, trace_link};
 use crate::clock::{SystemClock, WallClock};
 use crate::codec::{Carrier, Inbound, MalformedHeader, epoch};
-use crate::lifecycle::{HopConfig, HopGuard, RouteLabel, Verdict};
+use crate::hop::{HopConfig, HopGuard, RouteLabel, Verdict};
 use crate::observe::{self, Protocol};
 use crate::{EndCause, Refused, SharedProfile};
 
