@@ -116,8 +116,9 @@ pub use budget::{BudgetId, Deadline, HopPolicy, RequestBudget, Scoped, Source};
 pub use downstream::DownstreamError;
 pub use error::{BudgetError, EndCause, Refused};
 pub use outcome::Outcome;
+#[doc(inline)]
+pub use profile::Profile;
 pub use profile::shared::SharedProfile;
-pub use profile::validated::Profile;
 pub use task::{
     FutureExt, TaskHandle, WithBudget, spawn, spawn_blocking, spawn_detached, spawn_with,
 };
