@@ -4,9 +4,11 @@
 //! every hop it passes through learns how much is left, forwards slightly less, refuses work it
 //! cannot finish, and stops its children when the time is up or the caller is gone.
 //!
-//! The behaviour is specified as numbered rules (C1-C21) and scenarios (S1-S18) in
-//! `docs/contract.md` in the repository; the docs cite them by number, and each entry there
-//! names the modules and tests behind it. The guide, `docs/guide/` in the repository, has a
+//! The behaviour is specified as numbered rules (C1-C25) and scenarios (S1-S23) in the
+//! [contract] (`docs/contract.md` in the repository); the docs cite them by
+//! number, each has an anchor there (rule C3 is [`contract#c3`](crate::contract#c3), scenario
+//! S2 [`contract#s2`](crate::contract#s2)), and each entry names the modules and tests behind
+//! it. The guide, `docs/guide/` in the repository, has a
 //! page per topic; each module below names its page.
 //!
 //! ## The pieces
@@ -85,6 +87,7 @@ pub mod cache;
 pub mod clock;
 pub mod codec;
 pub mod config;
+pub mod contract;
 pub mod degrade;
 mod downstream;
 mod error;
