@@ -1,11 +1,12 @@
-//! Carrying the budget across the places a request stops being a request (rule C11):
-//! `tokio::spawn`, `spawn_blocking`, and any future handed to other code.
+//! Carrying the budget across the places a request stops being a request (rule
+//! [C11](crate::contract#c11)): `tokio::spawn`, `spawn_blocking`, and any future handed to other
+//! code.
 //!
 //! Each helper takes the ambient budget, gives the new work a *child* of it (same deadline,
-//! cancelled with the request, rule C7) and installs that child as the ambient budget inside
-//! the work. Spawned tasks are stopped when the budget ends, so nothing runs as an orphan
-//! (rule C5). Background work that must outlive the request uses [`spawn_detached`] instead
-//! (rule C12).
+//! cancelled with the request, rule [C7](crate::contract#c7)) and installs that child as the
+//! ambient budget inside the work. Spawned tasks are stopped when the budget ends, so nothing runs
+//! as an orphan (rule [C5](crate::contract#c5)). Background work that must outlive the request uses
+//! [`spawn_detached`] instead (rule [C12](crate::contract#c12)).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -120,9 +121,9 @@ where
     }))
 }
 
-/// Spawn background work with a fresh budget rooted now (rule C12): it is not cancelled when
-/// the request that scheduled it ends, it stops at its own deadline, and its span follows
-/// from the scheduling span so traces keep the link.
+/// Spawn background work with a fresh budget rooted now (rule [C12](crate::contract#c12)): it is
+/// not cancelled when the request that scheduled it ends, it stops at its own deadline, and its
+/// span follows from the scheduling span so traces keep the link.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]

@@ -64,8 +64,8 @@ pub const DEGRADED_TOTAL: &str = "hopbudget_degraded_total";
 pub const CACHE_READS_TOTAL: &str = "hopbudget_cache_reads_total";
 
 /// Counter: hops let through while enforcement was off (the profile's `enforce: false`, rule
-/// C24), by what enforcement would have done (`refused`, `expired`, `malformed`). Labels:
-/// `service`, `route`, `would`.
+/// [C24](crate::contract#c24)), by what enforcement would have done (`refused`, `expired`,
+/// `malformed`). Labels: `service`, `route`, `would`.
 ///
 /// See the [example](METRICS#examples).
 pub const UNENFORCED_TOTAL: &str = "hopbudget_unenforced_total";

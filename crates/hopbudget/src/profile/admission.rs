@@ -1,4 +1,4 @@
-//! The `admission:` section: deadline-aware admission (rule C21).
+//! The `admission:` section: deadline-aware admission (rule [C21](crate::contract#c21)).
 
 use std::time::Duration;
 
@@ -8,8 +8,8 @@ use super::issues::Issues;
 use super::routes::RouteRule;
 use crate::admission::{AdmissionConfig, QueuePolicy};
 
-/// Deadline-aware admission (rule C21): how many requests do their work at once, how many
-/// may wait, in which order, and what each route costs.
+/// Deadline-aware admission (rule [C21](crate::contract#c21)): how many requests do their work at
+/// once, how many may wait, in which order, and what each route costs.
 ///
 /// See the [module example](crate::admission#example).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -1,6 +1,7 @@
 //! The profile's top-level numbers: the edge total, the maximum, the hop's margins and refuse
-//! threshold, the stream lifetime and the low-budget mark (rules C2, C3, C8, C9, C13), and the
-//! kill switch (C24).
+//! threshold, the stream lifetime and the low-budget mark (rules [C2](crate::contract#c2),
+//! [C3](crate::contract#c3), [C8](crate::contract#c8), [C9](crate::contract#c9),
+//! [C13](crate::contract#c13)), and the kill switch ([C24](crate::contract#c24)).
 
 use std::time::Duration;
 

@@ -1,4 +1,5 @@
-//! The `inbound:` section: the carriers read on arrival (the tightest wins, rule C9).
+//! The `inbound:` section: the carriers read on arrival (the tightest wins, rule
+//! [C9](crate::contract#c9)).
 
 use http::HeaderName;
 

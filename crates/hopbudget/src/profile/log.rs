@@ -9,10 +9,11 @@ use serde::{Deserialize, Serialize};
 /// - **`hopbudget::hop`**, with `hops: true`: one INFO line at every hop's end, with the
 ///   service, the route, the protocol, the outcome, the budget at arrival and its source,
 ///   and the time the hop took. Off by default: a line per request is a choice.
-/// - **`hopbudget::notice`**: requests refused before work (C3) and requests that arrived
-///   with no deadline (C8, `deadline received: none`), at INFO, so they show under the usual
-///   `info` filter. At most `notices_per_s` lines a second for each of the two kinds in the
-///   whole process; a line after a quiet spell says how many were left out. `0` turns them off.
+/// - **`hopbudget::notice`**: requests refused before work ([C3](crate::contract#c3)) and requests
+///   that arrived with no deadline ([C8](crate::contract#c8), `deadline received: none`), at INFO,
+///   so they show under the usual `info` filter. At most `notices_per_s` lines a second for each of
+///   the two kinds in the whole process; a line after a quiet spell says how many were left out.
+///   `0` turns them off.
 ///
 /// ```
 /// let p = hopbudget::Profile::from_yaml("log: {hops: true, notices_per_s: 5}", "inline.yaml").unwrap();

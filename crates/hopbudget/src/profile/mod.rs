@@ -1,5 +1,6 @@
-//! The adoption profile (rule C15): header names, encodings, margins, thresholds, the edge
-//! total, the maximum and the status codes, from one YAML file with documented defaults.
+//! The adoption profile (rule [C15](crate::contract#c15)): header names, encodings, margins,
+//! thresholds, the edge total, the maximum and the status codes, from one YAML file with documented
+//! defaults.
 //!
 //! A profile is checked whole at start-up. Every problem is reported with the file, the field
 //! and the reason, and a service with a bad profile does not start. `profiles/default.yaml`
@@ -246,30 +247,30 @@ impl Profile {
         self.policy
     }
 
-    /// Whether this profile enforces budgets (`enforce`, rule C24). When `false` the layers
-    /// refuse nothing and end nothing at the deadline; budgets are still forwarded and every
-    /// hop is recorded, with what enforcement would have done.
+    /// Whether this profile enforces budgets (`enforce`, rule [C24](crate::contract#c24)). When
+    /// `false` the layers refuse nothing and end nothing at the deadline; budgets are still
+    /// forwarded and every hop is recorded, with what enforcement would have done.
     ///
     /// See the [example](crate::SharedProfile#examples).
     pub fn enforces(&self) -> bool {
         self.policy.enforce
     }
 
-    /// Budget for requests without an inbound deadline (rule C8).
+    /// Budget for requests without an inbound deadline (rule [C8](crate::contract#c8)).
     ///
     /// See the [example](Self#examples).
     pub fn edge_total(&self) -> Duration {
         self.edge_total
     }
 
-    /// Inbound clamp (rule C9).
+    /// Inbound clamp (rule [C9](crate::contract#c9)).
     ///
     /// See the [example](Self#examples).
     pub fn max(&self) -> Duration {
         self.max
     }
 
-    /// How long a stream may run after its first chunk (rule C13).
+    /// How long a stream may run after its first chunk (rule [C13](crate::contract#c13)).
     ///
     /// See the [example](Self#examples).
     pub fn stream_lifetime(&self) -> Duration {
@@ -300,7 +301,8 @@ impl Profile {
         }
     }
 
-    /// The hosts outbound calls may send deadline headers to (rule C19, S16).
+    /// The hosts outbound calls may send deadline headers to (rule [C19](crate::contract#c19),
+    /// [S16](crate::contract#s16)).
     ///
     /// See the example on [`TrustedHosts`](crate::profile::TrustedHosts#examples).
     pub fn trusted_hosts(&self) -> &TrustedHosts {
@@ -332,7 +334,8 @@ impl Profile {
         )
     }
 
-    /// Deadline-aware admission, if the profile has an `admission` section (C21).
+    /// Deadline-aware admission, if the profile has an `admission` section
+    /// ([C21](crate::contract#c21)).
     ///
     /// See the [module example](crate::admission#example).
     pub fn admission(&self) -> Option<&AdmissionConfig> {
@@ -346,8 +349,8 @@ impl Profile {
         self.routes.iter().find(|r| r.matches(path))
     }
 
-    /// The least budget a request to `path` needs to start (rule C3): the route's
-    /// [`threshold`](RouteRule::threshold), or the profile's `refuse_below_ms`.
+    /// The least budget a request to `path` needs to start (rule [C3](crate::contract#c3)): the
+    /// route's [`threshold`](RouteRule::threshold), or the profile's `refuse_below_ms`.
     ///
     /// See the [example](Self#examples).
     pub fn min_budget(&self, path: &str) -> Duration {
@@ -355,7 +358,7 @@ impl Profile {
             .map_or(self.policy.refuse_below, RouteRule::threshold)
     }
 
-    /// Whether `path` is a streaming route (rule C13).
+    /// Whether `path` is a streaming route (rule [C13](crate::contract#c13)).
     ///
     /// See the [example](Self#examples).
     pub fn is_stream(&self, path: &str) -> bool {

@@ -1,5 +1,5 @@
 //! The `outbound:` section: the carrier written on outbound HTTP calls, and the hosts that may
-//! see deadline headers (rule C19).
+//! see deadline headers (rule [C19](crate::contract#c19)).
 
 use serde::{Deserialize, Serialize};
 
@@ -15,10 +15,11 @@ use crate::codec::Carrier;
 pub struct OutboundSpec {
     /// `relative-ms` (default, immune to clock skew) or `epoch-ms` (needs trusted clocks).
     pub http: Carrier,
-    /// Hosts that may see deadline headers (rule C19, S16): `*`, the keywords `loopback`,
-    /// `private`, `single-label`, a suffix `*.corp.internal`, or one host name or address.
-    /// Listing hosts replaces the default (loopback, private addresses, names without a dot,
-    /// `*.internal`, `*.local`, `*.svc`, `*.cluster.local`).
+    /// Hosts that may see deadline headers (rule [C19](crate::contract#c19),
+    /// [S16](crate::contract#s16)): `*`, the keywords `loopback`, `private`, `single-label`, a
+    /// suffix `*.corp.internal`, or one host name or address. Listing hosts replaces the default
+    /// (loopback, private addresses, names without a dot, `*.internal`, `*.local`, `*.svc`,
+    /// `*.cluster.local`).
     pub trusted_hosts: Vec<String>,
     /// A call that names no host: `trusted` (default) or `untrusted`. See
     /// [`UnknownDestination`].

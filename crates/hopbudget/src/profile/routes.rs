@@ -1,4 +1,5 @@
-//! The `routes:` section: per-route minimum budget (rule C3), mode (C13) and learned threshold.
+//! The `routes:` section: per-route minimum budget (rule [C3](crate::contract#c3)), mode
+//! ([C13](crate::contract#c13)) and learned threshold.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -102,7 +103,7 @@ impl LearnSpec {
     }
 }
 
-/// How a route's response is bounded (rule C13).
+/// How a route's response is bounded (rule [C13](crate::contract#c13)).
 ///
 /// See the [example](crate::Profile#examples).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -182,7 +183,7 @@ pub struct RouteRule {
 
 impl RouteRule {
     /// The refuse threshold now: `max(min_budget, learned)` for a learning route, else
-    /// `min_budget` (rule C3).
+    /// `min_budget` (rule [C3](crate::contract#c3)).
     ///
     /// See the [example](crate::Profile#examples).
     pub fn threshold(&self) -> Duration {

@@ -16,25 +16,26 @@ use crate::codec::Carrier;
 pub struct ProfileSpec {
     /// The service's name, used in traces and metric labels.
     pub service: String,
-    /// Budget given to a request that arrives without any deadline (rule C8).
+    /// Budget given to a request that arrives without any deadline (rule [C8](crate::contract#c8)).
     pub edge_total_ms: i64,
-    /// Largest inbound budget accepted; larger ones are clamped (rule C9).
+    /// Largest inbound budget accepted; larger ones are clamped (rule [C9](crate::contract#c9)).
     pub max_ms: i64,
-    /// Time a hop keeps back for itself before forwarding (rule C2).
+    /// Time a hop keeps back for itself before forwarding (rule [C2](crate::contract#c2)).
     pub hop_margin_ms: i64,
-    /// Time allowed for the request to travel to the next hop (rule C2).
+    /// Time allowed for the request to travel to the next hop (rule [C2](crate::contract#c2)).
     pub transit_allowance_ms: i64,
     /// Below this forward budget no downstream call starts, and below this remaining budget no
-    /// handler starts unless its route says otherwise (rule C3).
+    /// handler starts unless its route says otherwise (rule [C3](crate::contract#c3)).
     pub refuse_below_ms: i64,
-    /// After the first chunk of a streaming response, how long the stream may run (rule C13).
+    /// After the first chunk of a streaming response, how long the stream may run (rule
+    /// [C13](crate::contract#c13)).
     pub stream_lifetime_ms: i64,
     /// Arrivals with less than this much budget count as "low budget" in metrics.
     pub low_budget_ms: i64,
-    /// The kill switch (rule C24). `true` (the default): refuse what does not fit and end
-    /// work at the deadline. `false`: observe only; budgets are still read, forwarded and
-    /// recorded, hops record what enforcement would have done, and nothing is refused or cut
-    /// for lack of time. Swap it into a running service with
+    /// The kill switch (rule [C24](crate::contract#c24)). `true` (the default): refuse what does
+    /// not fit and end work at the deadline. `false`: observe only; budgets are still read,
+    /// forwarded and recorded, hops record what enforcement would have done, and nothing is refused
+    /// or cut for lack of time. Swap it into a running service with
     /// [`SharedProfile`](crate::SharedProfile).
     pub enforce: bool,
     /// Per-route settings; the first matching route wins.
@@ -49,7 +50,8 @@ pub struct ProfileSpec {
     pub status: StatusSpec,
     /// The queue boundary's message headers.
     pub queue: QueueSpec,
-    /// Deadline-aware admission (C21): absent means no admission layer is configured.
+    /// Deadline-aware admission ([C21](crate::contract#c21)): absent means no admission layer is
+    /// configured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub admission: Option<AdmissionSpec>,
     /// What the server layers log of their hops (see [`LogSpec`]).

@@ -1,4 +1,5 @@
-//! The `status:` section: how terminal statuses are spelled on the wire (rule C10).
+//! The `status:` section: how terminal statuses are spelled on the wire (rule
+//! [C10](crate::contract#c10)).
 
 use serde::{Deserialize, Serialize};
 
@@ -19,7 +20,8 @@ pub struct StatusSpec {
 
 impl StatusSpec {
     /// Error statuses only; expiry and refusal never spelled as quota; expiry, refusal and
-    /// cancellation told apart (rules C4, C5, C10).
+    /// cancellation told apart (rules [C4](crate::contract#c4), [C5](crate::contract#c5),
+    /// [C10](crate::contract#c10)).
     pub(super) fn check(&self, issues: &mut Issues) {
         let http = &self.http;
         for (field, code) in [

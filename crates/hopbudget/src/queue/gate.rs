@@ -1,14 +1,14 @@
 //! The consumer's gate: before any work, decide what a message's deadline allows.
 //!
-//! The gate is the queue consumer's adapter over the shared [hop lifecycle](crate::hop).
-//! It owns only what is particular to a queue: reading the absolute `deadline-epoch-ms` header
-//! with the injected wall clock (read once, rule C1) and the profile's skew allowance, clamping
-//! to the maximum processing budget, and spelling each verdict as ack-and-process or
-//! dead-letter. Admission (malformed, expired, refused or admitted, with the `Hop` recorded and
-//! counted) and the guard that owns an admitted message's budget and span and records exactly
-//! one outcome are the lifecycle's, as for an HTTP request or a gRPC call. A consumer that
-//! drops the work half-way cancels it (rule C5); the message is not acknowledged, so the broker
-//! delivers it again.
+//! The gate is the queue consumer's adapter over the shared [hop lifecycle](crate::hop). It
+//! owns only what is particular to a queue: reading the absolute `deadline-epoch-ms` header with
+//! the injected wall clock (read once, rule [C1](crate::contract#c1)) and the profile's skew
+//! allowance, clamping to the maximum processing budget, and spelling each verdict as
+//! ack-and-process or dead-letter. Admission (malformed, expired, refused or admitted, with the
+//! `Hop` recorded and counted) and the guard that owns an admitted message's budget and span and
+//! records exactly one outcome are the lifecycle's, as for an HTTP request or a gRPC call. A
+//! consumer that drops the work half-way cancels it (rule [C5](crate::contract#c5)); the message is
+//! not acknowledged, so the broker delivers it again.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,12 +28,14 @@ use crate::{Refused, SharedProfile};
 pub(super) use admitted::run_guarded;
 pub use admitted::{Admitted, Processed};
 
-/// Checks each consumed message's deadline before any work (rule C11, scenario S10).
+/// Checks each consumed message's deadline before any work (rule [C11](crate::contract#c11),
+/// scenario [S10](crate::contract#s10)).
 ///
-/// Built from a profile: header name and skew allowance from its `queue:` section, the edge
-/// total for messages without a deadline (rule C8), its refuse threshold as the least budget
-/// worth starting with (rule C3) and its maximum as the largest budget a message's work may
-/// have. The wall clock is injectable so expiry can be tested to the millisecond.
+/// Built from a profile: header name and skew allowance from its `queue:` section, the edge total
+/// for messages without a deadline (rule [C8](crate::contract#c8)), its refuse threshold as the
+/// least budget worth starting with (rule [C3](crate::contract#c3)) and its maximum as the largest
+/// budget a message's work may have. The wall clock is injectable so expiry can be tested to the
+/// millisecond.
 ///
 /// # Examples
 ///
@@ -117,9 +119,11 @@ pub enum Decision {
     Live(Admitted),
     /// The deadline (plus skew allowance) had passed: acknowledge, dead-letter, never process.
     Expired(DeadLetter),
-    /// Too little budget left to start the work (rule C3): acknowledge and dead-letter.
+    /// Too little budget left to start the work (rule [C3](crate::contract#c3)): acknowledge and
+    /// dead-letter.
     Refused(DeadLetter),
-    /// The deadline header could not be read (rule C9): acknowledge, dead-letter, go on.
+    /// The deadline header could not be read (rule [C9](crate::contract#c9)): acknowledge,
+    /// dead-letter, go on.
     Malformed(DeadLetter),
 }
 
@@ -143,9 +147,10 @@ impl Gate {
     ///
     /// See the [example](Self#examples).
     ///
-    /// `profile` is a `&Profile`, or a `&SharedProfile` whose replacements and kill switch
-    /// (rule C24) the gate follows message by message. The deadline header, the skew allowance,
-    /// the longest processing time and the least budget are read when the gate is built.
+    /// `profile` is a `&Profile`, or a `&SharedProfile` whose replacements and kill switch (rule
+    /// [C24](crate::contract#c24)) the gate follows message by message. The deadline header, the
+    /// skew allowance, the longest processing time and the least budget are read when the gate is
+    /// built.
     pub fn new(profile: impl Into<SharedProfile>, queue: impl Into<Arc<str>>) -> Self {
         let shared = profile.into();
         let profile = shared.current();
@@ -184,7 +189,7 @@ impl Gate {
 
     /// The least budget worth starting the work with. The profile's `refuse_below_ms` always
     /// applies (the lifecycle refuses below it); this can only raise it. A message with less
-    /// is dead-lettered as refused (rule C3).
+    /// is dead-lettered as refused (rule [C3](crate::contract#c3)).
     ///
     /// See the example on [`Decision`].
     pub fn with_min_budget(mut self, min: Duration) -> Self {
@@ -201,14 +206,15 @@ impl Gate {
 
     /// Decide what to do with a message, from its headers, before any work.
     ///
-    /// Every decision is counted: an expired message in `hopbudget_queue_expired_total` and
-    /// as a hop ending `expired`, a refusal as a hop ending `refused`, a malformed header in
-    /// `hopbudget_malformed_headers_total`, a missing one as a missing deadline (rule C8).
+    /// Every decision is counted: an expired message in `hopbudget_queue_expired_total` and as a
+    /// hop ending `expired`, a refusal as a hop ending `refused`, a malformed header in
+    /// `hopbudget_malformed_headers_total`, a missing one as a missing deadline (rule
+    /// [C8](crate::contract#c8)).
     ///
-    /// The work's budget is never later than the stamped deadline. The skew allowance only
-    /// widens the *expiry* decision: a message whose deadline passed less than the allowance
-    /// ago by this consumer's clock may not have expired by the producer's, so it is not
-    /// counted as expired; but no budget is left to work with, so it is refused (rule C3) and
+    /// The work's budget is never later than the stamped deadline. The skew allowance only widens
+    /// the *expiry* decision: a message whose deadline passed less than the allowance ago by this
+    /// consumer's clock may not have expired by the producer's, so it is not counted as expired;
+    /// but no budget is left to work with, so it is refused (rule [C3](crate::contract#c3)) and
     /// dead-lettered as `refused`.
     ///
     /// See the [example](Self#examples).
@@ -245,10 +251,10 @@ impl Gate {
         })
     }
 
-    /// Decide again on a message whose earlier attempt failed, under `first`, the budget it
-    /// was first admitted with ([`Admitted::budget`]): rule C6, a retry spends what is left
-    /// of the same budget, never a fresh one. A message without a deadline header is not
-    /// given a new edge total on each attempt, so a handler that keeps failing cannot hold it
+    /// Decide again on a message whose earlier attempt failed, under `first`, the budget it was
+    /// first admitted with ([`Admitted::budget`]): rule [C6](crate::contract#c6), a retry spends
+    /// what is left of the same budget, never a fresh one. A message without a deadline header is
+    /// not given a new edge total on each attempt, so a handler that keeps failing cannot hold it
     /// (and, on Kafka, its partition) forever.
     ///
     /// When what is left is below the least budget worth starting with, the message ran out

@@ -12,9 +12,9 @@ use crate::hop::HopGuard;
 /// A message the gate let through: the lifecycle's guard over its budget and hop, until the
 /// work has run.
 ///
-/// Dropping it without [`run`](Self::run) (or dropping `run`'s future half-way) cancels the
-/// budget and records the hop as cancelled (rule C5); the consumer does not acknowledge the
-/// message, so the broker delivers it again, under the same deadline.
+/// Dropping it without [`run`](Self::run) (or dropping `run`'s future half-way) cancels the budget
+/// and records the hop as cancelled (rule [C5](crate::contract#c5)); the consumer does not
+/// acknowledge the message, so the broker delivers it again, under the same deadline.
 ///
 /// # Examples
 ///
@@ -72,8 +72,8 @@ pub struct Admitted {
 pub enum Processed<T> {
     /// The work finished in time, with this output: acknowledge.
     Completed(T),
-    /// The deadline passed while the work ran; the work was stopped (rule C7). Acknowledge and
-    /// dead-letter it.
+    /// The deadline passed while the work ran; the work was stopped (rule
+    /// [C7](crate::contract#c7)). Acknowledge and dead-letter it.
     Expired(DeadLetter),
     /// The budget was cancelled (the consumer is shutting down): do not acknowledge.
     Cancelled,
@@ -88,8 +88,8 @@ impl Admitted {
     }
 
     /// Run the message's work under its budget: every poll inside its task-local scope (so it
-    /// propagates onward like any request's, rule C11) and the hop's span, stopped at the
-    /// deadline.
+    /// propagates onward like any request's, rule [C11](crate::contract#c11)) and the hop's span,
+    /// stopped at the deadline.
     ///
     /// See the [example](Self#examples).
     pub async fn run<F: Future>(self, work: F) -> Processed<F::Output> {
@@ -118,8 +118,9 @@ impl Admitted {
     }
 }
 
-/// Poll `work` inside the guard (budget scope and hop span) until it is done or the budget
-/// ends: at its deadline, which marks it expired and stops its tree (C7), or by cancellation.
+/// Poll `work` inside the guard (budget scope and hop span) until it is done or the budget ends: at
+/// its deadline, which marks it expired and stops its tree ([C7](crate::contract#c7)), or by
+/// cancellation.
 pub(in crate::queue) async fn run_guarded<F: Future>(
     guard: &mut HopGuard,
     work: F,
