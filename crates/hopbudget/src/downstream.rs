@@ -1,6 +1,11 @@
 //! [`DownstreamError`]: one error type for a failed call to the next hop, whichever client
 //! made it (rules C4, C10, C11). The conversions are documented on the type, since this module
 //! is private and the type is re-exported at the crate root.
+//!
+//! The type names no client: a downstream's own answer is kept as its code (an HTTP status,
+//! or a gRPC code as the number the gRPC spec gives it) with its text, and each integration
+//! supplies its conversions beside its own code (`grpc::downstream`, `http::reqwest`,
+//! `http::answer` for axum).
 
 use std::error::Error as StdError;
 use std::fmt;
@@ -55,16 +60,24 @@ type BoxError = Box<dyn StdError + Send + Sync>;
 /// ```
 #[derive(Debug)]
 pub struct DownstreamError {
-    kind: Kind,
+    pub(crate) kind: Kind,
 }
 
+// Each client integration makes the kinds it can see (behind its own feature), so a build
+// with only some of them leaves the others unmade.
+#[allow(dead_code)]
 #[derive(Debug)]
-enum Kind {
+pub(crate) enum Kind {
     Budget(BudgetError),
-    #[cfg(feature = "grpc")]
-    Grpc(tonic::Status),
+    /// A downstream gRPC status that is not a deadline outcome: its code (as the gRPC spec
+    /// numbers it), the line `Display` shows, and the status itself, which the gRPC
+    /// integration hands back unchanged (details and metadata included).
+    Grpc {
+        code: i32,
+        shown: String,
+        status: BoxError,
+    },
     /// A downstream HTTP answer that was not a success (reqwest's `error_for_status`).
-    #[cfg_attr(not(feature = "reqwest"), allow(dead_code))]
     Http(http::StatusCode, String),
     Other(BoxError),
 }
@@ -80,17 +93,6 @@ impl DownstreamError {
         }
     }
 
-    /// The downstream's own gRPC status, when it answered one that is not a deadline outcome.
-    ///
-    /// See the [example](Self#examples).
-    #[cfg(feature = "grpc")]
-    pub fn grpc_status(&self) -> Option<&tonic::Status> {
-        match &self.kind {
-            Kind::Grpc(s) => Some(s),
-            _ => None,
-        }
-    }
-
     /// The downstream's own HTTP status, when it answered one that is not a success and not
     /// a deadline outcome.
     ///
@@ -101,45 +103,73 @@ impl DownstreamError {
             _ => None,
         }
     }
-}
 
-/// The HTTP status for a downstream's gRPC code, as Google's API design and grpc-gateway map
-/// them (a shim answers what the service below meant, not 502).
-#[cfg(all(feature = "grpc", feature = "axum"))]
-fn http_of_grpc(code: tonic::Code) -> http::StatusCode {
-    use http::StatusCode as H;
-    use tonic::Code as G;
-    match code {
-        G::Ok => H::OK,
-        G::Cancelled => H::from_u16(499).unwrap_or(H::BAD_REQUEST),
-        G::InvalidArgument | G::FailedPrecondition | G::OutOfRange => H::BAD_REQUEST,
-        G::DeadlineExceeded => H::GATEWAY_TIMEOUT,
-        G::NotFound => H::NOT_FOUND,
-        G::AlreadyExists | G::Aborted => H::CONFLICT,
-        G::PermissionDenied => H::FORBIDDEN,
-        G::Unauthenticated => H::UNAUTHORIZED,
-        G::ResourceExhausted => H::TOO_MANY_REQUESTS,
-        G::Unimplemented => H::NOT_IMPLEMENTED,
-        G::Unavailable => H::SERVICE_UNAVAILABLE,
-        G::Unknown | G::Internal | G::DataLoss => H::INTERNAL_SERVER_ERROR,
+    /// A downstream's own HTTP answer that is not a success.
+    #[allow(dead_code)] // made by the reqwest integration
+    pub(crate) fn http_answer(code: http::StatusCode, message: String) -> Self {
+        Self {
+            kind: Kind::Http(code, message),
+        }
+    }
+
+    /// A call that failed without an answer.
+    #[allow(dead_code)] // made by the reqwest integration
+    pub(crate) fn transport(error: BoxError) -> Self {
+        Self {
+            kind: Kind::Other(error),
+        }
+    }
+
+    /// The HTTP status that answers this failure from a handler: a downstream's own status
+    /// keeps its meaning (a gRPC code by the usual mapping), a transport failure is 502 Bad
+    /// Gateway; `None` for a deadline outcome, which is answered as [`BudgetError`] is.
+    #[allow(dead_code)] // read by the axum integration
+    pub(crate) fn http_answer_status(&self) -> Option<http::StatusCode> {
+        match &self.kind {
+            Kind::Budget(_) => None,
+            Kind::Http(code, _) => Some(*code),
+            Kind::Grpc { code, .. } => Some(http_of_grpc(*code)),
+            Kind::Other(_) => Some(http::StatusCode::BAD_GATEWAY),
+        }
     }
 }
 
-/// The gRPC code for a downstream's HTTP status, the same mapping read the other way.
-#[cfg(feature = "grpc")]
-fn grpc_of_http(status: http::StatusCode) -> tonic::Code {
-    use tonic::Code as G;
+/// The HTTP status for a downstream's gRPC code (numbered as the gRPC spec does), as Google's
+/// API design and grpc-gateway map them (a shim answers what the service below meant, not 502).
+#[allow(dead_code)] // read by the axum integration
+pub(crate) fn http_of_grpc(code: i32) -> http::StatusCode {
+    use http::StatusCode as H;
+    match code {
+        0 => H::OK,
+        1 => H::from_u16(499).unwrap_or(H::BAD_REQUEST),
+        3 | 9 | 11 => H::BAD_REQUEST,
+        4 => H::GATEWAY_TIMEOUT,
+        5 => H::NOT_FOUND,
+        6 | 10 => H::CONFLICT,
+        7 => H::FORBIDDEN,
+        16 => H::UNAUTHORIZED,
+        8 => H::TOO_MANY_REQUESTS,
+        12 => H::NOT_IMPLEMENTED,
+        14 => H::SERVICE_UNAVAILABLE,
+        _ => H::INTERNAL_SERVER_ERROR,
+    }
+}
+
+/// The gRPC code (numbered as the gRPC spec does) for a downstream's HTTP status, the same
+/// mapping read the other way.
+#[allow(dead_code)] // read by the gRPC integration
+pub(crate) fn grpc_of_http(status: http::StatusCode) -> i32 {
     match status.as_u16() {
-        400 => G::InvalidArgument,
-        401 => G::Unauthenticated,
-        403 => G::PermissionDenied,
-        404 => G::NotFound,
-        409 => G::Aborted,
-        429 => G::ResourceExhausted,
-        501 => G::Unimplemented,
-        502 | 503 => G::Unavailable,
-        402..=499 => G::FailedPrecondition,
-        _ => G::Internal,
+        400 => 3,
+        401 => 16,
+        403 => 7,
+        404 => 5,
+        409 => 10,
+        429 => 8,
+        501 => 12,
+        502 | 503 => 14,
+        402..=499 => 9,
+        _ => 13,
     }
 }
 
@@ -147,8 +177,7 @@ impl fmt::Display for DownstreamError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.kind {
             Kind::Budget(e) => e.fmt(f),
-            #[cfg(feature = "grpc")]
-            Kind::Grpc(s) => write!(f, "downstream answered {:?}: {}", s.code(), s.message()),
+            Kind::Grpc { shown, .. } => f.write_str(shown),
             Kind::Http(code, message) => write!(f, "downstream answered {code}: {message}"),
             Kind::Other(e) => write!(f, "downstream call failed: {e}"),
         }
@@ -159,8 +188,7 @@ impl StdError for DownstreamError {
     fn source(&self) -> Option<&(dyn StdError + 'static)> {
         match &self.kind {
             Kind::Budget(e) => Some(e),
-            #[cfg(feature = "grpc")]
-            Kind::Grpc(s) => Some(s),
+            Kind::Grpc { status, .. } => Some(status.as_ref()),
             Kind::Http(..) => None,
             Kind::Other(e) => Some(e.as_ref()),
         }
@@ -187,81 +215,6 @@ impl From<BoxError> for DownstreamError {
     }
 }
 
-#[cfg(feature = "reqwest")]
-impl From<reqwest_middleware::Error> for DownstreamError {
-    /// A reqwest call's error: the deadline outcome [`BudgetMiddleware`] reported
-    /// ([`BudgetError::find`]), else a transport failure.
-    ///
-    /// [`BudgetMiddleware`]: crate::http::reqwest::BudgetMiddleware
-    fn from(e: reqwest_middleware::Error) -> Self {
-        let kind = match BudgetError::find(&e) {
-            Some(b) => Kind::Budget(*b),
-            None => Kind::Other(Box::new(e)),
-        };
-        Self { kind }
-    }
-}
-
-#[cfg(feature = "reqwest")]
-impl From<reqwest::Error> for DownstreamError {
-    /// A plain reqwest error, such as reading a body with `text()` after a call went through
-    /// the middleware: a transport failure, unless a [`BudgetError`] is in its chain.
-    fn from(e: reqwest::Error) -> Self {
-        let kind = match (BudgetError::find(&e), e.status()) {
-            (Some(b), _) => Kind::Budget(*b),
-            // `error_for_status()`: the downstream answered, and its answer keeps its meaning.
-            (None, Some(status)) => Kind::Http(status, e.without_url().to_string()),
-            (None, None) => Kind::Other(Box::new(e)),
-        };
-        Self { kind }
-    }
-}
-
-#[cfg(feature = "grpc")]
-impl From<tonic::Status> for DownstreamError {
-    /// A tonic call's status: the deadline outcome it stands for
-    /// ([`BudgetError::from_grpc`]), else the downstream's own answer.
-    fn from(status: tonic::Status) -> Self {
-        let kind = match BudgetError::try_from(status) {
-            Ok(b) => Kind::Budget(b),
-            Err(status) => Kind::Grpc(status),
-        };
-        Self { kind }
-    }
-}
-
-#[cfg(feature = "grpc")]
-impl From<DownstreamError> for tonic::Status {
-    /// A deadline outcome as `From<BudgetError>` spells it, a downstream status unchanged, any
-    /// other failure as UNAVAILABLE with its message.
-    fn from(e: DownstreamError) -> Self {
-        match e.kind {
-            Kind::Budget(b) => tonic::Status::from(b),
-            Kind::Grpc(s) => s,
-            Kind::Http(code, message) => tonic::Status::new(grpc_of_http(code), message),
-            Kind::Other(other) => {
-                tonic::Status::unavailable(format!("downstream call failed: {other}"))
-            }
-        }
-    }
-}
-
-#[cfg(feature = "axum")]
-impl axum::response::IntoResponse for DownstreamError {
-    /// A deadline outcome is answered as [`BudgetError`]'s response, a downstream's own
-    /// status keeps its meaning, and a transport failure is 502 Bad Gateway with the message.
-    fn into_response(self) -> axum::response::Response {
-        let message = format!("{self}\n");
-        match self.kind {
-            Kind::Budget(b) => b.into_response(),
-            Kind::Http(code, _) => (code, message).into_response(),
-            #[cfg(feature = "grpc")]
-            Kind::Grpc(s) => (http_of_grpc(s.code()), message).into_response(),
-            Kind::Other(_) => (http::StatusCode::BAD_GATEWAY, message).into_response(),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -277,54 +230,14 @@ mod tests {
         assert_eq!(e.to_string(), "downstream call failed: connection refused");
     }
 
-    #[cfg(feature = "grpc")]
     #[test]
-    fn grpc_statuses_pass_through_and_deadline_statuses_keep_their_meaning() {
-        let e = DownstreamError::from(tonic::Status::deadline_exceeded("late"));
-        assert_eq!(e.budget_error(), Some(&BudgetError::Expired));
-        assert_eq!(tonic::Status::from(e).code(), tonic::Code::DeadlineExceeded);
-
-        let e = DownstreamError::from(tonic::Status::not_found("no such order"));
-        assert_eq!(
-            e.grpc_status().map(tonic::Status::code),
-            Some(tonic::Code::NotFound)
-        );
-        let back = tonic::Status::from(e);
-        assert_eq!(
-            (back.code(), back.message()),
-            (tonic::Code::NotFound, "no such order")
-        );
-    }
-
-    #[cfg(all(feature = "grpc", feature = "axum"))]
-    #[test]
-    fn a_downstreams_own_status_keeps_its_meaning_in_either_spelling() {
-        use axum::response::IntoResponse;
-        let res = DownstreamError::from(tonic::Status::not_found("no such order")).into_response();
-        assert_eq!(res.status(), 404);
-        let res = DownstreamError::from(tonic::Status::invalid_argument("bad")).into_response();
-        assert_eq!(res.status(), 400);
-        let e = DownstreamError {
-            kind: Kind::Http(http::StatusCode::NOT_FOUND, "gone".into()),
-        };
-        assert_eq!(e.http_status(), Some(http::StatusCode::NOT_FOUND));
-        assert_eq!(tonic::Status::from(e).code(), tonic::Code::NotFound);
+    fn the_two_code_mappings_read_each_other_back() {
         for code in [400, 401, 403, 404, 409, 429, 500, 501, 503] {
             let status = http::StatusCode::from_u16(code).unwrap();
             assert_eq!(http_of_grpc(grpc_of_http(status)), status, "{code}");
         }
-    }
-
-    #[cfg(feature = "axum")]
-    #[test]
-    fn as_an_http_answer_a_deadline_outcome_keeps_its_code_and_others_are_502() {
-        use axum::response::IntoResponse;
-        let res = DownstreamError::from(BudgetError::Expired).into_response();
-        assert_eq!(res.status(), 504);
-        assert_eq!(res.headers()["x-deadline-outcome"], "expired");
-        let boxed: BoxError = "connection refused".into();
-        let res = DownstreamError::from(boxed).into_response();
-        assert_eq!(res.status(), 502);
-        assert!(!res.headers().contains_key("x-deadline-outcome"));
+        let e = DownstreamError::http_answer(http::StatusCode::NOT_FOUND, "gone".into());
+        assert_eq!(e.http_status(), Some(http::StatusCode::NOT_FOUND));
+        assert_eq!(e.http_answer_status(), Some(http::StatusCode::NOT_FOUND));
     }
 }

@@ -120,7 +120,7 @@ impl BudgetError {
     /// Find a `BudgetError` in an error or anywhere in its source chain: a `tower::BoxError`
     /// from the HTTP or gRPC client layers, or (feature `reqwest`) a
     /// `reqwest_middleware::Error` from [`BudgetMiddleware`](crate::http::reqwest::BudgetMiddleware),
-    /// whose `Display`-transparent wrapper would otherwise hide it from a plain source walk.
+    /// which reports its outcomes where a plain walk of the chain reaches them.
     ///
     /// ```
     /// use hopbudget::BudgetError;
@@ -135,13 +135,6 @@ impl BudgetError {
         let mut cur: Option<&(dyn StdError + 'static)> = Some(error);
         while let Some(e) = cur {
             if let Some(found) = e.downcast_ref::<BudgetError>() {
-                return Some(found);
-            }
-            #[cfg(feature = "reqwest")]
-            if let Some(found) = e
-                .downcast_ref::<reqwest_middleware::Error>()
-                .and_then(crate::http::reqwest::budget_error)
-            {
                 return Some(found);
             }
             cur = e.source();

@@ -76,7 +76,7 @@ impl<Res> Classify<Res, tower::BoxError> for BudgetErrors {
 }
 
 /// What a failed call amounted to: its [`BudgetError`], else a failure a retry may fix.
-fn error_attempt(e: &tower::BoxError) -> Attempt {
+pub(crate) fn error_attempt(e: &tower::BoxError) -> Attempt {
     match BudgetError::find(e.as_ref()) {
         Some(BudgetError::Refused(r)) => Attempt::Refused {
             required: Some(r.required()),
@@ -84,94 +84,6 @@ fn error_attempt(e: &tower::BoxError) -> Attempt {
         Some(BudgetError::Expired) => Attempt::Expired,
         Some(BudgetError::Cancelled) => Attempt::Cancelled,
         None => Attempt::Retryable,
-    }
-}
-
-/// Classifies gRPC answers, as they come back through
-/// [`GrpcClientLayer`](crate::grpc::client::GrpcClientLayer), for [`DeadlineRetry`] (C6).
-///
-/// A gRPC status is not an error at the tower level: it arrives as a successful HTTP
-/// response with `grpc-status` in its headers (a trailers-only answer, as every refusal is)
-/// or in its trailers. [`BudgetErrors`] sees only `Err` and would call a refusal `Done`. This
-/// reads the response's headers the way the client layers read every answer (the
-/// `x-deadline-outcome` marker first, then the code): `refused` with the requirement the
-/// refuser stated, `expired`, `cancelled`; UNAVAILABLE is retryable; every other status,
-/// and an answer whose status comes in its trailers (the reply is already streaming), is
-/// `Done`. Errors are classified as [`BudgetErrors`] does.
-///
-/// # Examples
-///
-/// The stack for a tonic channel: [`ReplayLayer`](crate::grpc::client::ReplayLayer) keeps
-/// the request body so a retry can resend it, the retry sits outside the client layer so that
-/// every attempt is stamped from the same shrinking budget, and
-/// [`into_tonic`](crate::grpc::client::into_tonic) hands the channel the body type it takes.
-///
-/// ```no_run
-/// use hopbudget::grpc::client::{GrpcClientLayer, ReplayLayer, into_tonic};
-/// use hopbudget::retry::{DeadlineRetry, GrpcReplies};
-/// use hopbudget::Profile;
-/// use tower::ServiceBuilder;
-///
-/// # fn stack() {
-/// let endpoint = tonic::transport::Endpoint::from_static("http://tax.internal:50051");
-/// let service = ServiceBuilder::new()
-///     .layer(ReplayLayer)
-///     .layer(tower::retry::RetryLayer::new(DeadlineRetry::new(GrpcReplies, 2)))
-///     .layer(GrpcClientLayer::new(Profile::default()).destination(endpoint.uri()))
-///     .map_request(into_tonic)
-///     .service(endpoint.connect_lazy());
-/// // let mut tax = TaxClient::new(service); // any tonic-generated client
-/// # let _ = service; }
-/// ```
-///
-/// What one answer amounts to:
-///
-/// ```
-/// use std::time::Duration;
-/// use hopbudget::retry::{Attempt, Classify, GrpcReplies};
-/// use hopbudget::{BudgetError, Refused};
-///
-/// let refused = BudgetError::Refused(Refused::new(Duration::from_millis(200), Duration::from_millis(120)));
-/// let answer = tonic::Status::from(refused).into_http::<()>();
-/// let result: Result<_, tower::BoxError> = Ok(answer);
-/// assert_eq!(
-///     GrpcReplies.classify(&result),
-///     Attempt::Refused { required: Some(Duration::from_millis(200)) }
-/// );
-/// let result: Result<_, tower::BoxError> = Ok(tonic::Status::not_found("no").into_http::<()>());
-/// assert_eq!(GrpcReplies.classify(&result), Attempt::Done);
-/// ```
-#[cfg(feature = "grpc")]
-#[derive(Clone, Copy, Debug, Default)]
-pub struct GrpcReplies;
-
-#[cfg(feature = "grpc")]
-impl<B> Classify<http::Response<B>, tower::BoxError> for GrpcReplies {
-    fn classify(&self, result: &Result<http::Response<B>, tower::BoxError>) -> Attempt {
-        use crate::status::{GrpcCode, Outcome};
-        let response = match result {
-            Ok(response) => response,
-            Err(e) => return error_attempt(e),
-        };
-        let headers = response.headers();
-        match crate::http::client::grpc_outcome(headers) {
-            // The status is in the trailers: the answer is under way, not for a retry.
-            None => Attempt::Done,
-            Some(Outcome::Refused) => Attempt::Refused {
-                required: headers
-                    .get(&crate::http::REQUIRED_HEADER)
-                    .and_then(|v| crate::codec::millis::decode(v.as_bytes()).ok()),
-            },
-            Some(Outcome::Expired) => Attempt::Expired,
-            Some(Outcome::Cancelled) => Attempt::Cancelled,
-            Some(Outcome::Completed) => {
-                if crate::grpc::grpc_status_of(headers) == Some(GrpcCode::Unavailable.as_i32()) {
-                    Attempt::Retryable
-                } else {
-                    Attempt::Done
-                }
-            }
-        }
     }
 }
 

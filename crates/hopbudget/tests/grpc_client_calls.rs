@@ -11,8 +11,9 @@ use std::time::{Duration, Instant};
 use grpc_support::*;
 use std::sync::Arc;
 
+use hopbudget::grpc::client::GrpcReplies;
 use hopbudget::grpc::client::{GrpcClient, GrpcClientLayer, ReplayLayer, into_tonic};
-use hopbudget::retry::{DeadlineRetry, GrpcReplies};
+use hopbudget::retry::DeadlineRetry;
 use hopbudget::{BudgetError, Profile, Refused, RequestBudget};
 use hopbudget_testkit::HOP_WATCH_PATH;
 use hopbudget_testkit::pb::CallRequest;

@@ -136,7 +136,7 @@ fn drive_hops() {
 
     // With enforcement off (C24) an arrival below its route's minimum is let through, and
     // counted by what enforcement would have done.
-    let dry_run = std::sync::Arc::new(hopbudget::lifecycle::HopConfig::new(
+    let dry_run = std::sync::Arc::new(hopbudget::hop::HopConfig::new(
         hopbudget::Profile::from_yaml(
             "service: tax\nenforce: false\nroutes: [{path: /dry-run, min_budget_ms: 200}]\n",
             "dry-run.yaml",
@@ -149,8 +149,8 @@ fn drive_hops() {
         "x-request-timeout-ms",
         http::HeaderValue::from_static("100"),
     );
-    match dry_run.admit(&headers, hopbudget::lifecycle::RouteLabel::Path("/dry-run")) {
-        hopbudget::lifecycle::Verdict::Admitted(mut guard) => guard.finish(),
+    match dry_run.admit(&headers, hopbudget::hop::RouteLabel::Path("/dry-run")) {
+        hopbudget::hop::Verdict::Admitted(mut guard) => guard.finish(),
         other => panic!("enforcement is off, yet {other:?}"),
     }
 }

@@ -48,37 +48,6 @@ impl AdmissionLayer {
     }
 }
 
-#[cfg(feature = "grpc")]
-impl AdmissionLayer<super::GrpcAnswer> {
-    /// The layer the profile's `admission` section describes, for a tonic server (inside
-    /// `GrpcServerLayer`): a dropped call is answered with the profile's gRPC status for the
-    /// outcome, marked like the gRPC server layer's refusals; `None` when the profile has no
-    /// `admission` section.
-    ///
-    /// ```
-    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// use hopbudget::Profile;
-    /// use hopbudget::admission::AdmissionLayer;
-    /// use hopbudget::grpc::server::GrpcServerLayer;
-    ///
-    /// let profile = Profile::from_yaml("admission: {limit: 6}", "inline")?;
-    /// let server = tonic::transport::Server::builder()
-    ///     // The server layer outside: the budget exists before the call queues.
-    ///     .layer(GrpcServerLayer::new(profile.clone()))
-    ///     .layer(AdmissionLayer::grpc_from_profile(&profile).expect("has an admission section"));
-    /// # let _ = server;
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn grpc_from_profile(profile: &Profile) -> Option<Self> {
-        let config = profile.admission()?.clone();
-        Some(Self::with_answer(
-            config,
-            super::GrpcAnswer::new(*profile.grpc_status()),
-        ))
-    }
-}
-
 impl AdmissionLayer<ErrorAnswer> {
     /// A layer for services that are not HTTP: a dropped request fails with the
     /// [`BudgetError`](crate::BudgetError) as the service's error.

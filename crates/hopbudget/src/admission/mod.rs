@@ -44,8 +44,8 @@
 //! A dropped HTTP request is answered like the server layer's refusal: the profile's
 //! `refused` status (503) with `Retry-After: 0`, `x-deadline-required-ms` and
 //! `x-deadline-remaining-ms` ([`HttpAnswer`]); a dropped gRPC call like the gRPC server
-//! layer's refusal, a trailers-only status (`GrpcAnswer`, feature `grpc`,
-//! [`AdmissionLayer::grpc_from_profile`]). For other services
+//! layer's refusal, a trailers-only status (`grpc::server::GrpcAnswer`,
+//! feature `grpc`, made by `AdmissionLayer::grpc_from_profile`). For other services
 //! [`AdmissionLayer::with_errors`] returns the [`BudgetError`](crate::BudgetError) as the
 //! service's error ([`ErrorAnswer`]); any other spelling is a [`RefusalAnswer`].
 //!
@@ -108,20 +108,18 @@
 //!
 //! Guide: *Admission under overload*, `docs/guide/admission.md` in the repository.
 
-mod answer;
 mod future;
 mod layer;
 mod queue;
+mod refusal;
 mod semaphore;
 mod service;
 
 use std::time::Duration;
 
-#[cfg(feature = "grpc")]
-pub use answer::GrpcAnswer;
-pub use answer::{ErrorAnswer, HttpAnswer, RefusalAnswer};
 pub use future::ResponseFuture;
 pub use layer::AdmissionLayer;
+pub use refusal::{ErrorAnswer, HttpAnswer, RefusalAnswer};
 pub use semaphore::{BudgetPermit, BudgetSemaphore};
 pub use service::Admission;
 

@@ -56,6 +56,7 @@
 
 pub mod client;
 mod convert;
+mod downstream;
 pub mod server;
 
 use std::time::Duration;
@@ -153,8 +154,8 @@ pub fn outcome(status: &tonic::Status) -> Option<Outcome> {
     let marker = status
         .metadata()
         .get(OUTCOME_METADATA)
-        .and_then(|v| crate::http::client::parse_marker(v.as_encoded_bytes()));
-    match crate::http::client::grpc_code_outcome(status.code() as i32, marker) {
+        .and_then(|v| crate::hop::outbound::reply::parse_marker(v.as_encoded_bytes()));
+    match crate::hop::outbound::reply::grpc_code_outcome(status.code() as i32, marker) {
         Outcome::Completed => None,
         outcome => Some(outcome),
     }
@@ -183,37 +184,28 @@ pub(crate) fn status_parts(status: tonic::Status) -> http::response::Parts {
     status.into_http::<()>().into_parts().0
 }
 
-/// Read `grpc-status` from a header or trailer map.
-pub(crate) fn grpc_status_of(headers: &http::HeaderMap) -> Option<i32> {
-    // A `HeaderName` made once: looking up by `&str` parses and validates the name on every
-    // call, and this runs on every answer of every hop.
-    static GRPC_STATUS: http::HeaderName = http::HeaderName::from_static("grpc-status");
-    let v = headers.get(&GRPC_STATUS)?;
-    std::str::from_utf8(v.as_bytes()).ok()?.trim().parse().ok()
-}
-
 /// Note on the hop the outcome a call's own status states (rule C17): DEADLINE_EXCEEDED is
 /// `expired`, or `refused` when marked so (with the required budget it names), CANCELLED is
 /// `cancelled`. Any other status is the application's result.
 pub(crate) fn note_answer(
-    guard: &mut crate::lifecycle::HopGuard,
+    guard: &mut crate::hop::HopGuard,
     headers: &http::HeaderMap,
     map: &GrpcStatusMap,
 ) {
-    let Some(code) = grpc_status_of(headers) else {
+    let Some(code) = crate::hop::outbound::reply::grpc_status_of(headers) else {
         return;
     };
     guard.answer_status(crate::observe::AnswerStatus::Grpc(code));
     let marked = headers
-        .get(&crate::http::OUTCOME_HEADER)
+        .get(&crate::http_answer::OUTCOME_HEADER)
         .map(|v| v.as_bytes());
     let ms = |name: &http::HeaderName| -> Option<Duration> {
         let v = std::str::from_utf8(headers.get(name)?.as_bytes()).ok()?;
         Some(Duration::from_millis(v.trim().parse().ok()?))
     };
     if marked == Some(b"refused".as_slice()) {
-        if let Some(required) = ms(&crate::http::REQUIRED_HEADER) {
-            let remaining = ms(&crate::http::REMAINING_HEADER).unwrap_or_default();
+        if let Some(required) = ms(&crate::http_answer::REQUIRED_HEADER) {
+            let remaining = ms(&crate::http_answer::REMAINING_HEADER).unwrap_or_default();
             guard.answered_refused(Refused::new(required, remaining));
             return;
         }

@@ -43,7 +43,7 @@ use crate::status::HttpStatusMap;
 /// assert_eq!(res.status(), 504);
 /// ```
 pub fn budget_response(err: &BudgetError, map: &HttpStatusMap) -> Response<Bytes> {
-    crate::answer::http_answer(err, map)
+    crate::http_answer::http_answer(err, map)
 }
 
 #[cfg(feature = "axum")]
@@ -58,12 +58,27 @@ impl axum::response::IntoResponse for BudgetError {
     }
 }
 
+#[cfg(feature = "axum")]
+impl axum::response::IntoResponse for crate::DownstreamError {
+    /// A deadline outcome is answered as [`BudgetError`]'s response, a downstream's own
+    /// status keeps its meaning (a gRPC code by the usual mapping: NOT_FOUND is 404), and a
+    /// transport failure is 502 Bad Gateway with the message.
+    fn into_response(self) -> axum::response::Response {
+        match (self.budget_error(), self.http_answer_status()) {
+            (Some(budget), _) => budget.into_response(),
+            (None, Some(code)) => (code, format!("{self}\n")).into_response(),
+            // Every failure that is not a deadline outcome has an answer status.
+            (None, None) => (http::StatusCode::BAD_GATEWAY, format!("{self}\n")).into_response(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::http::client::classify;
+    use crate::hop::outbound::classify;
     use crate::{Outcome, Refused};
 
     fn read_back(res: &Response<Bytes>, map: &HttpStatusMap) -> Outcome {
@@ -96,6 +111,34 @@ mod tests {
         assert_eq!(res.status(), 408);
         // A client on the default map still reads it as expiry (C10).
         assert_eq!(read_back(&res, &HttpStatusMap::default()), Outcome::Expired);
+    }
+
+    #[cfg(all(feature = "grpc", feature = "axum"))]
+    #[test]
+    fn a_downstreams_own_status_keeps_its_meaning_in_either_spelling() {
+        use crate::DownstreamError;
+        use axum::response::IntoResponse;
+        let res = DownstreamError::from(tonic::Status::not_found("no such order")).into_response();
+        assert_eq!(res.status(), 404);
+        let res = DownstreamError::from(tonic::Status::invalid_argument("bad")).into_response();
+        assert_eq!(res.status(), 400);
+        let e = DownstreamError::http_answer(http::StatusCode::NOT_FOUND, "gone".into());
+        assert_eq!(e.http_status(), Some(http::StatusCode::NOT_FOUND));
+        assert_eq!(tonic::Status::from(e).code(), tonic::Code::NotFound);
+    }
+
+    #[cfg(feature = "axum")]
+    #[test]
+    fn as_an_http_answer_a_deadline_outcome_keeps_its_code_and_others_are_502() {
+        use crate::DownstreamError;
+        use axum::response::IntoResponse;
+        let res = DownstreamError::from(BudgetError::Expired).into_response();
+        assert_eq!(res.status(), 504);
+        assert_eq!(res.headers()["x-deadline-outcome"], "expired");
+        let boxed: Box<dyn std::error::Error + Send + Sync> = "connection refused".into();
+        let res = DownstreamError::from(boxed).into_response();
+        assert_eq!(res.status(), 502);
+        assert!(!res.headers().contains_key("x-deadline-outcome"));
     }
 
     #[cfg(feature = "axum")]

@@ -34,5 +34,3 @@ pub mod reqwest;
 mod extract;
 #[cfg(feature = "axum")]
 pub use extract::MissingBudget;
-
-pub(crate) use crate::answer::{OUTCOME_HEADER, REMAINING_HEADER, REQUIRED_HEADER};

@@ -57,8 +57,9 @@ use http::Extensions;
 use reqwest::ResponseBuilderExt;
 use reqwest_middleware::{Error, Middleware, Next, Result};
 
-use super::client::{Bound, ResponseBody, Shared, Trust, host_header, reply_error};
-use crate::{BudgetError, Profile, RequestBudget, SharedProfile};
+use super::client::ResponseBody;
+use crate::hop::outbound::{Bound, Shared, Trust, host_header, reply_error};
+use crate::{BudgetError, DownstreamError, Profile, RequestBudget, SharedProfile};
 
 /// reqwest-middleware [`Middleware`] that carries the request budget onto outbound calls.
 ///
@@ -118,6 +119,58 @@ pub fn budget_error(error: &Error) -> Option<&BudgetError> {
     }
 }
 
+/// A deadline outcome as a reqwest-middleware error.
+///
+/// `reqwest_middleware::Error` is `#[error(transparent)]` over an `anyhow::Error`, so its
+/// `source()` is the *source of* the error inside, never that error itself: a `BudgetError`
+/// put there directly would be skipped by a plain walk of the chain. [`Reported`] puts it one
+/// step down, where [`BudgetError::find`] (a plain walk, naming no integration) reaches it.
+fn budget_failure(error: BudgetError) -> Error {
+    Error::middleware(Reported(error))
+}
+
+/// A [`BudgetError`] reported through reqwest-middleware; see [`budget_failure`].
+#[derive(Debug)]
+struct Reported(BudgetError);
+
+impl std::fmt::Display for Reported {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for Reported {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.0)
+    }
+}
+
+impl From<Error> for DownstreamError {
+    /// A reqwest call's error: the deadline outcome [`BudgetMiddleware`] reported
+    /// ([`BudgetError::find`]), else a transport failure.
+    fn from(e: Error) -> Self {
+        match BudgetError::find(&e) {
+            Some(b) => DownstreamError::from(*b),
+            None => DownstreamError::transport(Box::new(e)),
+        }
+    }
+}
+
+impl From<reqwest::Error> for DownstreamError {
+    /// A plain reqwest error, such as reading a body with `text()` after a call went through
+    /// the middleware: a transport failure, unless a [`BudgetError`] is in its chain.
+    fn from(e: reqwest::Error) -> Self {
+        match (BudgetError::find(&e), e.status()) {
+            (Some(b), _) => DownstreamError::from(*b),
+            // `error_for_status()`: the downstream answered, and its answer keeps its meaning.
+            (None, Some(status)) => {
+                DownstreamError::http_answer(status, e.without_url().to_string())
+            }
+            (None, None) => DownstreamError::transport(Box::new(e)),
+        }
+    }
+}
+
 /// The tighter of the per-call values the application set: `RequestBuilder::timeout` and a
 /// hand-set carrier header (C16).
 fn per_call(shared: &Shared, req: &reqwest::Request) -> Option<Duration> {
@@ -170,7 +223,7 @@ impl Middleware for BudgetMiddleware {
         };
         let res = match res {
             Ok(res) => res.map_err(|e| expiry_of_timeout(e, &bound))?,
-            Err(error) => return Err(Error::middleware(error)),
+            Err(error) => return Err(budget_failure(error)),
         };
         if let Some(error) = reply_error(
             &self.shared.status(),
@@ -179,7 +232,7 @@ impl Middleware for BudgetMiddleware {
             bound.budget(),
             bound.told(),
         ) {
-            return Err(Error::middleware(error));
+            return Err(budget_failure(error));
         }
         Ok(bounded(res, bound))
     }
@@ -190,7 +243,7 @@ impl Middleware for BudgetMiddleware {
 fn expiry_of_timeout(error: Error, bound: &Bound) -> Error {
     match &error {
         Error::Reqwest(e) if e.is_timeout() && bound.budget().is_done() => {
-            Error::middleware(BudgetError::Expired)
+            budget_failure(BudgetError::Expired)
         }
         _ => error,
     }

@@ -14,7 +14,7 @@
 //! hopbudget's layers use it: the HTTP client layer, reqwest's `BudgetMiddleware` and the gRPC
 //! client layer call [`inject_current`] on the outgoing request's headers (gRPC metadata is
 //! HTTP headers on the wire) next to the deadline, and server admission
-//! ([`lifecycle::HopConfig::admit`](crate::lifecycle::HopConfig::admit)) calls [`set_parent`]
+//! ([`hop::HopConfig::admit`](crate::hop::HopConfig::admit)) calls [`set_parent`]
 //! on the hop span with the incoming headers right after creating it, before it is first
 //! entered. A custom adapter makes the same two calls.
 //!

@@ -1,4 +1,5 @@
-//! A profile that can be replaced while the service runs, and the kill switch (rule C24).
+//! A profile that can be replaced while the service runs, and the kill switch (rule
+//! [C24](crate::contract#c24)).
 //!
 //! During a rollout a threshold can turn out wrong. Backing out must not need a deploy: the
 //! operator hands the running service a new profile (from code, or by editing the file and
@@ -17,9 +18,9 @@ use std::sync::{Arc, RwLock};
 use crate::Profile;
 use crate::config::ConfigError;
 
-/// A cloneable handle on the profile the layers follow, which can be replaced at run time
-/// (rule C24). Every clone sees the same profile; hand one to each layer and keep one to
-/// swap with.
+/// A cloneable handle on the profile the layers follow, which can be replaced at run time (rule
+/// [C24](crate::contract#c24)). Every clone sees the same profile; hand one to each layer and keep
+/// one to swap with.
 ///
 /// A layer built with a plain [`Profile`] gets a handle of its own (`From<Profile>`); build
 /// the layers from a `SharedProfile` to be able to swap.
@@ -175,9 +176,9 @@ impl SharedProfile {
         }
     }
 
-    /// The kill switch (rule C24): `false` stops refusing and ending work at the deadline,
-    /// while budgets are still read, forwarded and recorded; `true` enforces again. The rest
-    /// of the profile in force is kept.
+    /// The kill switch (rule [C24](crate::contract#c24)): `false` stops refusing and ending work at
+    /// the deadline, while budgets are still read, forwarded and recorded; `true` enforces again.
+    /// The rest of the profile in force is kept.
     ///
     /// See the [example](Self#examples).
     pub fn set_enforcing(&self, enforce: bool) {

@@ -1,19 +1,21 @@
-//! Which outbound destinations may see deadline headers (rule C19, scenario S16).
+//! Which outbound destinations may see deadline headers (rule [C19](crate::contract#c19), scenario
+//! [S16](crate::contract#s16)).
 //!
-//! A deadline header tells the callee how long the caller will wait, and `x-deadline-*`
-//! markers describe this system's internals: neither is for a third party. The profile's
-//! `outbound.trusted_hosts` lists the hosts that get them; a call to any other host still has
-//! its wait bounded by the budget (C2, C3 apply locally) but carries no deadline header. The
-//! default trusts what is internal by construction (loopback, private addresses, names without
-//! a dot, cluster-local suffixes), so existing deployments keep propagating while a call to a
-//! public-looking name such as `api.stripe.com` is clean unless listed.
+//! A deadline header tells the callee how long the caller will wait, and `x-deadline-*` markers
+//! describe this system's internals: neither is for a third party. The profile's
+//! `outbound.trusted_hosts` lists the hosts that get them; a call to any other host still has its
+//! wait bounded by the budget ([C2](crate::contract#c2), [C3](crate::contract#c3) apply locally)
+//! but carries no deadline header. The default trusts what is internal by construction (loopback,
+//! private addresses, names without a dot, cluster-local suffixes), so existing deployments keep
+//! propagating while a call to a public-looking name such as `api.stripe.com` is clean unless
+//! listed.
 
 use std::net::{IpAddr, Ipv4Addr};
 
 use serde::{Deserialize, Serialize};
 
 /// What a client layer does with a call that names no destination host
-/// (`outbound.unknown_destination`, rule C19).
+/// (`outbound.unknown_destination`, rule [C19](crate::contract#c19)).
 ///
 /// The trust decision is made on the hosts a call names: the destination given when the
 /// layer was built (`GrpcClientLayer::destination`, the endpoint of a tonic channel), the
@@ -24,12 +26,12 @@ use serde::{Deserialize, Serialize};
 ///
 /// The default is [`Trusted`](Self::Trusted), and this is deliberate. gRPC itself sends
 /// `grpc-timeout` to every peer (grpc-go, grpc-java and tonic's own `set_timeout` do), a channel
-/// built without naming a destination is the common internal case, and rule C11 makes keeping
-/// the deadline the default: an internal channel keeps working without extra code. A channel
-/// to a third party is named, with `GrpcClientLayer::destination` (then the profile's
-/// `trusted_hosts` decides) or `untrusted()`. A deployment that prefers hygiene first sets
-/// `unknown_destination: untrusted`: then a call sends deadline headers only to a destination
-/// it names and the profile trusts.
+/// built without naming a destination is the common internal case, and rule
+/// [C11](crate::contract#c11) makes keeping the deadline the default: an internal channel keeps
+/// working without extra code. A channel to a third party is named, with
+/// `GrpcClientLayer::destination` (then the profile's `trusted_hosts` decides) or `untrusted()`. A
+/// deployment that prefers hygiene first sets `unknown_destination: untrusted`: then a call sends
+/// deadline headers only to a destination it names and the profile trusts.
 ///
 /// ```
 /// use hopbudget::Profile;
@@ -42,7 +44,7 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum UnknownDestination {
-    /// Deadline headers go out (gRPC's own behaviour; C11).
+    /// Deadline headers go out (gRPC's own behaviour; [C11](crate::contract#c11)).
     #[default]
     Trusted,
     /// No deadline header goes out; the wait is still bounded.

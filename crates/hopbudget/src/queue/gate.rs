@@ -1,19 +1,16 @@
 //! The consumer's gate: before any work, decide what a message's deadline allows.
 //!
-//! The gate is the queue consumer's adapter over the shared [hop lifecycle](crate::lifecycle).
-//! It owns only what is particular to a queue: reading the absolute `deadline-epoch-ms` header
-//! with the injected wall clock (read once, rule C1) and the profile's skew allowance, clamping
-//! to the maximum processing budget, and spelling each verdict as ack-and-process or
-//! dead-letter. Admission (malformed, expired, refused or admitted, with the `Hop` recorded and
-//! counted) and the guard that owns an admitted message's budget and span and records exactly
-//! one outcome are the lifecycle's, as for an HTTP request or a gRPC call. A consumer that
-//! drops the work half-way cancels it (rule C5); the message is not acknowledged, so the broker
-//! delivers it again.
+//! The gate is the queue consumer's adapter over the shared [hop lifecycle](crate::hop). It
+//! owns only what is particular to a queue: reading the absolute `deadline-epoch-ms` header with
+//! the injected wall clock (read once, rule [C1](crate::contract#c1)) and the profile's skew
+//! allowance, clamping to the maximum processing budget, and spelling each verdict as
+//! ack-and-process or dead-letter. Admission (malformed, expired, refused or admitted, with the
+//! `Hop` recorded and counted) and the guard that owns an admitted message's budget and span and
+//! records exactly one outcome are the lifecycle's, as for an HTTP request or a gRPC call. A
+//! consumer that drops the work half-way cancels it (rule [C5](crate::contract#c5)); the message is
+//! not acknowledged, so the broker delivers it again.
 
-use std::future::Future;
-use std::pin::pin;
 use std::sync::Arc;
-use std::task::Poll;
 use std::time::Duration;
 
 use http::HeaderName;
@@ -22,16 +19,23 @@ use super::dead_letter::DeadLetter;
 use super::{HeaderCarrier, trace_link};
 use crate::clock::{SystemClock, WallClock};
 use crate::codec::{Carrier, Inbound, MalformedHeader, epoch};
-use crate::lifecycle::{HopConfig, HopGuard, RouteLabel, Verdict};
+use crate::hop::{HopConfig, RouteLabel, Verdict};
 use crate::observe::{self, Protocol};
-use crate::{EndCause, Refused, SharedProfile};
 
-/// Checks each consumed message's deadline before any work (rule C11, scenario S10).
+mod admitted;
+
+use crate::{Refused, SharedProfile};
+pub(super) use admitted::run_guarded;
+pub use admitted::{Admitted, Processed};
+
+/// Checks each consumed message's deadline before any work (rule [C11](crate::contract#c11),
+/// scenario [S10](crate::contract#s10)).
 ///
-/// Built from a profile: header name and skew allowance from its `queue:` section, the edge
-/// total for messages without a deadline (rule C8), its refuse threshold as the least budget
-/// worth starting with (rule C3) and its maximum as the largest budget a message's work may
-/// have. The wall clock is injectable so expiry can be tested to the millisecond.
+/// Built from a profile: header name and skew allowance from its `queue:` section, the edge total
+/// for messages without a deadline (rule [C8](crate::contract#c8)), its refuse threshold as the
+/// least budget worth starting with (rule [C3](crate::contract#c3)) and its maximum as the largest
+/// budget a message's work may have. The wall clock is injectable so expiry can be tested to the
+/// millisecond.
 ///
 /// # Examples
 ///
@@ -115,9 +119,11 @@ pub enum Decision {
     Live(Admitted),
     /// The deadline (plus skew allowance) had passed: acknowledge, dead-letter, never process.
     Expired(DeadLetter),
-    /// Too little budget left to start the work (rule C3): acknowledge and dead-letter.
+    /// Too little budget left to start the work (rule [C3](crate::contract#c3)): acknowledge and
+    /// dead-letter.
     Refused(DeadLetter),
-    /// The deadline header could not be read (rule C9): acknowledge, dead-letter, go on.
+    /// The deadline header could not be read (rule [C9](crate::contract#c9)): acknowledge,
+    /// dead-letter, go on.
     Malformed(DeadLetter),
 }
 
@@ -141,9 +147,10 @@ impl Gate {
     ///
     /// See the [example](Self#examples).
     ///
-    /// `profile` is a `&Profile`, or a `&SharedProfile` whose replacements and kill switch
-    /// (rule C24) the gate follows message by message. The deadline header, the skew allowance,
-    /// the longest processing time and the least budget are read when the gate is built.
+    /// `profile` is a `&Profile`, or a `&SharedProfile` whose replacements and kill switch (rule
+    /// [C24](crate::contract#c24)) the gate follows message by message. The deadline header, the
+    /// skew allowance, the longest processing time and the least budget are read when the gate is
+    /// built.
     pub fn new(profile: impl Into<SharedProfile>, queue: impl Into<Arc<str>>) -> Self {
         let shared = profile.into();
         let profile = shared.current();
@@ -182,7 +189,7 @@ impl Gate {
 
     /// The least budget worth starting the work with. The profile's `refuse_below_ms` always
     /// applies (the lifecycle refuses below it); this can only raise it. A message with less
-    /// is dead-lettered as refused (rule C3).
+    /// is dead-lettered as refused (rule [C3](crate::contract#c3)).
     ///
     /// See the example on [`Decision`].
     pub fn with_min_budget(mut self, min: Duration) -> Self {
@@ -199,14 +206,15 @@ impl Gate {
 
     /// Decide what to do with a message, from its headers, before any work.
     ///
-    /// Every decision is counted: an expired message in `hopbudget_queue_expired_total` and
-    /// as a hop ending `expired`, a refusal as a hop ending `refused`, a malformed header in
-    /// `hopbudget_malformed_headers_total`, a missing one as a missing deadline (rule C8).
+    /// Every decision is counted: an expired message in `hopbudget_queue_expired_total` and as a
+    /// hop ending `expired`, a refusal as a hop ending `refused`, a malformed header in
+    /// `hopbudget_malformed_headers_total`, a missing one as a missing deadline (rule
+    /// [C8](crate::contract#c8)).
     ///
-    /// The work's budget is never later than the stamped deadline. The skew allowance only
-    /// widens the *expiry* decision: a message whose deadline passed less than the allowance
-    /// ago by this consumer's clock may not have expired by the producer's, so it is not
-    /// counted as expired; but no budget is left to work with, so it is refused (rule C3) and
+    /// The work's budget is never later than the stamped deadline. The skew allowance only widens
+    /// the *expiry* decision: a message whose deadline passed less than the allowance ago by this
+    /// consumer's clock may not have expired by the producer's, so it is not counted as expired;
+    /// but no budget is left to work with, so it is refused (rule [C3](crate::contract#c3)) and
     /// dead-lettered as `refused`.
     ///
     /// See the [example](Self#examples).
@@ -243,10 +251,10 @@ impl Gate {
         })
     }
 
-    /// Decide again on a message whose earlier attempt failed, under `first`, the budget it
-    /// was first admitted with ([`Admitted::budget`]): rule C6, a retry spends what is left
-    /// of the same budget, never a fresh one. A message without a deadline header is not
-    /// given a new edge total on each attempt, so a handler that keeps failing cannot hold it
+    /// Decide again on a message whose earlier attempt failed, under `first`, the budget it was
+    /// first admitted with ([`Admitted::budget`]): rule [C6](crate::contract#c6), a retry spends
+    /// what is left of the same budget, never a fresh one. A message without a deadline header is
+    /// not given a new edge total on each attempt, so a handler that keeps failing cannot hold it
     /// (and, on Kafka, its partition) forever.
     ///
     /// When what is left is below the least budget worth starting with, the message ran out
@@ -393,134 +401,4 @@ enum Read {
         /// How long ago, by this clock.
         late_by: Duration,
     },
-}
-
-/// A message the gate let through: the lifecycle's guard over its budget and hop, until the
-/// work has run.
-///
-/// Dropping it without [`run`](Self::run) (or dropping `run`'s future half-way) cancels the
-/// budget and records the hop as cancelled (rule C5); the consumer does not acknowledge the
-/// message, so the broker delivers it again, under the same deadline.
-///
-/// # Examples
-///
-/// A message stamped with an hour left runs under the gate's maximum processing budget, and
-/// each way its work can end:
-///
-/// ```
-/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-/// # async fn main() {
-/// use std::collections::HashMap;
-/// use std::time::{Duration, SystemTime, UNIX_EPOCH};
-/// use hopbudget::queue::{Gate, Processed, Reason};
-/// use hopbudget::{Profile, RequestBudget};
-///
-/// let gate = Gate::new(&Profile::default(), "orders")
-///     .with_max_processing(Duration::from_millis(100));
-/// let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis();
-/// let message = HashMap::from([(
-///     "deadline-epoch-ms".to_owned(),
-///     (now_ms + 3_600_000).to_string(),
-/// )]);
-///
-/// // Work that ends in time: acknowledge.
-/// let admitted = gate.check(&message).into_result().unwrap();
-/// assert_eq!(admitted.budget().at_arrival(), Duration::from_millis(100));
-/// assert!(matches!(admitted.run(async { 42 }).await, Processed::Completed(42)));
-///
-/// // Work that would take a second is stopped at the deadline: acknowledge and dead-letter.
-/// let admitted = gate.check(&message).into_result().unwrap();
-/// match admitted.run(tokio::time::sleep(Duration::from_secs(1))).await {
-///     Processed::Expired(dead) => assert_eq!(dead.reason(), Reason::Expired),
-///     other => panic!("{other:?}"),
-/// }
-///
-/// // Work whose budget is cancelled (the consumer is shutting down): leave it
-/// // unacknowledged, the broker delivers it again.
-/// let admitted = gate.check(&message).into_result().unwrap();
-/// let shutdown = async {
-///     RequestBudget::current().expect("runs in the message's budget").cancel();
-///     std::future::pending::<()>().await
-/// };
-/// assert!(matches!(admitted.run(shutdown).await, Processed::Cancelled));
-/// # }
-/// ```
-#[derive(Debug)]
-pub struct Admitted {
-    guard: HopGuard,
-}
-
-/// How the work of an admitted message ended.
-///
-/// See the example on [`Admitted`].
-#[derive(Debug)]
-#[must_use = "an expired message must be dead-lettered, a cancelled one left unacknowledged"]
-pub enum Processed<T> {
-    /// The work finished in time, with this output: acknowledge.
-    Completed(T),
-    /// The deadline passed while the work ran; the work was stopped (rule C7). Acknowledge and
-    /// dead-letter it.
-    Expired(DeadLetter),
-    /// The budget was cancelled (the consumer is shutting down): do not acknowledge.
-    Cancelled,
-}
-
-impl Admitted {
-    /// The message's budget: clamped to the gate's maximum processing budget.
-    ///
-    /// See the [example](Self#examples).
-    pub fn budget(&self) -> &crate::RequestBudget {
-        self.guard.budget()
-    }
-
-    /// Run the message's work under its budget: every poll inside its task-local scope (so it
-    /// propagates onward like any request's, rule C11) and the hop's span, stopped at the
-    /// deadline.
-    ///
-    /// See the [example](Self#examples).
-    pub async fn run<F: Future>(self, work: F) -> Processed<F::Output> {
-        let mut guard = self.guard;
-        let budget = guard.budget().clone();
-        if budget.end_cause() == Some(EndCause::Expired) {
-            // It ran out before the work was first polled (waiting for a work slot): no work
-            // ran, and the dead letter says so (#32).
-            guard.expired();
-            return Processed::Expired(DeadLetter::expired_while_waiting(budget.at_arrival()));
-        }
-        match run_guarded(&mut guard, work).await {
-            Ok(out) => {
-                guard.finish();
-                Processed::Completed(out)
-            }
-            Err(EndCause::Expired) => {
-                guard.expired();
-                Processed::Expired(DeadLetter::expired_during_work(budget.at_arrival()))
-            }
-            Err(EndCause::Cancelled) => {
-                guard.finish();
-                Processed::Cancelled
-            }
-        }
-    }
-}
-
-/// Poll `work` inside the guard (budget scope and hop span) until it is done or the budget
-/// ends: at its deadline, which marks it expired and stops its tree (C7), or by cancellation.
-pub(super) async fn run_guarded<F: Future>(
-    guard: &mut HopGuard,
-    work: F,
-) -> Result<F::Output, EndCause> {
-    let budget = guard.budget().clone();
-    if let Some(cause) = budget.end_cause() {
-        return Err(cause);
-    }
-    let mut work = pin!(work);
-    let mut done = pin!(budget.done());
-    std::future::poll_fn(|cx| {
-        if let Poll::Ready(out) = guard.enter(|| work.as_mut().poll(cx)) {
-            return Poll::Ready(Ok(out));
-        }
-        done.as_mut().poll(cx).map(Err)
-    })
-    .await
 }

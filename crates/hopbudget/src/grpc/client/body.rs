@@ -6,7 +6,8 @@ use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
 use super::future::Watch;
-use crate::http::client::{Bound, grpc_outcome, settle};
+use crate::hop::outbound::Bound;
+use crate::hop::outbound::reply::{grpc_outcome, settle};
 use crate::status::{OUTCOME_METADATA, Outcome};
 
 /// Rewrite a `cancelled` answer that arrived after the deadline as the profile's expiry

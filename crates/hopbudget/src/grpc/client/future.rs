@@ -12,7 +12,8 @@ use crate::budget::Deadline;
 use crate::budget::RequestBudget;
 use crate::error::BudgetError;
 use crate::grpc::{budget_status, status_parts};
-use crate::http::client::{Bound, Shared, settle};
+use crate::hop::outbound::reply::settle;
+use crate::hop::outbound::{Bound, Shared};
 use crate::status::Outcome;
 
 pin_project! {

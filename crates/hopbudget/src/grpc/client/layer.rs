@@ -3,7 +3,7 @@ use std::sync::Arc;
 use tower_layer::Layer;
 
 use super::GrpcClient;
-use crate::http::client::{Shared, Trust};
+use crate::hop::outbound::{Shared, Trust};
 use crate::{Profile, SharedProfile};
 
 /// Applies [`GrpcClient`] to a tonic `Channel` or any tower gRPC client service. See the

@@ -5,7 +5,7 @@
 //! (`tonic::body::Body`) cannot be cloned. [`ReplayLayer`] reads it once (a unary call's body is
 //! one message) into a [`ReplayBody`], which can; the layers below it see
 //! `http::Request<ReplayBody>`, and [`into_tonic`] turns it back into what a tonic `Channel`
-//! takes, just above the channel. See the example on [`GrpcReplies`](crate::retry::GrpcReplies#examples).
+//! takes, just above the channel. See the example on [`GrpcReplies`](super::GrpcReplies#examples).
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -21,7 +21,7 @@ use tower_service::Service;
 
 /// A request body read in full, cheap to clone: a unary call's message and its trailers.
 ///
-/// See the example on [`GrpcReplies`](crate::retry::GrpcReplies#examples).
+/// See the example on [`GrpcReplies`](super::GrpcReplies#examples).
 #[derive(Clone, Debug, Default)]
 pub struct ReplayBody {
     data: Option<Bytes>,
@@ -54,7 +54,7 @@ impl Body for ReplayBody {
 /// A request with a [`ReplayBody`] as a tonic `Channel` takes it: put it just above the
 /// channel, `ServiceBuilder::new().map_request(into_tonic).service(channel)`.
 ///
-/// See the example on [`GrpcReplies`](crate::retry::GrpcReplies#examples).
+/// See the example on [`GrpcReplies`](super::GrpcReplies#examples).
 pub fn into_tonic(req: Request<ReplayBody>) -> Request<tonic::body::Body> {
     req.map(tonic::body::Body::new)
 }
@@ -63,7 +63,7 @@ pub fn into_tonic(req: Request<ReplayBody>) -> Request<tonic::body::Body> {
 /// `tower::retry` layer below it can clone the request. For unary calls: a streaming request
 /// would be read to its end before anything is sent.
 ///
-/// See the example on [`GrpcReplies`](crate::retry::GrpcReplies#examples).
+/// See the example on [`GrpcReplies`](super::GrpcReplies#examples).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ReplayLayer;
 
@@ -77,7 +77,7 @@ impl<S> Layer<S> for ReplayLayer {
 
 /// Middleware made by [`ReplayLayer`].
 ///
-/// See the example on [`GrpcReplies`](crate::retry::GrpcReplies#examples).
+/// See the example on [`GrpcReplies`](super::GrpcReplies#examples).
 #[derive(Clone, Debug)]
 pub struct Replay<S> {
     inner: S,

@@ -11,7 +11,7 @@ use crate::SharedProfile;
 use crate::budget::RequestBudget;
 use crate::codec::grpc_timeout;
 use crate::grpc::{budget_status, status_parts};
-use crate::http::client::{Bound, Shared, host_header};
+use crate::hop::outbound::{Bound, Shared, host_header};
 use tower::BoxError;
 
 const GRPC_TIMEOUT: HeaderName = HeaderName::from_static(crate::codec::GRPC_TIMEOUT);

@@ -10,7 +10,7 @@ use tokio::time::Sleep;
 use super::method::{self, Proof};
 use crate::error::BudgetError;
 use crate::grpc::{budget_status, note_answer, status_parts};
-use crate::lifecycle::{HopConfig, HopGuard};
+use crate::hop::{HopConfig, HopGuard};
 use crate::status::{GrpcStatusMap, OUTCOME_METADATA};
 
 pin_project! {

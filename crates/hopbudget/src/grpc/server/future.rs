@@ -11,7 +11,7 @@ use super::ResponseBody;
 use super::method::{self, Proof};
 use crate::error::BudgetError;
 use crate::grpc::{budget_status, note_answer, status_parts};
-use crate::lifecycle::{HopConfig, HopGuard};
+use crate::hop::{HopConfig, HopGuard};
 use crate::status::GrpcStatusMap;
 
 pin_project! {

@@ -109,6 +109,7 @@
 //! # assert_eq!(remaining_ms(&tonic::Request::new(())).unwrap_err().code(), tonic::Code::Internal);
 //! ```
 
+mod admission;
 mod body;
 mod extract;
 mod future;
@@ -116,6 +117,7 @@ mod layer;
 mod method;
 mod service;
 
+pub use admission::GrpcAnswer;
 pub use body::ResponseBody;
 pub use extract::BudgetExt;
 pub use future::ResponseFuture;

@@ -9,7 +9,7 @@ use super::{GrpcServerLayer, ResponseBody};
 use crate::SharedProfile;
 use crate::error::BudgetError;
 use crate::grpc::{budget_status, malformed_status, status_parts};
-use crate::lifecycle::{HopConfig, RouteLabel, Verdict, strip_internal_markers};
+use crate::hop::{HopConfig, RouteLabel, Verdict, strip_internal_markers};
 
 /// Middleware that gives each gRPC call its [`RequestBudget`](crate::RequestBudget). See the
 /// [module docs](super).

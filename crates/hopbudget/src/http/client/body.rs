@@ -12,7 +12,7 @@ use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 use tower::BoxError;
 
-use super::bound::Bound;
+use crate::hop::outbound::Bound;
 
 pin_project! {
     /// Response body of [`ClientBudget`](super::ClientBudget) and of the reqwest middleware:

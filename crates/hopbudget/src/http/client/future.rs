@@ -8,9 +8,8 @@ use pin_project_lite::pin_project;
 use tower::BoxError;
 
 use super::ResponseBody;
-use super::bound::Bound;
-use super::outbound::reply_error;
 use crate::BudgetError;
+use crate::hop::outbound::{Bound, reply_error};
 use crate::status::HttpStatusMap;
 
 pin_project! {

@@ -3,7 +3,7 @@ use std::sync::Arc;
 use tower_layer::Layer;
 
 use super::ClientBudget;
-use super::outbound::{Shared, Trust};
+use crate::hop::outbound::{Shared, Trust};
 use crate::{Profile, SharedProfile};
 
 /// Applies [`ClientBudget`] to an HTTP client service.

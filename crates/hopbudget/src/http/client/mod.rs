@@ -87,24 +87,12 @@
 //! ```
 
 mod body;
-mod bound;
 mod future;
 mod layer;
-mod outbound;
-mod reply;
 mod service;
 
+pub use crate::hop::outbound::classify;
 pub use body::ResponseBody;
 pub use future::ResponseFuture;
 pub use layer::ClientBudgetLayer;
-pub use outbound::classify;
 pub use service::ClientBudget;
-
-#[cfg(any(feature = "reqwest", feature = "grpc"))]
-pub(crate) use bound::Bound;
-#[cfg(feature = "reqwest")]
-pub(crate) use outbound::reply_error;
-#[cfg(any(feature = "reqwest", feature = "grpc"))]
-pub(crate) use outbound::{Shared, Trust, host_header};
-#[cfg(feature = "grpc")]
-pub(crate) use reply::{grpc_code_outcome, grpc_outcome, parse_marker, settle};

@@ -4,9 +4,8 @@ use std::task::{Context, Poll};
 use http::{Request, Response};
 use tower_service::Service;
 
-use super::bound::Bound;
-use super::outbound::{Shared, host_header};
 use super::{ClientBudgetLayer, ResponseBody, ResponseFuture};
+use crate::hop::outbound::{Bound, Shared, host_header};
 use tower::BoxError;
 
 use crate::{RequestBudget, SharedProfile};
@@ -103,7 +102,7 @@ where
 
 #[cfg(test)]
 mod tests {
-    use super::super::outbound::host_header;
+    use crate::hop::outbound::host_header;
 
     fn host(header: &str) -> Option<String> {
         let req = http::Request::builder()

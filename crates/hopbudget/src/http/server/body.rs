@@ -8,7 +8,7 @@ use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 use tokio::time::Sleep;
 
-use crate::lifecycle::HopGuard;
+use crate::hop::HopGuard;
 
 pin_project! {
     /// The response body of [`ServerBudget`](super::ServerBudget): the handler's own body, a
@@ -307,7 +307,7 @@ mod tests {
         let budget =
             crate::RequestBudget::local(Duration::from_millis(50), crate::HopPolicy::DEFAULT)
                 .for_stream();
-        let mut guard = crate::lifecycle::HopGuard::new(
+        let mut guard = crate::hop::HopGuard::new(
             budget,
             crate::observe::Hop::start(
                 &crate::observe::HopLabels::new("svc", "/events", crate::observe::Protocol::Http),

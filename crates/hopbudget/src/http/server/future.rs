@@ -12,11 +12,11 @@ use pin_project_lite::pin_project;
 use tokio::time::Sleep;
 
 use super::ResponseBody;
-use super::answer::expired_response;
 use super::body::answer_length;
 use super::linger::LentBody;
-use crate::http::client::classify;
-use crate::lifecycle::HopGuard;
+use crate::hop::HopGuard;
+use crate::hop::outbound::classify;
+use crate::http_answer::http_answer;
 use crate::status::{HttpStatusMap, Outcome};
 use crate::{Refused, RequestBudget};
 
@@ -146,8 +146,8 @@ fn note_answer(guard: &mut HopGuard, status: &HttpStatusMap, res: &http::respons
                 let text = headers.get(name)?.to_str().ok()?;
                 Some(Duration::from_millis(text.trim().parse().ok()?))
             };
-            let required = ms(&super::super::REQUIRED_HEADER).unwrap_or_default();
-            let remaining = ms(&super::super::REMAINING_HEADER).unwrap_or_default();
+            let required = ms(&crate::http_answer::REQUIRED_HEADER).unwrap_or_default();
+            let remaining = ms(&crate::http_answer::REMAINING_HEADER).unwrap_or_default();
             guard.answered_refused(Refused::new(required, remaining));
         }
         outcome => guard.answered(outcome),
@@ -168,7 +168,7 @@ fn mark_handler_outcome(res: &mut http::response::Parts, status: &HttpStatusMap)
         return;
     };
     res.headers
-        .entry(&super::super::OUTCOME_HEADER)
+        .entry(&crate::http_answer::OUTCOME_HEADER)
         .or_insert(http::HeaderValue::from_static(name));
 }
 
@@ -299,7 +299,7 @@ where
         let budget: RequestBudget = guard.budget().clone();
         this.guard.take();
         budget.sync_scope(|| this.state.set(State::Done));
-        let mut answer = expired_response(this.status);
+        let mut answer = http_answer(&crate::BudgetError::Expired, this.status);
         if let Some(lent) = this.lent.take() {
             // The handler may have been waiting for the body: drain the rest so an HTTP/1.1
             // client still writing it reads this answer instead of a reset (C18).

@@ -4,7 +4,7 @@ use tower_layer::Layer;
 
 use super::ServerBudget;
 use crate::clock::WallClock;
-use crate::lifecycle::HopConfig;
+use crate::hop::HopConfig;
 use crate::observe::Protocol;
 use crate::{Profile, SharedProfile};
 

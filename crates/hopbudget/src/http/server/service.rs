@@ -5,10 +5,11 @@ use http::{Request, Response};
 use http_body::Body;
 use tower_service::Service;
 
-use super::answer::{expired_response, malformed_response, refused_response};
 use super::{ResponseBody, ResponseFuture, ServerBudgetLayer, linger};
+use crate::BudgetError;
 use crate::SharedProfile;
-use crate::lifecycle::{RouteLabel, Verdict, strip_internal_markers};
+use crate::hop::{RouteLabel, Verdict, strip_internal_markers};
+use crate::http_answer::{http_answer, malformed_answer};
 
 /// Middleware that gives each inbound HTTP request its [`RequestBudget`](crate::RequestBudget).
 ///
@@ -92,13 +93,14 @@ where
             // so the client reads the answer instead of a reset (C18, S14).
             Verdict::Malformed(malformed) => ResponseFuture::answer(linger::answer_early(
                 req,
-                malformed_response(status, &malformed),
+                malformed_answer(status, &malformed),
             )),
-            Verdict::Expired => {
-                ResponseFuture::answer(linger::answer_early(req, expired_response(status)))
-            }
+            Verdict::Expired => ResponseFuture::answer(linger::answer_early(
+                req,
+                http_answer(&BudgetError::Expired, status),
+            )),
             Verdict::Refused(refused) => {
-                let res = refused_response(status, refused.required(), refused.remaining());
+                let res = http_answer(&BudgetError::Refused(refused), status);
                 ResponseFuture::answer(linger::answer_early(req, res))
             }
             Verdict::Admitted(mut guard) => {

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 
 use crate::codec::{Carrier, Inbound, MalformedHeader, millis};
-use crate::lifecycle::{HopConfig, RouteLabel, Verdict};
+use crate::hop::{HopConfig, RouteLabel, Verdict};
 use crate::observe::Protocol;
 use crate::queue::HeaderCarrier;
 use crate::queue::gate::run_guarded;
@@ -197,7 +197,7 @@ impl Requester {
 /// Answers core NATS requests inside their caller's budget, refusing before the handler when
 /// too little is left (rule C3).
 ///
-/// An adapter over the [hop lifecycle](crate::lifecycle), as the HTTP and gRPC servers are.
+/// An adapter over the [hop lifecycle](crate::hop), as the HTTP and gRPC servers are.
 /// The handler gets the request and returns the answer's payload; it runs inside the
 /// budget's scope and a hop span (`hop.protocol = queue`, named after the subject), and is
 /// stopped at the deadline (rule C7), which answers `expired`. Subjects label metrics: serve

@@ -26,7 +26,7 @@
 //! # #[tokio::main(flavor = "current_thread", start_paused = true)]
 //! # async fn main() {
 //! use std::sync::Arc;
-//! use hopbudget::lifecycle::{Verdict, HopConfig, RouteLabel};
+//! use hopbudget::hop::{Verdict, HopConfig, RouteLabel};
 //! use hopbudget::observe::Protocol;
 //! use hopbudget::{Outcome, Profile, RequestBudget};
 //!
@@ -42,16 +42,17 @@
 //!     other => panic!("{other:?}"),
 //! }
 //! // A path no profile rule names is labelled `other` in metrics and traces (C20).
-//! assert_eq!(config.route_label(RouteLabel::Path("/orders/7")), hopbudget::lifecycle::OTHER_ROUTE);
+//! assert_eq!(config.route_label(RouteLabel::Path("/orders/7")), hopbudget::hop::OTHER_ROUTE);
 //! # }
 //! ```
 //!
 //! Guide: *Observability*, `docs/guide/observability.md` in the repository.
 
-mod admission;
 mod guard;
+mod inbound;
 mod labels;
+pub(crate) mod outbound;
 
-pub use admission::{HopConfig, Verdict, strip_internal_markers};
 pub use guard::HopGuard;
+pub use inbound::{HopConfig, Verdict, strip_internal_markers};
 pub use labels::{OTHER_ROUTE, RouteLabel};

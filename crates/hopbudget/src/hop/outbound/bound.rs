@@ -11,7 +11,7 @@ use std::task::{Context, Poll};
 use tokio::time::Sleep;
 use tokio_util::sync::WaitForCancellationFutureOwned;
 
-use super::outbound::{Call, ended};
+use super::{Call, ended};
 use crate::{BudgetError, Deadline, RequestBudget};
 
 /// Watches one call's wait; the timer and the cancellation future are made on the first

@@ -8,12 +8,15 @@ use std::time::Duration;
 
 use http::{HeaderMap, HeaderName, HeaderValue};
 
-use super::reply;
+mod bound;
+pub(crate) mod reply;
+
 use crate::clock::{SystemClock, WallClock};
 use crate::codec::{Carrier, epoch, grpc_timeout, millis};
 use crate::profile::UnknownDestination;
 use crate::status::{HttpStatusMap, Outcome};
 use crate::{BudgetError, Deadline, Refused, RequestBudget, SharedProfile};
+pub(crate) use bound::Bound;
 
 /// Which destinations a client layer sends deadline headers to (C19).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -299,8 +302,8 @@ pub(crate) fn reply_error(
                     .unwrap_or_default()
             };
             Some(BudgetError::Refused(Refused::new(
-                ms(&super::super::REQUIRED_HEADER),
-                ms(&super::super::REMAINING_HEADER),
+                ms(&crate::http_answer::REQUIRED_HEADER),
+                ms(&crate::http_answer::REMAINING_HEADER),
             )))
         }
     }
@@ -324,7 +327,7 @@ pub(crate) fn host_header(headers: &HeaderMap) -> Option<&str> {
 /// An expiry status without hopbudget's marker, while the caller could still start a call:
 /// not this request's deadline (a hopbudget server always marks its own expiry).
 fn is_proxy_timeout(headers: &HeaderMap, budget: &RequestBudget) -> bool {
-    !headers.contains_key(&super::super::OUTCOME_HEADER)
+    !headers.contains_key(&crate::http_answer::OUTCOME_HEADER)
         && budget.forward() >= budget.policy().refuse_below
 }
 

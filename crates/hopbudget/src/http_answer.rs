@@ -1,12 +1,13 @@
-//! One spelling of a [`BudgetError`] as an HTTP answer, shared by everything that makes one:
-//! the server layer's own refusals and expiries, the admission layer's refusals and
-//! [`http::budget_response`](crate::http::budget_response) for handlers. An upstream hopbudget
-//! client then classifies all of them alike (rules C3, C10, C17).
+//! The one spelling of a deadline answer over HTTP, shared by everything that makes one: the
+//! server layer's own refusals, expiries and malformed-header answers, the admission layer's
+//! refusals and `http::budget_response` for handlers. An upstream hopbudget client then
+//! classifies all of them alike (rules C3, C9, C10, C17). Protocol-neutral in its
+//! dependencies (the `http` crate only), so the core's admission layer spells with it too.
 
 use http::{HeaderName, HeaderValue, Response, StatusCode};
 
 use crate::BudgetError;
-use crate::codec::millis;
+use crate::codec::{MalformedHeader, millis};
 use crate::status::{
     HttpStatusMap, OUTCOME_METADATA, Outcome, REMAINING_MS_HEADER, REQUIRED_MS_HEADER,
 };
@@ -50,5 +51,27 @@ pub(crate) fn http_answer<B: From<String>>(err: &BudgetError, map: &HttpStatusMa
             millis::encode(r.remaining()).to_header_value(),
         );
     }
+    res
+}
+
+/// The 400 (or the profile's code) for a deadline header that does not parse (C9): a clear
+/// client error naming the header, never "no deadline".
+pub(crate) fn malformed_answer<B: From<String>>(
+    map: &HttpStatusMap,
+    malformed: &MalformedHeader,
+) -> Response<B> {
+    // The profile validates its codes; the fallback only guards a hand-built invalid map.
+    let code = StatusCode::from_u16(map.malformed).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut res = Response::new(B::from(malformed.to_string()));
+    *res.status_mut() = code;
+    let headers = res.headers_mut();
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    headers.insert(
+        OUTCOME_HEADER.clone(),
+        HeaderValue::from_static("malformed"),
+    );
     res
 }

@@ -47,7 +47,7 @@ pub(crate) fn parse_marker(value: &[u8]) -> Option<Marker> {
 
 /// The marker in a header (or trailer) map.
 pub(crate) fn marker(headers: &HeaderMap) -> Option<Marker> {
-    parse_marker(small_map_get(headers, &crate::http::OUTCOME_HEADER)?.as_bytes())
+    parse_marker(small_map_get(headers, &crate::http_answer::OUTCOME_HEADER)?.as_bytes())
 }
 
 /// Steps 1 and 2 for an HTTP answer.
@@ -57,7 +57,7 @@ pub(crate) fn http_outcome(map: &HttpStatusMap, status: u16, headers: &HeaderMap
         Some(Marker::Malformed) => Outcome::Completed,
         None => match map.classify(status) {
             // An overload 503 without the requirement is not a deadline refusal.
-            Outcome::Refused if !headers.contains_key(&crate::http::REQUIRED_HEADER) => {
+            Outcome::Refused if !headers.contains_key(&crate::http_answer::REQUIRED_HEADER) => {
                 Outcome::Completed
             }
             outcome => outcome,
@@ -65,7 +65,6 @@ pub(crate) fn http_outcome(map: &HttpStatusMap, status: u16, headers: &HeaderMap
     }
 }
 
-#[cfg(feature = "grpc")]
 /// Steps 1 and 2 for a gRPC status `code` with its marker. OK is completed whatever its
 /// metadata says.
 pub(crate) fn grpc_code_outcome(code: i32, marker: Option<Marker>) -> Outcome {
@@ -83,10 +82,18 @@ pub(crate) fn grpc_code_outcome(code: i32, marker: Option<Marker>) -> Outcome {
 
 /// Steps 1 and 2 for the `grpc-status` in a header or trailer map; `None` when the map holds
 /// no status (the headers of an answer whose status comes in its trailers).
-#[cfg(feature = "grpc")]
 pub(crate) fn grpc_outcome(headers: &HeaderMap) -> Option<Outcome> {
-    let code = crate::grpc::grpc_status_of(headers)?;
+    let code = grpc_status_of(headers)?;
     Some(grpc_code_outcome(code, marker(headers)))
+}
+
+/// Read `grpc-status` from a header or trailer map.
+pub(crate) fn grpc_status_of(headers: &HeaderMap) -> Option<i32> {
+    // A `HeaderName` made once: looking up by `&str` parses and validates the name on every
+    // call, and this runs on every answer of every hop.
+    static GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
+    let v = headers.get(&GRPC_STATUS)?;
+    std::str::from_utf8(v.as_bytes()).ok()?.trim().parse().ok()
 }
 
 /// Step 3, the late cancel: `stated` as this hop reports it, for a call whose callee was told
@@ -130,7 +137,6 @@ mod tests {
         h
     }
 
-    #[cfg(feature = "grpc")]
     #[test]
     fn the_marker_names_the_outcome_under_any_code() {
         // A profile that spells expiry UNAVAILABLE (14), or cancellation ABORTED (10).

@@ -390,7 +390,7 @@ const MARKER_PREFIX: &str = "x-deadline-";
 /// over the names, and nothing else unless one is there.
 ///
 /// ```
-/// use hopbudget::lifecycle::strip_internal_markers;
+/// use hopbudget::hop::strip_internal_markers;
 ///
 /// let mut headers = http::HeaderMap::new();
 /// headers.insert("x-deadline-outcome", "refused".parse().unwrap()); // forged by a client
