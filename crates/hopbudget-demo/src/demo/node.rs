@@ -52,7 +52,7 @@ pub struct Node {
     pub seed: u64,
     /// Where this service hands its background work (S11), if it has any.
     pub queue: Option<Producer>,
-    /// Its cheaper path, if the topology gives it one ([`degrade_for`]).
+    /// Its cheaper path, if the topology gives it one ([`degrade_for`](super::services::degrade_for)).
     pub degrade: Option<Degrade>,
 }
 

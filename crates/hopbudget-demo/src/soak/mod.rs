@@ -34,9 +34,10 @@
 //! covers the work plus the answer's way back (C3, C21). So refusals rise with the load while
 //! goodput (answers within budget per second) holds near capacity, and memory stays bounded.
 //!
-//! One file per part: [`chain`] (the services and their [`ledger`]s), [`mix`] (the kinds of
-//! request), [`overload`] (the fixed-capacity leaf), [`load`] (the load generator),
-//! [`drain`], [`memory`] and [`report`] (the checks); [`options`] what a run is given.
+//! One file per part: `chain.rs` (the services) and `ledger.rs` (what each counts), `mix.rs`
+//! (the kinds of request), `overload.rs` (the fixed-capacity leaf), `load.rs` (the load
+//! generator), `drain.rs`, `memory.rs`, `report.rs` (the checks), and `options.rs` (what a
+//! run is given).
 
 mod chain;
 mod drain;

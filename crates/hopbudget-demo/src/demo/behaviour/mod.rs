@@ -1,4 +1,4 @@
-//! What each demo mode does: one implementation of [`HopMode`](super::node::HopMode) per
+//! What each demo mode does: one implementation of [`HopMode`] per
 //! file, the few decisions in which the runs differ (scenario S18), so that following one
 //! request means reading one file. [`Mode::behaviour`] is the one place that maps a mode's
 //! name to one.
