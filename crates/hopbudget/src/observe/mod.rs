@@ -44,8 +44,8 @@ use crate::status::Outcome;
 mod metrics_names;
 #[cfg(feature = "metrics")]
 pub use metrics_names::*;
-#[cfg(feature = "metrics")]
-pub(crate) use metrics_names::{cache_read_key, count, degraded_key};
+mod counter;
+pub(crate) use counter::{Counter, outbound_missing};
 pub mod fields;
 mod notice;
 pub(crate) use notice::{missing as notice_missing, refused as notice_refused};
@@ -55,6 +55,8 @@ pub mod otlp;
 pub mod prometheus;
 #[cfg(feature = "otel")]
 pub mod propagation;
+mod trace_context;
+pub(crate) use trace_context::{add_link, current_position, follow_remote_parent};
 
 /// The protocol a hop speaks, for the span's `rpc.system` / `network.protocol.name`.
 ///
