@@ -125,6 +125,7 @@ mod layer;
 mod replay;
 mod replies;
 mod service;
+mod watch;
 
 pub use body::ResponseBody;
 pub use future::ResponseFuture;
