@@ -25,7 +25,7 @@ pub(super) struct Watch {
 impl Watch {
     /// Whether a failure seen now is really the deadline: the downstream's time (or ours)
     /// had run out when it arrived, by the rule every client applies to a late `cancelled`
-    /// (C4, `http::client::reply::settle`).
+    /// (C4, `hop::outbound::reply::settle`).
     pub(super) fn is_past_deadline(&self) -> bool {
         settle(Outcome::Cancelled, self.call_deadline, &self.budget) == Outcome::Expired
     }
