@@ -18,7 +18,7 @@
 //!
 //! Deadline failures are `reqwest_middleware::Error::Middleware` wrapping a
 //! [`BudgetError`]; [`BudgetError::find`] (or [`budget_error`]) finds it, and
-//! [`DownstreamError`](crate::DownstreamError) hands it on from a handler with `?`.
+//! [`DownstreamError`] hands it on from a handler with `?`.
 //!
 //! # Example
 //!
