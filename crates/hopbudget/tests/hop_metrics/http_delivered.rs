@@ -7,7 +7,7 @@
 //! case here is a real axum or hyper server on loopback and a real client; the outcome is
 //! read from the Prometheus recorder, as a dashboard would read it.
 //!
-//! This binary installs the process-wide metrics recorder once; each test has its own service
+//! The binary installs the process-wide metrics recorder once; each test has its own service
 //! name, so the tests can run in parallel.
 #![cfg(all(feature = "axum", feature = "prometheus"))]
 

@@ -1,6 +1,7 @@
 //! S9: a hop injected with a remainder below its threshold skips its downstream call, and
-//! its trace shows the remaining ms and the `refused` status. Own test binary: it installs a
-//! span-capturing subscriber for its (current-thread) runtime.
+//! its trace shows the remaining ms and the `refused` status. The span-capturing subscriber is
+//! installed for the test's own (current-thread) runtime only (`set_default`), so the test
+//! shares the `http` binary.
 #![cfg(all(feature = "axum", feature = "reqwest"))]
 
 use std::sync::Arc;
