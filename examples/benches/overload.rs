@@ -1,6 +1,7 @@
 //! Overload (scenario S17): what deadline-aware admission does for goodput past capacity.
 //!
-//! Run: `cargo run --release -p hopbudget-examples --example overload`
+//! Run: `cargo bench -p hopbudget-examples --bench overload` (a measurement of about 90 s, so a
+//! bench, not an example)
 //! (options: `--seconds N` per point, default 4; `--budget-ms N`, default 200).
 //!
 //! One real axum service on 127.0.0.1 with a fixed capacity: 4 workers, 20 ms of work each,
