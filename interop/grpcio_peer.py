@@ -1,4 +1,4 @@
-"""A grpcio (Python) peer for hopbudget's gRPC interop test (tests/grpc_grpcio.rs).
+"""A grpcio (Python) peer for hopbudget's gRPC interop test (crates/hopbudget/tests/grpc/peer_grpcio.rs).
 
 Usage:
   grpcio_peer.py client ADDR METHOD REQUEST_HEX TIMEOUT_S

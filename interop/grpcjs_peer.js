@@ -1,4 +1,4 @@
-// A @grpc/grpc-js (Node.js) peer for hopbudget's gRPC interop test (tests/grpc_grpcjs.rs):
+// A @grpc/grpc-js (Node.js) peer for hopbudget's gRPC interop test (crates/hopbudget/tests/grpc/peer_grpcjs.rs):
 // a second gRPC implementation beside grpcio, with a deadline handling of its own.
 //
 // Usage:

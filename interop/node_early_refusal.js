@@ -1,4 +1,4 @@
-// A Node.js `http` client for hopbudget's early-answer test (tests/early_answer_clients.rs, S14).
+// A Node.js `http` client for hopbudget's early-answer test (crates/hopbudget/tests/http/early_answer_clients.rs, S14).
 //
 // Usage: node node_early_refusal.js URL TIMEOUT_MS BODY_BYTES ROUNDS [keep-alive]
 //

@@ -1,4 +1,4 @@
-// A Node.js `http2` client for hopbudget's early-answer test (tests/early_answer_clients.rs,
+// A Node.js `http2` client for hopbudget's early-answer test (crates/hopbudget/tests/http/early_answer_clients.rs,
 // C18 over HTTP/2).
 //
 // Usage: node node_h2_early_answer.js URL PATH TIMEOUT_MS BODY_BYTES DELAY_MS ROUNDS

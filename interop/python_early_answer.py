@@ -1,4 +1,4 @@
-"""Python HTTP clients for hopbudget's early-answer test (tests/early_answer_clients.rs, S14).
+"""Python HTTP clients for hopbudget's early-answer test (crates/hopbudget/tests/http/early_answer_clients.rs, S14).
 
 Usage: python3 python_early_answer.py CLIENT URL TIMEOUT_MS BODY_BYTES ROUNDS AGENT FRAMING DELAY_MS PIECES
 

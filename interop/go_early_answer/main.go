@@ -1,4 +1,4 @@
-// A Go net/http client for hopbudget's early-answer test (tests/early_answer_clients.rs, S14).
+// A Go net/http client for hopbudget's early-answer test (crates/hopbudget/tests/http/early_answer_clients.rs, S14).
 //
 // Usage: go_early_answer URL TIMEOUT_MS BODY_BYTES ROUNDS AGENT FRAMING DELAY_MS PIECES
 //

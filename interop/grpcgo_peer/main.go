@@ -1,4 +1,4 @@
-// A grpc-go peer for hopbudget's gRPC interop test (tests/grpc_grpcgo.rs): the reference gRPC
+// A grpc-go peer for hopbudget's gRPC interop test (crates/hopbudget/tests/grpc/peer_grpcgo.rs): the reference gRPC
 // implementation, whose deadlines are Go's context deadlines, beside grpcio and grpc-js.
 //
 // Usage:
