@@ -21,6 +21,7 @@ use tracing::field::Empty;
 
 use crate::budget::RequestBudget;
 use crate::error::BudgetError;
+use crate::observe::Counter;
 
 /// What the store holds for a key.
 ///
@@ -159,8 +160,7 @@ pub fn plan(
 pub struct CacheReads {
     service: Arc<str>,
     cache: Arc<str>,
-    #[cfg(feature = "metrics")]
-    keys: Arc<[metrics::Key; 4]>,
+    counters: Arc<[Counter; 4]>,
 }
 
 impl CacheReads {
@@ -171,10 +171,8 @@ impl CacheReads {
     pub fn new(service: impl Into<Arc<str>>, cache: impl Into<Arc<str>>) -> Self {
         let (service, cache) = (service.into(), cache.into());
         Self {
-            #[cfg(feature = "metrics")]
-            keys: Arc::new(
-                CacheChoice::ALL
-                    .map(|c| crate::observe::cache_read_key(&service, &cache, c.as_str())),
+            counters: Arc::new(
+                CacheChoice::ALL.map(|c| Counter::cache_read(&service, &cache, c.as_str())),
             ),
             service,
             cache,
@@ -211,8 +209,7 @@ impl CacheReads {
         if !span.is_disabled() {
             span.record("cache.choice", choice.as_str());
         }
-        #[cfg(feature = "metrics")]
-        crate::observe::count(&self.keys[choice as usize]);
+        self.counters[choice as usize].increment();
     }
 }
 

@@ -19,6 +19,7 @@ use std::time::Duration;
 use tracing::Instrument;
 
 use crate::budget::RequestBudget;
+use crate::observe::Counter;
 
 /// Which path a [`Degrade`] chose.
 ///
@@ -84,8 +85,7 @@ pub struct Degrade {
     service: Arc<str>,
     route: Arc<str>,
     path: Arc<str>,
-    #[cfg(feature = "metrics")]
-    key: Arc<metrics::Key>,
+    counter: Counter,
 }
 
 impl Degrade {
@@ -101,8 +101,7 @@ impl Degrade {
     ) -> Self {
         let (service, route, path) = (service.into(), route.into(), path.into());
         Self {
-            #[cfg(feature = "metrics")]
-            key: Arc::new(crate::observe::degraded_key(&service, &route, &path)),
+            counter: Counter::degraded(&service, &route, &path),
             service,
             route,
             path,
@@ -189,8 +188,7 @@ impl Degrade {
     }
 
     fn count(&self) {
-        #[cfg(feature = "metrics")]
-        crate::observe::count(&self.key);
+        self.counter.increment();
     }
 }
 

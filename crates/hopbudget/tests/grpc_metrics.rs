@@ -3,6 +3,7 @@
 //! method path. One test in this binary, because it installs the global recorder.
 #![cfg(all(feature = "grpc", feature = "metrics"))]
 
+#[path = "support/grpc/mod.rs"]
 mod grpc_support;
 
 use std::time::Duration;

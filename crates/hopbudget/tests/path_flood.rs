@@ -10,6 +10,7 @@
 //! This binary installs the process-wide recorder, so it holds a single test.
 #![cfg(all(feature = "axum", feature = "prometheus"))]
 
+#[path = "support/http.rs"]
 mod http_support;
 
 use std::sync::Arc;

@@ -4,6 +4,9 @@
 //! Needs Redis at `REDIS_URL` (default `redis://127.0.0.1:6379`). Without it every test here
 //! says how to start it: it fails under `HOPBUDGET_REQUIRE_SERVICES=1` (CI) and is skipped
 //! otherwise. Keys are unique per test and process.
+//!
+//! A binary of its own: the skip ends the process with status 0, which must not take the
+//! tests of other services with it.
 #![cfg(feature = "redis")]
 
 use std::sync::Arc;

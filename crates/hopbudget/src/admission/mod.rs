@@ -415,22 +415,3 @@ pub trait AdmissionRequest {
         None
     }
 }
-
-impl<B> AdmissionRequest for http::Request<B> {
-    #[inline]
-    fn deadline(&self) -> Option<Deadline> {
-        match self.extensions().get::<RequestBudget>() {
-            Some(budget) => Some(budget.deadline()),
-            None => RequestBudget::current().map(|b| b.deadline()),
-        }
-    }
-
-    #[inline]
-    fn route(&self) -> Option<&str> {
-        #[cfg(feature = "axum")]
-        if let Some(matched) = self.extensions().get::<axum::extract::MatchedPath>() {
-            return Some(matched.as_str());
-        }
-        Some(self.uri().path())
-    }
-}

@@ -313,16 +313,33 @@ async fn without_a_budget_waiters_are_fifo_and_never_refused_for_time() {
     assert_eq!(*log.lock().unwrap(), ["1", "2", "3"]);
 }
 
-/// The layer over a plain tower service: requests carry their budget in the extensions.
+/// A request that carries its budget and route, as an `http::Request` does in its extensions
+/// and URI (that impl, with axum's matched route, is `http::admission`'s).
+struct Req {
+    path: String,
+    budget: RequestBudget,
+}
+
+impl AdmissionRequest for Req {
+    fn deadline(&self) -> Option<Deadline> {
+        Some(self.budget.deadline())
+    }
+
+    fn route(&self) -> Option<&str> {
+        Some(&self.path)
+    }
+}
+
+/// The layer over a plain tower service: requests carry their budget.
 #[tokio::test(start_paused = true)]
 async fn the_layer_refuses_waiters_without_running_them_and_leaks_no_slot() {
     let ran = Arc::new(Mutex::new(Vec::new()));
     let inner = tower::service_fn({
         let ran = ran.clone();
-        move |req: http::Request<String>| {
+        move |req: Req| {
             let ran = ran.clone();
             async move {
-                ran.lock().unwrap().push(req.uri().path().to_owned());
+                ran.lock().unwrap().push(req.path.clone());
                 tokio::time::sleep(ms(50)).await;
                 Ok::<_, Infallible>(http::Response::new(String::from("ok")))
             }
@@ -330,10 +347,9 @@ async fn the_layer_refuses_waiters_without_running_them_and_leaks_no_slot() {
     });
     let layer = AdmissionLayer::new(AdmissionConfig::new(1).with_route("/slow", ms(30)));
     let svc = layer.layer(inner);
-    let req = |path: &str, budget_ms: u64| {
-        let mut req = http::Request::get(path).body(String::new()).unwrap();
-        req.extensions_mut().insert(budget(budget_ms));
-        req
+    let req = |path: &str, budget_ms: u64| Req {
+        path: path.to_owned(),
+        budget: budget(budget_ms),
     };
     let first = tokio::spawn(svc.clone().oneshot(req("/first", 500)));
     settle().await;
@@ -372,10 +388,12 @@ async fn the_layer_refuses_waiters_without_running_them_and_leaks_no_slot() {
 
 #[tokio::test(start_paused = true)]
 async fn the_error_answer_returns_the_budget_error() {
-    let inner = tower::service_fn(|_: http::Request<()>| async { Ok::<_, tower::BoxError>(()) });
+    let inner = tower::service_fn(|_: Req| async { Ok::<_, tower::BoxError>(()) });
     let svc = AdmissionLayer::with_errors(AdmissionConfig::new(1).with_cost(ms(10))).layer(inner);
-    let mut req = http::Request::new(());
-    req.extensions_mut().insert(budget(5));
+    let req = Req {
+        path: "/".into(),
+        budget: budget(5),
+    };
     let err = svc.oneshot(req).await.unwrap_err();
     assert!(matches!(
         BudgetError::find(err.as_ref()),

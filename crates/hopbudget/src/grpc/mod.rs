@@ -32,7 +32,7 @@
 //! Parsing and encoding follow the gRPC over HTTP/2 protocol spec, so grpc-go, grpc-java and
 //! grpcio peers interoperate. The exact behaviour is decided once in
 //! [`codec::grpc_timeout`](crate::codec::grpc_timeout) and holds end to end
-//! (`tests/grpc_interop.rs` sends each case to a real tonic server):
+//! (`tests/grpc/timeout_wire.rs` sends each case to a real tonic server):
 //!
 //! | inbound `grpc-timeout` | server layer answers |
 //! |---|---|

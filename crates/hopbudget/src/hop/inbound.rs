@@ -304,7 +304,7 @@ impl HopConfig {
     fn admit_rooted(
         self: &Arc<Self>,
         profile: &Profile,
-        #[cfg_attr(not(feature = "otel"), allow(unused_variables))] headers: Option<&HeaderMap>,
+        headers: Option<&HeaderMap>,
         budget: RequestBudget,
         rule: Option<&RouteRule>,
         label: &str,
@@ -322,9 +322,8 @@ impl HopConfig {
             Hop::open(route, &budget)
         };
         // The hop span is the child of the caller's span across the wire (feature `otel`).
-        #[cfg(feature = "otel")]
         if let Some(headers) = headers {
-            observe::propagation::set_parent(hop.span(), headers);
+            observe::follow_remote_parent(hop.span(), headers);
         }
         // The budget was made a moment ago from this very value: no second clock read.
         let arrived = budget.at_arrival();

@@ -21,6 +21,7 @@
 //!
 //! Guide: *HTTP hops*, `docs/guide/http.md` in the repository.
 
+mod admission;
 mod answer;
 pub mod client;
 pub mod server;

@@ -18,7 +18,7 @@
 //!
 //! Deadline failures are `reqwest_middleware::Error::Middleware` wrapping a
 //! [`BudgetError`]; [`BudgetError::find`] (or [`budget_error`]) finds it, and
-//! [`DownstreamError`](crate::DownstreamError) hands it on from a handler with `?`.
+//! [`DownstreamError`] hands it on from a handler with `?`.
 //!
 //! # Example
 //!
@@ -259,4 +259,22 @@ fn bounded(res: reqwest::Response, bound: Bound) -> reqwest::Response {
     }
     let body = reqwest::Body::wrap(ResponseBody::new(body, bound));
     reqwest::Response::from(http::Response::from_parts(parts, body))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_plain_walk_of_the_chain_finds_the_outcome_the_middleware_reported() {
+        let err = budget_failure(BudgetError::Expired);
+        assert_eq!(BudgetError::find(&err), Some(&BudgetError::Expired));
+        assert_eq!(budget_error(&err), Some(&BudgetError::Expired));
+        assert_eq!(err.to_string(), "deadline expired");
+        let err = budget_failure(BudgetError::Cancelled);
+        assert_eq!(
+            DownstreamError::from(err).budget_error(),
+            Some(&BudgetError::Cancelled)
+        );
+    }
 }

@@ -75,7 +75,6 @@ impl TraceParent {
         (parsed.trace_id != 0 && parsed.span_id != 0).then_some(parsed)
     }
 
-    #[cfg_attr(not(feature = "otlp"), allow(dead_code))]
     pub(crate) fn format(&self) -> String {
         format!(
             "00-{:032x}-{:016x}-{:02x}",
@@ -87,27 +86,14 @@ impl TraceParent {
 /// Write the current span's trace position as `traceparent` (feature `otlp`; otherwise
 /// nothing, and any `traceparent` already on the message stays).
 pub(super) fn inject<C: HeaderCarrier + ?Sized>(headers: &mut C) {
-    #[cfg(feature = "otlp")]
-    if let Some(parent) = current() {
+    if let Some((trace_id, span_id, flags)) = crate::observe::current_position() {
+        let parent = TraceParent {
+            trace_id,
+            span_id,
+            flags,
+        };
         headers.set(TRACEPARENT, &parent.format());
     }
-    #[cfg(not(feature = "otlp"))]
-    let _ = headers;
-}
-
-#[cfg(feature = "otlp")]
-fn current() -> Option<TraceParent> {
-    use opentelemetry::trace::TraceContextExt;
-    use tracing_opentelemetry::OpenTelemetrySpanExt;
-
-    let cx = Span::current().context();
-    let span = cx.span();
-    let sc = span.span_context();
-    sc.is_valid().then(|| TraceParent {
-        trace_id: u128::from_be_bytes(sc.trace_id().to_bytes()),
-        span_id: u64::from_be_bytes(sc.span_id().to_bytes()),
-        flags: sc.trace_flags().to_u8(),
-    })
 }
 
 /// Link the consumer's hop span to the producer's trace, if the message carries a valid
@@ -119,19 +105,7 @@ pub(super) fn link<C: HeaderCarrier + ?Sized>(span: &Span, headers: &C) {
     let Some(parent) = headers.get(TRACEPARENT).and_then(TraceParent::parse) else {
         return;
     };
-    #[cfg(feature = "otlp")]
-    {
-        use opentelemetry::trace::{SpanContext, SpanId, TraceFlags, TraceId, TraceState};
-        use tracing_opentelemetry::OpenTelemetrySpanExt;
-
-        span.add_link(SpanContext::new(
-            TraceId::from_bytes(parent.trace_id.to_be_bytes()),
-            SpanId::from_bytes(parent.span_id.to_be_bytes()),
-            TraceFlags::new(parent.flags),
-            true,
-            TraceState::NONE,
-        ));
-    }
+    crate::observe::add_link(span, parent.trace_id, parent.span_id, parent.flags);
     tracing::debug!(
         parent: span,
         producer.trace_id = %format_args!("{:032x}", parent.trace_id),

@@ -1,47 +1,11 @@
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
-use http::HeaderValue;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
-use super::future::Watch;
+use super::watch::{Watch, relabel_late_cancel};
 use crate::hop::outbound::Bound;
-use crate::hop::outbound::reply::{grpc_outcome, settle};
-use crate::status::{OUTCOME_METADATA, Outcome};
-
-/// Rewrite a `cancelled` answer that arrived after the deadline as the profile's expiry
-/// (rule C4), read as every client reads an answer ([`settle`]): by its marker first, so a
-/// peer that spells cancellation with another code is relabelled too.
-pub(super) fn relabel_late_cancel(headers: &mut http::HeaderMap, watch: &Watch) {
-    let Some(stated) = grpc_outcome(headers) else {
-        return;
-    };
-    if stated != Outcome::Cancelled
-        || settle(stated, watch.call_deadline, &watch.budget) != Outcome::Expired
-    {
-        return;
-    }
-    let code = watch
-        .shared
-        .profile
-        .current()
-        .grpc_status()
-        .expired
-        .as_i32();
-    let code = crate::codec::Encoded::decimal(u64::try_from(code).unwrap_or(4));
-    headers.insert("grpc-status", code.to_header_value());
-    headers.insert(
-        "grpc-message",
-        HeaderValue::from_static(
-            "deadline exceeded (the peer reported CANCELLED after the deadline)",
-        ),
-    );
-    headers.insert(
-        OUTCOME_METADATA,
-        HeaderValue::from_static(Outcome::Expired.as_str()),
-    );
-}
 
 pin_project! {
     /// Response body of [`GrpcClient`](super::GrpcClient): the downstream's body with a late

@@ -8,13 +8,11 @@ use pin_project_lite::pin_project;
 use tower::BoxError;
 
 use super::ResponseBody;
+use super::watch::{Watch, relabel_late_cancel};
 use crate::budget::Deadline;
 use crate::budget::RequestBudget;
 use crate::error::BudgetError;
-use crate::grpc::{budget_status, status_parts};
-use crate::hop::outbound::reply::settle;
 use crate::hop::outbound::{Bound, Shared};
-use crate::status::Outcome;
 
 pin_project! {
     /// Response future of [`GrpcClient`](super::GrpcClient).
@@ -38,43 +36,6 @@ pin_project! {
         Answer {
             parts: Option<http::response::Parts>,
         },
-    }
-}
-
-/// What the response needs to tell a late CANCELLED from a real one.
-#[derive(Clone, Debug)]
-pub(super) struct Watch {
-    pub(super) budget: RequestBudget,
-    /// The instant the downstream was told (its `grpc-timeout`, on our clock).
-    pub(super) call_deadline: Deadline,
-    pub(super) shared: Arc<Shared>,
-}
-
-impl Watch {
-    /// Whether a failure seen now is really the deadline: the downstream's time (or ours)
-    /// had run out when it arrived, by the rule every client applies to a late `cancelled`
-    /// (C4, `http::client::reply::settle`).
-    pub(super) fn is_past_deadline(&self) -> bool {
-        settle(Outcome::Cancelled, self.call_deadline, &self.budget) == Outcome::Expired
-    }
-
-    fn answer(&self, err: BudgetError) -> http::response::Parts {
-        status_parts(budget_status(
-            &err,
-            self.shared.profile.current().grpc_status(),
-        ))
-    }
-
-    /// The trailers that end a body cut off by the wait: DEADLINE_EXCEEDED marked expired, or
-    /// CANCELLED when the request's budget was cancelled (C4, C5).
-    pub(super) fn trailers(&self, err: &BudgetError) -> http::HeaderMap {
-        let mut trailers = status_parts(budget_status(
-            err,
-            self.shared.profile.current().grpc_status(),
-        ))
-        .headers;
-        trailers.remove(http::header::CONTENT_TYPE);
-        trailers
     }
 }
 
@@ -143,7 +104,7 @@ where
                 let parts = if let Poll::Ready(result) = inner.poll(cx) {
                     match result {
                         Ok(mut response) => {
-                            super::body::relabel_late_cancel(response.headers_mut(), watch);
+                            relabel_late_cancel(response.headers_mut(), watch);
                             let watch = watch.clone();
                             // The body stays bounded by the same wait: a server that trickles
                             // its messages cannot hold the caller past its budget.

@@ -42,10 +42,10 @@
 //!   profile's expiry code marked `expired`, as grpc-java and grpc-dotnet report them (C4).
 //! - **Never retry**: the layer makes exactly one attempt. Put any retry layer *outside* it
 //!   with [`DeadlineRetry`](crate::retry::DeadlineRetry), which obeys C6, classified by
-//!   [`GrpcReplies`](GrpcReplies): a gRPC refusal arrives as a successful HTTP
+//!   [`GrpcReplies`]: a gRPC refusal arrives as a successful HTTP
 //!   response (`grpc-status` in its headers), which `BudgetErrors` never sees. A tonic body
 //!   cannot be cloned for a second attempt: [`ReplayLayer`] above the retry keeps it. The
-//!   whole stack is on [`GrpcReplies`](GrpcReplies).
+//!   whole stack is on [`GrpcReplies`].
 //!
 //! Errors of the inner service pass through boxed; the layer's own outcomes are trailers-only
 //! gRPC responses, so a tonic client sees them as an ordinary `tonic::Status`
@@ -125,6 +125,7 @@ mod layer;
 mod replay;
 mod replies;
 mod service;
+mod watch;
 
 pub use body::ResponseBody;
 pub use future::ResponseFuture;

@@ -23,7 +23,7 @@
 //!   answers CANCELLED ("Timeout expired"). It arms that timer only *after* this layer's
 //!   `call` has returned, and it polls the layer before its timer; the layer fixes the
 //!   deadline inside `call`, so its timer is never the later one and wins every race
-//!   without a head start (`tests/grpc_expiry.rs` checks 30 calls in a row; arming ours
+//!   without a head start (`tests/grpc/expiry.rs` checks 30 calls in a row; arming ours
 //!   2 ms late makes tonic's CANCELLED win at once).
 //! - **Client reset** (RST_STREAM, a dropped connection): hyper drops the call, and the layer
 //!   cancels the request's tree so nothing the handler started keeps running (C5). The hop's

@@ -47,7 +47,7 @@
 //!    504). After that the budget itself moves to `stream_lifetime_ms`: the body, the tasks
 //!    feeding it and the calls they make are no longer ended by the request deadline (S12).
 //!
-//! The admission and outcome rules live once in [`lifecycle`](crate::hop), shared with
+//! The admission and outcome rules live once in [`hop`](crate::hop), shared with
 //! the gRPC layer and the queue consumer; this module only spells them in HTTP.
 //!
 //! The layer answers with responses, never errors: the inner error type is kept, as in

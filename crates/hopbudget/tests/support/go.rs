@@ -1,0 +1,62 @@
+//! Peers written in Go, built by the tests that use them: `go build` of a directory under
+//! the workspace's `interop/` into `target/go`, with `GO111MODULE=off` and `GOPATH` pointing at Debian's
+//! Go sources (`/usr/share/gocode`), where `golang-google-grpc-dev` puts grpc-go. No module
+//! download is needed, so it builds on a machine that reaches only Debian's packages.
+//!
+//! `HOPBUDGET_GO` names the `go` command (default `go`), `HOPBUDGET_GOPATH` the sources. Without
+//! them a test says what to install and passes, unless `HOPBUDGET_REQUIRE_SERVICES=1` (CI),
+//! where it fails.
+#![allow(dead_code, unreachable_pub)]
+
+use std::path::PathBuf;
+
+fn workspace() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Build the workspace's `interop/<peer>` (a Go `main` package) into `target/go/<peer>`; `Err`
+/// says what is missing. `packages` names the Debian packages it needs beside `golang-go`.
+pub fn build(peer: &str, packages: &str) -> Result<PathBuf, String> {
+    let go = std::env::var("HOPBUDGET_GO").unwrap_or_else(|_| "go".into());
+    let gopath = std::env::var("HOPBUDGET_GOPATH").unwrap_or_else(|_| "/usr/share/gocode".into());
+    let install = format!("apt-get install golang-go {packages}");
+    let out = workspace().join("target/go").join(peer);
+    let source = workspace().join("interop").join(peer);
+    let built = std::process::Command::new(&go)
+        .args(["build", "-o"])
+        .arg(&out)
+        .arg(".")
+        .current_dir(&source)
+        .env("GO111MODULE", "off")
+        .env("GOPATH", &gopath)
+        // Go needs a build cache; a CI job may have no `$HOME` to put it in.
+        .env("GOCACHE", workspace().join("target/go/cache"))
+        .output();
+    match built {
+        Ok(o) if o.status.success() => Ok(out),
+        Ok(o) => Err(format!(
+            "`{go} build` of {} failed (with GOPATH={gopath}; {install}):\n{}",
+            source.display(),
+            String::from_utf8_lossy(&o.stderr)
+        )),
+        Err(e) => Err(format!(
+            "cannot run `{go}` ({e}): {install} (or set HOPBUDGET_GO / HOPBUDGET_GOPATH)"
+        )),
+    }
+}
+
+/// The built peer, or `None` after saying why the test is skipped; under
+/// `HOPBUDGET_REQUIRE_SERVICES=1` a peer that cannot be built fails the test.
+pub fn peer(built: &Result<PathBuf, String>) -> Option<tokio::process::Command> {
+    match built {
+        Ok(path) => Some(tokio::process::Command::new(path)),
+        Err(message) => {
+            assert!(
+                std::env::var("HOPBUDGET_REQUIRE_SERVICES").as_deref() != Ok("1"),
+                "{message}"
+            );
+            eprintln!("skipped: {message}");
+            None
+        }
+    }
+}
