@@ -6,31 +6,31 @@
 //!
 //! The behaviour is specified as numbered rules (C1-C25) and scenarios (S1-S23) in the
 //! [contract] (`docs/contract.md` in the repository); the docs cite them by
-//! number, each has an anchor there (rule C3 is [`contract#c3`](crate::contract#c3), scenario
-//! S2 [`contract#s2`](crate::contract#s2)), and each entry names the modules and tests behind
+//! number, each has an anchor there (rule [C3](crate::contract#c3) is [`contract#c3`](crate::contract#c3), scenario
+//! [S2](crate::contract#s2) [`contract#s2`](crate::contract#s2)), and each entry names the modules and tests behind
 //! it. The guide, `docs/guide/` in the repository, has a
 //! page per topic; each module below names its page.
 //!
 //! ## The pieces
 //!
-//! - [`Deadline`]: an instant on the monotonic clock (C1).
+//! - [`Deadline`]: an instant on the monotonic clock ([C1](crate::contract#c1)).
 //! - [`RequestBudget`]: one request's deadline, its origin, and a cancellation tree that
-//!   records *why* it ended, expired or cancelled (C4, C5, C7). Ambient through a task-local
+//!   records *why* it ended, expired or cancelled ([C4](crate::contract#c4), [C5](crate::contract#c5), [C7](crate::contract#c7)). Ambient through a task-local
 //!   scope; carried across `spawn`, `spawn_blocking` and any future by [`spawn`],
-//!   [`spawn_blocking`], [`spawn_detached`] and [`FutureExt`] (C11, C12).
-//! - [`fan_out`]: siblings sharing one deadline (S8).
+//!   [`spawn_blocking`], [`spawn_detached`] and [`FutureExt`] ([C11](crate::contract#c11), [C12](crate::contract#c12)).
+//! - [`fan_out`]: siblings sharing one deadline ([S8](crate::contract#s8)).
 //! - [`codec`]: the wire carriers (`grpc-timeout`, relative and epoch milliseconds, Connect,
-//!   Envoy) and reading the tightest inbound budget (C9).
-//! - [`status`]: terminal statuses and their HTTP/gRPC spelling (C10).
-//! - [`retry`]: a `tower::retry` policy that obeys C6.
+//!   Envoy) and reading the tightest inbound budget ([C9](crate::contract#c9)).
+//! - [`status`]: terminal statuses and their HTTP/gRPC spelling ([C10](crate::contract#c10)).
+//! - [`retry`]: a `tower::retry` policy that obeys [C6](crate::contract#c6).
 //! - [`queue`]: the queue boundary: stamp a message's deadline, check it before any work,
-//!   dead-letter what expired in the backlog (C11, S10).
-//! - [`Profile`]: the adoption profile, validated at start-up (C15).
+//!   dead-letter what expired in the backlog ([C11](crate::contract#c11), [S10](crate::contract#s10)).
+//! - [`Profile`]: the adoption profile, validated at start-up ([C15](crate::contract#c15)).
 //! - [`degrade`]: take a cheaper path when the budget cannot pay for the full one.
 //! - [`cache`]: serve stale when a recompute cannot finish in the budget (store-free; Redis in
 //!   `redis`).
-//! - [`learned`]: a per-route refuse threshold learned from the route's own latency (C3).
-//! - [`admission`]: deadline-aware admission (C21, S17): a tower layer and a semaphore whose
+//! - [`learned`]: a per-route refuse threshold learned from the route's own latency ([C3](crate::contract#c3)).
+//! - [`admission`]: deadline-aware admission ([C21](crate::contract#c21), [S17](crate::contract#s17)): a tower layer and a semaphore whose
 //!   waiters are served earliest-deadline-first and dropped, without taking a slot, the moment
 //!   their budget can no longer cover the work.
 //!
@@ -74,10 +74,11 @@
 //! ```
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
-// The outbound half of the hop core (`hop::outbound`) is protocol-neutral, and every client
-// adapter (HTTP, reqwest, gRPC) is behind `http`: a build without any of them uses none of it.
+// The hop core (`hop`, its inbound and outbound halves) is protocol-neutral and serves every
+// adapter; a build with only some integrations leaves the parts that serve the others unused.
+// Dead code is still an error where every part is used: the all-features build CI lints.
 #![cfg_attr(
-    not(feature = "http"),
+    not(feature = "full"),
     allow(dead_code, unused_imports, unreachable_pub)
 )]
 
