@@ -2,11 +2,11 @@
 //!
 //! A cache entry past its freshness is a question the budget can answer. If the time left
 //! covers the recompute, recompute; if it does not, the stale value answers in time and a
-//! recompute that could not finish is never started (rule C3). With nothing stale to serve the
+//! recompute that could not finish is never started (rule [C3](crate::contract#c3)). With nothing stale to serve the
 //! read is refused before any work. This module holds that decision and its record, free of
 //! any store: [`plan`] decides, [`CacheReads`] puts the choice on a `cache.read` span
 //! (`cache.choice`) and, with the `metrics` feature, counts it in
-//! `hopbudget_cache_reads_total{service, cache, choice}` (rule C14). The Redis-backed cache is
+//! `hopbudget_cache_reads_total{service, cache, choice}` (rule [C14](crate::contract#c14)). The Redis-backed cache is
 //! `hopbudget::redis::StaleCache` (feature `redis`).
 //!
 //! See the examples on [`plan`] (the decision) and [`CacheReads`] (a whole read, recorded).
@@ -47,7 +47,7 @@ pub enum CacheChoice {
     Recomputed,
     /// A stale value was served: a recompute could not have finished in the budget.
     Stale,
-    /// Nothing to serve and no time to recompute: refused before any work (rule C3).
+    /// Nothing to serve and no time to recompute: refused before any work (rule [C3](crate::contract#c3)).
     Refused,
 }
 
@@ -165,7 +165,7 @@ pub struct CacheReads {
 
 impl CacheReads {
     /// Reads of the cache named `cache` in `service`. Both become metric labels: keep them to
-    /// a bounded set (rule C20).
+    /// a bounded set (rule [C20](crate::contract#c20)).
     ///
     /// See the [example](CacheReads#examples).
     pub fn new(service: impl Into<Arc<str>>, cache: impl Into<Arc<str>>) -> Self {

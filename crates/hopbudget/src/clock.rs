@@ -1,7 +1,7 @@
-//! The wall clock, read only to convert an absolute (epoch) deadline (rule C1).
+//! The wall clock, read only to convert an absolute (epoch) deadline (rule [C1](crate::contract#c1)).
 //!
 //! Everything else runs on the monotonic clock. The wall clock sits behind a trait so tests and
-//! the demo can skew it (scenario S3) or step it mid-request (scenario S5) without touching the
+//! the demo can skew it (scenario [S3](crate::contract#s3)) or step it mid-request (scenario [S5](crate::contract#s5)) without touching the
 //! machine's time: implement [`WallClock`] and hand it to a layer's `with_wall_clock` or a queue
 //! stamper's or gate's `with_wall_clock`.
 //!
@@ -17,7 +17,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 ///
 /// # Examples
 ///
-/// A host whose clock runs 300 ms fast (scenario S3): an absolute deadline 400 ms away on the
+/// A host whose clock runs 300 ms fast (scenario [S3](crate::contract#s3)): an absolute deadline 400 ms away on the
 /// caller's clock is 100 ms away on this one. The server layers take a clock the same way
 /// (`ServerBudgetLayer::with_wall_clock`, `GrpcServerLayer::with_wall_clock`).
 ///

@@ -6,7 +6,7 @@
 //! Below is `docs/contract.md` of the repository, as it stands. The paths under **Where** name
 //! files of the repository (relative to `crates/hopbudget/` unless they start with `crates/`
 //! or `examples/`); the tests they name are in the repository, not in the published crate.
-//! For C3 and S2 in code, see the [crate-level example](crate#example).
+//! For [C3](crate::contract#c3) and [S2](crate::contract#s2) in code, see the [crate-level example](crate#example).
 //!
 //! Rules:
 //! [C1](#c1), [C2](#c2), [C3](#c3), [C4](#c4), [C5](#c5), [C6](#c6), [C7](#c7), [C8](#c8),

@@ -3,10 +3,10 @@
 //! A propagated budget turns "this will be too slow" from a guess into a comparison. When the
 //! time left is below what the full path costs, a service that has a cheaper answer (a cached
 //! model, fewer results, no personalisation) can give that answer in time instead of starting
-//! work it cannot finish (rule C3) and failing at full cost. A [`Degrade`] names one such
+//! work it cannot finish (rule [C3](crate::contract#c3)) and failing at full cost. A [`Degrade`] names one such
 //! place in a service; each decision is recorded on a `degrade` span (`degrade.choice`) and,
 //! with the `metrics` feature, a cheaper path taken is counted in `hopbudget_degraded_total`
-//! with labels `service`, `route` and `path` (rule C14).
+//! with labels `service`, `route` and `path` (rule [C14](crate::contract#c14)).
 //!
 //! See the example on [`Degrade`].
 //!
@@ -90,7 +90,7 @@ pub struct Degrade {
 
 impl Degrade {
     /// A degradation point of `service` on `route` whose cheaper path is called `path`
-    /// (`stale-model`). All three become metric labels: keep them to a bounded set (rule C20),
+    /// (`stale-model`). All three become metric labels: keep them to a bounded set (rule [C20](crate::contract#c20)),
     /// never a raw request path or an id.
     ///
     /// See the [example](Degrade#examples).

@@ -1,5 +1,5 @@
 //! [`DownstreamError`]: one error type for a failed call to the next hop, whichever client
-//! made it (rules C4, C10, C11). The conversions are documented on the type, since this module
+//! made it (rules [C4](crate::contract#c4), [C10](crate::contract#c10), [C11](crate::contract#c11)). The conversions are documented on the type, since this module
 //! is private and the type is re-exported at the crate root.
 //!
 //! The type names no client: a downstream's own answer is kept as its code (an HTTP status,
@@ -16,7 +16,7 @@ type BoxError = Box<dyn StdError + Send + Sync>;
 
 /// A failed call to the next hop: a deadline outcome, a downstream gRPC status, or a transport
 /// failure. A handler of either protocol returns it with `?`, and the deadline outcome inside
-/// keeps its meaning across a protocol shim (rules C4, C10, C11), so an HTTP handler calling
+/// keeps its meaning across a protocol shim (rules [C4](crate::contract#c4), [C10](crate::contract#c10), [C11](crate::contract#c11)), so an HTTP handler calling
 /// gRPC, or a gRPC handler calling HTTP, needs no hand-written error mapping.
 ///
 /// - From a tonic call: `From<tonic::Status>` (feature `grpc`).

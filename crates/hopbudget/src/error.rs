@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crate::status::Outcome;
 
-/// A refusal before start (rule C3): the budget needed and the budget there was.
+/// A refusal before start (rule [C3](crate::contract#c3)): the budget needed and the budget there was.
 ///
 /// # Examples
 ///
@@ -97,11 +97,11 @@ impl StdError for Refused {}
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum BudgetError {
-    /// Not started: too little budget (rule C3).
+    /// Not started: too little budget (rule [C3](crate::contract#c3)).
     Refused(Refused),
-    /// The budget ran out while the work was in flight (rule C4).
+    /// The budget ran out while the work was in flight (rule [C4](crate::contract#c4)).
     Expired,
-    /// The caller went away while budget remained (rule C5).
+    /// The caller went away while budget remained (rule [C5](crate::contract#c5)).
     Cancelled,
 }
 

@@ -1,4 +1,4 @@
-//! Fan-out: several siblings launched together under one shared deadline (scenario S8).
+//! Fan-out: several siblings launched together under one shared deadline (scenario [S8](crate::contract#s8)).
 //!
 //! Siblings do not divide the budget; they all see the same remaining time. When the shared
 //! deadline fires every sibling stops; with [`FanOutPolicy::CancelOnError`] the first sibling

@@ -1,7 +1,7 @@
 //! The one spelling of a deadline answer over HTTP, shared by everything that makes one: the
 //! server layer's own refusals, expiries and malformed-header answers, the admission layer's
 //! refusals and `http::budget_response` for handlers. An upstream hopbudget client then
-//! classifies all of them alike (rules C3, C9, C10, C17). Protocol-neutral in its
+//! classifies all of them alike (rules [C3](crate::contract#c3), [C9](crate::contract#c9), [C10](crate::contract#c10), [C17](crate::contract#c17)). Protocol-neutral in its
 //! dependencies (the `http` crate only), so the core's admission layer spells with it too.
 
 use http::{HeaderName, HeaderValue, Response, StatusCode};
@@ -54,7 +54,7 @@ pub(crate) fn http_answer<B: From<String>>(err: &BudgetError, map: &HttpStatusMa
     res
 }
 
-/// The 400 (or the profile's code) for a deadline header that does not parse (C9): a clear
+/// The 400 (or the profile's code) for a deadline header that does not parse ([C9](crate::contract#c9)): a clear
 /// client error naming the header, never "no deadline".
 pub(crate) fn malformed_answer<B: From<String>>(
     map: &HttpStatusMap,

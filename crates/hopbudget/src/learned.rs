@@ -1,4 +1,4 @@
-//! A refuse threshold learned from the service's own latency (rule C3, kept honest over time).
+//! A refuse threshold learned from the service's own latency (rule [C3](crate::contract#c3), kept honest over time).
 //!
 //! A route's static `min_budget_ms` is a guess written down once; the route's real cost moves
 //! with load, data and deploys. A [`LearnedThreshold`] records how long the route's own work

@@ -1,4 +1,4 @@
-//! How a hop ended: the four terminal outcomes (rules C4, C5, C10).
+//! How a hop ended: the four terminal outcomes (rules [C4](crate::contract#c4), [C5](crate::contract#c5), [C10](crate::contract#c10)).
 //!
 //! See the example on [`Outcome`].
 
@@ -33,11 +33,11 @@ use serde::{Deserialize, Serialize};
 pub enum Outcome {
     /// The work finished within its budget (whatever the application result was).
     Completed,
-    /// The work was not started: the budget was below what it needs (rule C3).
+    /// The work was not started: the budget was below what it needs (rule [C3](crate::contract#c3)).
     Refused,
-    /// The budget reached zero while the work was in flight (rule C4).
+    /// The budget reached zero while the work was in flight (rule [C4](crate::contract#c4)).
     Expired,
-    /// The caller went away while budget remained (rule C5).
+    /// The caller went away while budget remained (rule [C5](crate::contract#c5)).
     Cancelled,
 }
 

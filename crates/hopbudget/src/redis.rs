@@ -3,7 +3,7 @@
 //! [`StaleCache`] keeps each value under one key whose Redis TTL is the fresh period plus the
 //! stale period. A read fetches the value and its remaining TTL in one round trip: more TTL
 //! left than the stale period means fresh; less means stale but servable. Freshness is Redis's
-//! own clock, so instances whose clocks disagree still agree on what is fresh (rule C1).
+//! own clock, so instances whose clocks disagree still agree on what is fresh (rule [C1](crate::contract#c1)).
 //!
 //! What a read does follows [`crate::cache::plan`]: serve fresh; recompute a stale or missing
 //! value when the remaining budget covers the recompute's stated cost; otherwise serve the

@@ -1,4 +1,4 @@
-//! A `tower::retry` policy that obeys rule C6.
+//! A `tower::retry` policy that obeys rule [C6](crate::contract#c6).
 //!
 //! - Never after `expired` or `cancelled`: a new attempt needs a new deadline from the original
 //!   client, and only the original client can give one.
@@ -87,7 +87,7 @@ pub(crate) fn error_attempt(e: &tower::BoxError) -> Attempt {
     }
 }
 
-/// A retry policy bounded by the request's budget (rule C6).
+/// A retry policy bounded by the request's budget (rule [C6](crate::contract#c6)).
 ///
 /// The budget is the one given to [`DeadlineRetry::with_budget`], or else the ambient one at
 /// the time of the decision. Without any budget it does not retry: it cannot tell whether an
@@ -143,7 +143,7 @@ impl<C> DeadlineRetry<C> {
         self
     }
 
-    /// Whether another attempt is allowed after `attempt` (rule C6).
+    /// Whether another attempt is allowed after `attempt` (rule [C6](crate::contract#c6)).
     ///
     /// See the [example](Self#examples).
     pub fn allows(&self, attempt: Attempt) -> bool {

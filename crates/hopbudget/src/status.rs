@@ -1,4 +1,4 @@
-//! Terminal statuses and how each one is spelled on the wire (rules C4, C5, C10).
+//! Terminal statuses and how each one is spelled on the wire (rules [C4](crate::contract#c4), [C5](crate::contract#c5), [C10](crate::contract#c10)).
 //!
 //! Four ways a hop ends, kept distinct everywhere: on the wire, in traces and in metrics.
 //! Expiry (the budget ran out) is never reported as cancellation (the caller left), and neither
@@ -90,7 +90,7 @@ impl HttpStatusMap {
     }
 
     /// Read a downstream's HTTP status back as an outcome, so that a 504 from below is
-    /// `expired` at this hop too (rule C4). Statuses the map does not name are `Completed`:
+    /// `expired` at this hop too (rule [C4](crate::contract#c4)). Statuses the map does not name are `Completed`:
     /// the hop ended on time, whatever the application said.
     ///
     /// See the [example](Outcome#examples).

@@ -15,7 +15,7 @@ pin_project! {
     /// Response future of [`Admission`](super::Admission).
     ///
     /// While queued it holds the request and a ready clone of the service; dropping it then
-    /// leaves the queue at once (C5) and never leaks a slot. Once running, it holds the slot
+    /// leaves the queue at once ([C5](crate::contract#c5)) and never leaks a slot. Once running, it holds the slot
     /// until the inner future finishes or is dropped.
     ///
     /// See the [module example](crate::admission#example).

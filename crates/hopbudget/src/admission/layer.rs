@@ -7,7 +7,7 @@ use super::{Admission, AdmissionConfig, ErrorAnswer, HttpAnswer};
 use crate::Profile;
 
 /// Applies [`Admission`] to a service: at most `limit` requests do their work at once, and
-/// the rest wait by deadline (C21).
+/// the rest wait by deadline ([C21](crate::contract#c21)).
 ///
 /// Every service this layer makes shares one queue, so a layer applied with axum's
 /// `Router::layer` bounds all routes together. See the [module docs](super).

@@ -1,4 +1,4 @@
-//! Deadline-aware admission (rule C21, scenario S17): at most `limit` requests do their work
+//! Deadline-aware admission (rule [C21](crate::contract#c21), scenario [S17](crate::contract#s17)): at most `limit` requests do their work
 //! at once, and the ones waiting for a slot are ordered and dropped by their budgets.
 //!
 //! A server that is past its capacity queues requests somewhere: for a worker, a connection,
@@ -12,7 +12,7 @@
 //!   covers its route's cost is refused with [`BudgetError::Refused`](crate::BudgetError)
 //!   (required and remaining), and never takes a slot. On arrival that is checked at once; a
 //!   waiter arms one timer at `deadline - cost` and leaves at that exact instant. A start at
-//!   that instant would end *at* the deadline, which already counts as expired (C9), so a
+//!   that instant would end *at* the deadline, which already counts as expired ([C9](crate::contract#c9)), so a
 //!   waiter needs strictly more than its cost to be granted a slot. A slot freed while
 //!   waiters are queued skips every waiter that can no longer use it.
 //! - **Earliest deadline first** ([`QueuePolicy::EarliestDeadlineFirst`], the default), ties
@@ -22,7 +22,7 @@
 //!   whose callers are still waiting, are served, and the deadline timers shed the rest.
 //! - **Cancelled at once.** Dropping a waiting request (the client disconnected, the server
 //!   layer's deadline fired) removes it from the queue; a slot it had just been handed is
-//!   passed on, never leaked (C5).
+//!   passed on, never leaked ([C5](crate::contract#c5)).
 //! - **Bounded.** Beyond `queue_bound` waiters a newcomer is refused at once.
 //!
 //! The budget is the one in the request's extensions (the server layers put a
@@ -181,7 +181,7 @@ mod tests;
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum QueuePolicy {
-    /// Earliest deadline first; equal deadlines in arrival order (C21). The default.
+    /// Earliest deadline first; equal deadlines in arrival order ([C21](crate::contract#c21)). The default.
     #[default]
     EarliestDeadlineFirst,
     /// Arrival order while queueing is brief; newest first once the queue has been non-empty

@@ -1,6 +1,6 @@
 //! The waiter queue behind both [`AdmissionLayer`](super::AdmissionLayer) and
 //! [`BudgetSemaphore`](super::BudgetSemaphore): a fixed number of slots, and an ordered set
-//! of waiters that are granted a slot, refused, or removed when their caller goes away (C21).
+//! of waiters that are granted a slot, refused, or removed when their caller goes away ([C21](crate::contract#c21)).
 //!
 //! One mutex guards the free-slot count and the waiters. A slot is handed from the request
 //! that releases it straight to the waiter chosen by the policy, so "a slot is free" and
@@ -257,7 +257,7 @@ impl WaitQueue {
 }
 
 /// The error a waiter gets when its budget no longer covers `cost`: refused while budget
-/// remains, expired once none does (C4).
+/// remains, expired once none does ([C4](crate::contract#c4)).
 fn refusal(remaining: Duration, cost: Duration) -> BudgetError {
     if remaining.is_zero() {
         BudgetError::Expired
@@ -290,7 +290,7 @@ pub(crate) struct Waiter {
     node: Arc<Node>,
     deadline: Option<Deadline>,
     cost: Duration,
-    /// Fires at `deadline - cost` (C21): one timer per waiter, none without a budget.
+    /// Fires at `deadline - cost` ([C21](crate::contract#c21)): one timer per waiter, none without a budget.
     sleep: Option<Pin<Box<Sleep>>>,
     done: bool,
 }

@@ -17,7 +17,7 @@ pub trait RefusalAnswer<Res, E> {
     fn answer(&self, error: BudgetError) -> Result<Res, E>;
 }
 
-/// Answers like the HTTP server layer (`ServerBudgetLayer`, feature `http`) does (C3, C10):
+/// Answers like the HTTP server layer (`ServerBudgetLayer`, feature `http`) does ([C3](crate::contract#c3), [C10](crate::contract#c10)):
 /// the profile's `refused` status (503) with `Retry-After: 0`, `x-deadline-required-ms`,
 /// `x-deadline-remaining-ms` and `x-deadline-outcome: refused`; the `expired` status (504)
 /// for a budget already spent. The body is one line of plain text.

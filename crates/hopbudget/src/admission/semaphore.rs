@@ -9,7 +9,7 @@ use super::queue::{Admit, Slot, WaitQueue};
 use crate::error::BudgetError;
 use crate::{Deadline, EndCause, RequestBudget};
 
-/// A semaphore whose waiters are ordered and dropped by their budgets (C21).
+/// A semaphore whose waiters are ordered and dropped by their budgets ([C21](crate::contract#c21)).
 ///
 /// [`acquire`](Self::acquire) waits for a permit under the ambient budget
 /// ([`RequestBudget::current`]). The wait ends with [`BudgetError::Refused`] (required and

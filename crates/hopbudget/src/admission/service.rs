@@ -9,7 +9,7 @@ use super::{AdmissionRequest, HttpAnswer, RefusalAnswer, ResponseFuture};
 
 /// Middleware that lets at most `limit` requests do their work at once and queues the rest
 /// by deadline, dropping each waiter the moment its budget can no longer cover its route's
-/// cost (C21).
+/// cost ([C21](crate::contract#c21)).
 ///
 /// Made by [`AdmissionLayer`](super::AdmissionLayer); see the [module docs](super).
 ///

@@ -401,7 +401,7 @@ async fn the_error_answer_returns_the_budget_error() {
     ));
 }
 
-/// C21: `acquire()` under a cancelled ambient budget is refused with that cause, as
+/// [C21](crate::contract#c21): `acquire()` under a cancelled ambient budget is refused with that cause, as
 /// `acquire_with` is, and takes no permit.
 #[tokio::test(start_paused = true)]
 async fn acquire_under_a_cancelled_ambient_budget_is_refused() {
@@ -413,7 +413,7 @@ async fn acquire_under_a_cancelled_ambient_budget_is_refused() {
     assert_eq!(sem.available_permits(), 1, "no permit taken");
 }
 
-/// C21: a waiter whose budget is cancelled while it waits leaves the queue at once, although
+/// [C21](crate::contract#c21): a waiter whose budget is cancelled while it waits leaves the queue at once, although
 /// its deadline is the earliest, and the freed permit goes to the live waiter behind it.
 #[tokio::test(start_paused = true)]
 async fn a_waiter_cancelled_while_queued_leaves_at_once_and_takes_no_slot() {

@@ -1,4 +1,4 @@
-//! A deadline pinned to this process's monotonic clock (rule C1).
+//! A deadline pinned to this process's monotonic clock (rule [C1](crate::contract#c1)).
 //!
 //! Everything that does time arithmetic in hopbudget goes through [`Deadline`]. It wraps
 //! [`tokio::time::Instant`] rather than `std`'s so that tests can pause and advance time
@@ -18,7 +18,7 @@ const FAR_FUTURE: Duration = Duration::from_secs(86_400 * 365 * 30);
 /// An instant on the monotonic clock by which a request's work must be done.
 ///
 /// A `Deadline` is `Copy` and cheap: reading [`remaining`](Self::remaining) costs one clock read
-/// and a subtraction. Wall-clock steps (NTP corrections) cannot move it (rule C1, scenario S5).
+/// and a subtraction. Wall-clock steps (NTP corrections) cannot move it (rule [C1](crate::contract#c1), scenario [S5](crate::contract#s5)).
 ///
 /// # Examples
 ///
@@ -57,7 +57,7 @@ pub struct Deadline {
 }
 
 /// An instant about 30 years out: a timer that never fires in practice (an unenforced
-/// budget's stream lifetime, rule C24).
+/// budget's stream lifetime, rule [C24](crate::contract#c24)).
 pub(crate) fn far_future() -> Instant {
     Deadline::after(Duration::MAX).instant()
 }
@@ -113,7 +113,7 @@ impl Deadline {
     }
 
     /// Whether the deadline has been reached. A deadline is expired *at* its instant: a budget
-    /// of zero is already spent (rule C9).
+    /// of zero is already spent (rule [C9](crate::contract#c9)).
     ///
     /// See the [example](Self#examples).
     #[inline]

@@ -4,19 +4,19 @@
 //! A [`RequestBudget`] is created once per inbound request (by a server layer, or by hand at
 //! an edge) and then travels two ways: explicitly, in request extensions and function
 //! arguments, and ambiently, in a task-local scope that [`RequestBudget::current`] reads so code
-//! deep inside a handler needs no extra parameter (rule C11). Clones share one state.
+//! deep inside a handler needs no extra parameter (rule [C11](crate::contract#c11)). Clones share one state.
 //!
 //! Cancellation is lazy: the `CancellationToken` behind [`RequestBudget::token`] and
 //! [`RequestBudget::done`] is created the first time someone waits on it, so a request that
 //! never spawns or waits pays for no cancellation tree. Expiry needs no timer either: a budget
-//! whose deadline has passed *is* expired whether or not anyone noticed (rule C4).
+//! whose deadline has passed *is* expired whether or not anyone noticed (rule [C4](crate::contract#c4)).
 //!
 //! Laid out as tokio-util lays out `CancellationToken`: this file is the public handle and
 //! its docs; the machinery is private, one concept a file: `deadline` ([`Deadline`]),
 //! `policy` ([`HopPolicy`]), `source` ([`Source`], [`BudgetId`]), `node` (the shared
 //! allocation and its reuse), `state` (the end-state word, the cause walk and the fences, with
 //! their invariants; model-checked by loom in `loom/`), `token` (the lazy token and its
-//! timer) and `scope` (the ambient budget, rule C11). Long because every public method carries
+//! timer) and `scope` (the ambient budget, rule [C11](crate::contract#c11)). Long because every public method carries
 //! its docs.
 
 use std::future::Future;
@@ -51,7 +51,7 @@ use state::{EXPIRED, LIVE};
 ///
 /// # Examples
 ///
-/// Creating one, and the arithmetic of a hop (C2, C3):
+/// Creating one, and the arithmetic of a hop ([C2](crate::contract#c2), [C3](crate::contract#c3)):
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
@@ -86,7 +86,7 @@ use state::{EXPIRED, LIVE};
 /// # }
 /// ```
 ///
-/// Ending it, and its children (C4, C5, C7, C12):
+/// Ending it, and its children ([C4](crate::contract#c4), [C5](crate::contract#c5), [C7](crate::contract#c7), [C12](crate::contract#c12)):
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
@@ -112,7 +112,7 @@ use state::{EXPIRED, LIVE};
 /// # }
 /// ```
 ///
-/// The ambient budget (C11):
+/// The ambient budget ([C11](crate::contract#c11)):
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -149,7 +149,7 @@ impl RequestBudget {
     }
 
     /// The profile's edge total from now, for a request or message that arrived without a
-    /// deadline (rule C8). The clock is read once, so its budget at arrival is exactly
+    /// deadline (rule [C8](crate::contract#c8)). The clock is read once, so its budget at arrival is exactly
     /// `edge_total`: `RequestBudget::new(Deadline::after(edge_total), ..)` reads it twice and
     /// reports a hair less (1,499 ms for 1,500).
     ///
@@ -159,7 +159,7 @@ impl RequestBudget {
         Self::starting_now(edge_total, Source::Fallback, policy)
     }
 
-    /// A budget read from a carrier, starting now (rule C1: the relative value becomes a local
+    /// A budget read from a carrier, starting now (rule [C1](crate::contract#c1): the relative value becomes a local
     /// monotonic deadline on arrival).
     ///
     /// See the [example](Self#examples).
@@ -193,7 +193,7 @@ impl RequestBudget {
     }
 
     /// The deadline. On a stream route it moves once, to the stream lifetime, when the first
-    /// chunk goes out (rule C13).
+    /// chunk goes out (rule [C13](crate::contract#c13)).
     ///
     /// See the [example](Self#examples).
     #[inline]
@@ -229,7 +229,7 @@ impl RequestBudget {
     }
 
     /// Whether this budget is enforced (see [`HopPolicy::enforce`]): `false` under a profile
-    /// whose kill switch is off (rule C24). Adapters that bound a wait or set a server-side
+    /// whose kill switch is off (rule [C24](crate::contract#c24)). Adapters that bound a wait or set a server-side
     /// timeout from the budget skip it then; the budget is still forwarded and recorded.
     ///
     /// ```
@@ -264,7 +264,7 @@ impl RequestBudget {
     }
 
     /// What to tell the next hop: remaining minus hop margin minus transit allowance, never
-    /// negative (rule C2). Siblings launched together all get the same value (S8).
+    /// negative (rule [C2](crate::contract#c2)). Siblings launched together all get the same value ([S8](crate::contract#s8)).
     ///
     /// See the [example](Self#examples).
     #[inline]
@@ -273,7 +273,7 @@ impl RequestBudget {
     }
 
     /// Check that `cost` fits in the remaining budget before starting expensive local work
-    /// (rule C3). Fails with [`BudgetError::Refused`] stating the required and remaining
+    /// (rule [C3](crate::contract#c3)). Fails with [`BudgetError::Refused`] stating the required and remaining
     /// budget, or with `Expired` / `Cancelled` if the budget has already ended.
     ///
     /// See the [example](Self#examples).
@@ -300,7 +300,7 @@ impl RequestBudget {
     }
 
     /// The forward budget for a downstream call, or a refusal when it is below the policy's
-    /// threshold (rule C3): no connection is opened and no byte sent for a refused call.
+    /// threshold (rule [C3](crate::contract#c3)): no connection is opened and no byte sent for a refused call.
     ///
     /// See the [example](Self#examples).
     pub fn admit_forward(&self) -> Result<Duration, BudgetError> {
@@ -345,10 +345,10 @@ impl RequestBudget {
         self.end_cause().is_some()
     }
 
-    /// Cancel this budget and everything under it: the caller went away (rule C5).
+    /// Cancel this budget and everything under it: the caller went away (rule [C5](crate::contract#c5)).
     ///
     /// If the deadline has already passed the cause is recorded as expired instead: a budget
-    /// that ran out is never reported as cancelled (rule C4). Returns whether this call was the
+    /// that ran out is never reported as cancelled (rule [C4](crate::contract#c4)). Returns whether this call was the
     /// one that ended it.
     ///
     /// See the [example](Self#examples).
@@ -356,7 +356,7 @@ impl RequestBudget {
         self.cancel_at(tokio::time::Instant::now())
     }
 
-    /// Mark this budget expired and cancel everything under it (rule C7). Layers call this
+    /// Mark this budget expired and cancel everything under it (rule [C7](crate::contract#c7)). Layers call this
     /// when their deadline timer fires; the budget's own timer does it for any token holder.
     ///
     /// See the [example](Self#examples).
@@ -367,7 +367,7 @@ impl RequestBudget {
     /// A `CancellationToken` cancelled when this budget ends, for code that speaks tokio-util.
     /// It is a child of the parent budget's token, so cancellation flows down the tree, and it
     /// is cancelled at the deadline whether or not anyone awaits [`done`](Self::done) (rule
-    /// C7): the first call arms a timer task for it on the current tokio runtime.
+    /// [C7](crate::contract#c7)): the first call arms a timer task for it on the current tokio runtime.
     ///
     /// See the [example](Self#examples).
     pub fn token(&self) -> CancellationToken {
@@ -387,7 +387,7 @@ impl RequestBudget {
     }
 
     /// Resolves when the budget ends, with the cause. When it is the deadline that ends it,
-    /// the budget is marked expired and its tree cancelled (rule C7), so that spawned children
+    /// the budget is marked expired and its tree cancelled (rule [C7](crate::contract#c7)), so that spawned children
     /// stop as well.
     ///
     /// See the [example](Self#examples).
@@ -476,7 +476,7 @@ impl RequestBudget {
         Self::from_parts(parts)
     }
 
-    /// A fresh budget for background work started by this request (rule C12): rooted now,
+    /// A fresh budget for background work started by this request (rule [C12](crate::contract#c12)): rooted now,
     /// not cancelled when the request ends, linked to this budget for tracing.
     ///
     /// See the [example](Self#examples).

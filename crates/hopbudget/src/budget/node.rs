@@ -28,9 +28,9 @@ pub(super) struct Inner {
     pub(super) parent: Option<RequestBudget>,
     /// How many parents above this budget.
     pub(super) depth: u32,
-    /// Detached work: the budget it was scheduled from, for tracing only (rule C12).
+    /// Detached work: the budget it was scheduled from, for tracing only (rule [C12](crate::contract#c12)).
     pub(super) linked_from: Option<BudgetId>,
-    /// Stream routes only (rule C13): set when the first chunk goes out, after which the
+    /// Stream routes only (rule [C13](crate::contract#c13)): set when the first chunk goes out, after which the
     /// stream lifetime replaces the request deadline for this budget and every child of it.
     pub(super) stream: Option<Arc<StreamDeadline>>,
     /// A tighter limit of this budget's own (`child_until`), which a stream's lifetime does
@@ -38,7 +38,7 @@ pub(super) struct Inner {
     pub(super) cap: Option<Deadline>,
 }
 
-/// The deadline a stream route's budget runs under once its first chunk is out (rule C13).
+/// The deadline a stream route's budget runs under once its first chunk is out (rule [C13](crate::contract#c13)).
 #[derive(Debug, Default)]
 pub(super) struct StreamDeadline(Mutex<Option<Deadline>>);
 
@@ -169,7 +169,7 @@ impl Parts {
 }
 
 impl RequestBudget {
-    /// A budget for a request on a stream route (rule C13): after its first chunk,
+    /// A budget for a request on a stream route (rule [C13](crate::contract#c13)): after its first chunk,
     /// [`start_stream`](Self::start_stream) moves its deadline, and its children's, to the
     /// stream lifetime.
     pub(crate) fn for_stream(self) -> Self {
@@ -186,7 +186,7 @@ impl RequestBudget {
     }
 
     /// The first chunk of a stream went out: from now on this budget and every child of it
-    /// run until `now + lifetime` instead of the request deadline (rule C13, S12). Work spawned
+    /// run until `now + lifetime` instead of the request deadline (rule [C13](crate::contract#c13), [S12](crate::contract#s12)). Work spawned
     /// for the stream and calls made from it are then not cut at the request deadline.
     pub(crate) fn start_stream(&self, lifetime: Duration) {
         if let Some(stream) = &self.inner.stream {

@@ -1,8 +1,8 @@
-//! The arithmetic a hop applies before forwarding (rules C2, C3).
+//! The arithmetic a hop applies before forwarding (rules [C2](crate::contract#c2), [C3](crate::contract#c3)).
 
 use std::time::Duration;
 
-/// The arithmetic a hop applies before forwarding (rules C2, C3). Usually from the profile.
+/// The arithmetic a hop applies before forwarding (rules [C2](crate::contract#c2), [C3](crate::contract#c3)). Usually from the profile.
 ///
 /// See the [example](crate::RequestBudget#examples).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -14,8 +14,8 @@ pub struct HopPolicy {
     /// Below this forward budget no downstream call starts.
     pub refuse_below: Duration,
     /// Whether the budget is enforced: calls refused below the threshold, work ended at the
-    /// deadline (rules C3, C7). `false` is the profile's kill switch (`enforce: false`, rule
-    /// C24): the budget is still computed, forwarded and recorded, but nothing is refused or
+    /// deadline (rules [C3](crate::contract#c3), [C7](crate::contract#c7)). `false` is the profile's kill switch (`enforce: false`, rule
+    /// [C24](crate::contract#c24)): the budget is still computed, forwarded and recorded, but nothing is refused or
     /// cut for lack of time. Children and detached budgets inherit it.
     pub enforce: bool,
 }

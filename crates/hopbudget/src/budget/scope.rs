@@ -1,5 +1,5 @@
 //! The ambient budget: the one [`RequestBudget::current`] returns while a scope is entered
-//! (rule C11).
+//! (rule [C11](crate::contract#c11)).
 //!
 //! A thread-local slot, set for the extent of one poll or one synchronous call and restored
 //! afterwards, as tokio's task-locals are. It is our own so that entering it is a `Cell`

@@ -11,11 +11,11 @@ use crate::codec::Carrier;
 pub enum Source {
     /// Read from this wire carrier.
     Carrier(Carrier),
-    /// No carrier arrived; the profile's edge total was used (rule C8).
+    /// No carrier arrived; the profile's edge total was used (rule [C8](crate::contract#c8)).
     Fallback,
     /// Set in process by the application (an edge, a CLI, a test).
     Local,
-    /// Background work rooted at scheduling time (rule C12).
+    /// Background work rooted at scheduling time (rule [C12](crate::contract#c12)).
     Detached,
 }
 

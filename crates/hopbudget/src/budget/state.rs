@@ -4,7 +4,7 @@
 //! # Invariants
 //!
 //! 1. The word goes from `LIVE` to an end exactly once (one compare-and-swap); the first
-//!    cause stays. A cancel at or past the deadline is recorded as `EXPIRED` (rule C4).
+//!    cause stays. A cancel at or past the deadline is recorded as `EXPIRED` (rule [C4](crate::contract#c4)).
 //! 2. Whoever sees a budget's token cancelled also sees its word (or an ancestor's) ended:
 //!    the word is written before the token is cancelled, so `done()` never falls back to
 //!    guessing the cause.
@@ -33,7 +33,7 @@ pub(super) const CANCELLED: u64 = 2 << 62;
 pub(super) const CAUSE_BITS: u64 = 3 << 62;
 pub(super) const NANOS_BITS: u64 = !CAUSE_BITS;
 
-/// The word for a cancel: `None` when the deadline had passed (an expiry, rule C4), else how
+/// The word for a cancel: `None` when the deadline had passed (an expiry, rule [C4](crate::contract#c4)), else how
 /// long before the budget's creation deadline it happened, saturating.
 #[inline]
 pub(super) fn cancel_word(before: Option<Duration>) -> u64 {

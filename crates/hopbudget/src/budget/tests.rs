@@ -144,7 +144,7 @@ async fn token_created_after_cancel_is_cancelled() {
     assert_eq!(child.done().await, EndCause::Cancelled);
 }
 
-/// C7: a token first asked for after the deadline is cancelled at once, before any timer
+/// [C7](crate::contract#c7): a token first asked for after the deadline is cancelled at once, before any timer
 /// task could run; so is an existing token whose timer has not fired yet.
 #[tokio::test(start_paused = true)]
 async fn token_taken_after_the_deadline_is_already_cancelled() {
@@ -198,8 +198,8 @@ async fn detach_is_rooted_at_scheduling_and_survives_the_request() {
     assert_eq!(background.remaining(), Duration::from_millis(4_800));
 }
 
-/// On the real clock, where two reads differ: a budget with no deadline (C8) and a
-/// detached one (C12) start with exactly what they were given (#32, item 11).
+/// On the real clock, where two reads differ: a budget with no deadline ([C8](crate::contract#c8)) and a
+/// detached one ([C12](crate::contract#c12)) start with exactly what they were given (#32, item 11).
 #[tokio::test]
 async fn fallback_and_detached_budgets_start_with_exactly_their_budget() {
     let fallback = RequestBudget::fallback(Duration::from_millis(1_500), HopPolicy::DEFAULT);
@@ -218,7 +218,7 @@ async fn child_until_takes_the_tighter_deadline() {
     assert_eq!(c.remaining(), Duration::from_millis(100));
 }
 
-/// C24: with the kill switch off, nothing ends the budget but a cancel, while its
+/// [C24](crate::contract#c24): with the kill switch off, nothing ends the budget but a cancel, while its
 /// arithmetic (what is left, what to forward) is unchanged.
 #[tokio::test(start_paused = true)]
 async fn an_unenforced_budget_is_never_ended_by_its_deadline() {

@@ -1,5 +1,5 @@
 //! The lazy cancellation token: made on first use, a child of the parent's, cancelled at the
-//! deadline by a timer task that holds only a weak reference (rule C7).
+//! deadline by a timer task that holds only a weak reference (rule [C7](crate::contract#c7)).
 
 use std::sync::{Arc, OnceLock};
 
@@ -82,7 +82,7 @@ impl RequestBudget {
         }
     }
 
-    /// Expire this budget at its deadline even if nobody awaits it (rule C7). The task holds
+    /// Expire this budget at its deadline even if nobody awaits it (rule [C7](crate::contract#c7)). The task holds
     /// only a weak reference, and ends as soon as the token is cancelled for any reason (the
     /// request completed, the caller went away), so finished requests leave no timers behind.
     /// Outside a tokio runtime there is nothing to run a timer on; `done()` still expires the

@@ -2,10 +2,10 @@
 //! queue message's `deadline-epoch-ms`.
 //!
 //! An absolute deadline is only as good as the agreement between two wall clocks: a callee
-//! whose clock runs 300 ms ahead sees a 400 ms budget as 100 ms (scenario S3). That is why
+//! whose clock runs 300 ms ahead sees a 400 ms budget as 100 ms (scenario [S3](crate::contract#s3)). That is why
 //! relative milliseconds are the HTTP default, and absolute time is used where a message can
 //! wait longer than any skew (a queue). The wall clock is read once, by the caller, at
-//! conversion (rule C1); from then on the budget lives on the monotonic clock.
+//! conversion (rule [C1](crate::contract#c1)); from then on the budget lives on the monotonic clock.
 //!
 //! See the examples on [`decode`] and [`encode`].
 

@@ -11,7 +11,7 @@
 //!
 //! | input | result |
 //! |---|---|
-//! | `0n`, `0m`, `0S` ... | a zero budget: already expired (rule C9), not "no deadline" |
+//! | `0n`, `0m`, `0S` ... | a zero budget: already expired (rule [C9](crate::contract#c9)), not "no deadline" |
 //! | more than 8 digits (`123456789m`) | [`InvalidValue::TooManyDigits`]: malformed, 400 / INVALID_ARGUMENT |
 //! | unknown or wrong-case unit (`10s`, `10x`) | [`InvalidValue::UnknownUnit`] |
 //! | no unit (`100`) / no digits (`m`) | [`InvalidValue::MissingUnit`] / [`InvalidValue::MissingDigits`] |
@@ -19,7 +19,7 @@
 //! | surrounding spaces | ignored, as HTTP allows optional whitespace around values |
 //!
 //! Encoding picks the most precise unit whose value fits in 8 digits and rounds *down*, so
-//! what goes on the wire is never more than the budget (rule C2). Budgets beyond the largest
+//! what goes on the wire is never more than the budget (rule [C2](crate::contract#c2)). Budgets beyond the largest
 //! encodable value (`99999999H`) are sent as that value.
 //!
 //! See the examples on [`decode`] and [`encode`].

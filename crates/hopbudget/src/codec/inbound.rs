@@ -1,7 +1,7 @@
 //! Reading the inbound budget from every carrier a profile enables.
 //!
 //! Several carriers on one request (a gRPC call behind Envoy, say) are all honoured: the
-//! tightest wins, and the result is clamped to the profile maximum (rule C9: an inbound budget
+//! tightest wins, and the result is clamped to the profile maximum (rule [C9](crate::contract#c9): an inbound budget
 //! is untrusted input). A present but malformed carrier is an error, never "no deadline".
 
 use std::fmt;
@@ -88,7 +88,7 @@ pub struct Inbound {
 }
 
 /// A deadline header that is present but cannot be read. Answered with 400 /
-/// INVALID_ARGUMENT (rule C9); its `Display` names the header and the reason.
+/// INVALID_ARGUMENT (rule [C9](crate::contract#c9)); its `Display` names the header and the reason.
 ///
 /// # Examples
 ///
@@ -164,7 +164,7 @@ fn length_bit(name: &str) -> u64 {
 /// Read the tightest budget among the enabled carriers present in `headers`, clamped to `max`.
 ///
 /// Returns `Ok(None)` when no enabled carrier is present (the caller then falls back to the
-/// profile's edge total, rule C8). The wall clock is read at most once, and only if an absolute
+/// profile's edge total, rule [C8](crate::contract#c8)). The wall clock is read at most once, and only if an absolute
 /// carrier is present.
 ///
 /// # Examples

@@ -3,7 +3,7 @@
 //!
 //! The value is the remaining budget in whole milliseconds. A leading `-` (a caller that
 //! computed a negative remainder) means the budget is already spent: it decodes to zero, which
-//! is expired (rule C9). Values are read saturating, so a huge header becomes a huge budget that
+//! is expired (rule [C9](crate::contract#c9)). Values are read saturating, so a huge header becomes a huge budget that
 //! the server then clamps to its profile maximum; it never overflows. Connect allows 1 to 10
 //! digits and no sign, and that limit is enforced both ways.
 //!
@@ -81,7 +81,7 @@ pub fn decode_connect(value: &[u8]) -> Result<Duration, InvalidValue> {
     parse_digits(trim(value), CONNECT_MAX_DIGITS).map(Duration::from_millis)
 }
 
-/// Encode a budget as whole milliseconds, rounded down (rule C2) and capped at [`MAX_MS`], so
+/// Encode a budget as whole milliseconds, rounded down (rule [C2](crate::contract#c2)) and capped at [`MAX_MS`], so
 /// any budget, up to `Duration::MAX`, encodes to a value [`decode`] accepts.
 ///
 /// ```

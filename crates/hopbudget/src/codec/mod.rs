@@ -2,10 +2,10 @@
 //! wire"), each turning header bytes into a relative budget and back.
 //!
 //! Codecs are pure functions over bytes. They never panic, enforce the carrier's length limits
-//! in both directions, round *down* when encoding (rule C2: the downstream must never be told it
+//! in both directions, round *down* when encoding (rule [C2](crate::contract#c2): the downstream must never be told it
 //! has more time than the caller had), and report a typed [`InvalidValue`] that says what was
 //! wrong. [`read_inbound`] combines them: it reads every carrier a profile enables and lets the
-//! tightest win (rule C9).
+//! tightest win (rule [C9](crate::contract#c9)).
 //!
 //! # Example
 //!
@@ -158,7 +158,7 @@ impl Carrier {
         }
     }
 
-    /// Whether the value is an absolute instant (and so reads the wall clock once, rule C1).
+    /// Whether the value is an absolute instant (and so reads the wall clock once, rule [C1](crate::contract#c1)).
     ///
     /// See the [example](Self#examples).
     pub const fn is_absolute(self) -> bool {

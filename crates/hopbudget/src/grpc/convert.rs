@@ -1,7 +1,7 @@
 //! A `tonic::Status` read back as a [`BudgetError`], the reverse of
 //! `From<BudgetError> for tonic::Status`: a gRPC handler or client that got a deadline status
-//! from below can hand the same outcome on, over gRPC or any other protocol (rules C4, C10,
-//! C11).
+//! from below can hand the same outcome on, over gRPC or any other protocol (rules [C4](crate::contract#c4), [C10](crate::contract#c10),
+//! [C11](crate::contract#c11)).
 
 use std::time::Duration;
 

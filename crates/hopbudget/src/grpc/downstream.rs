@@ -1,4 +1,4 @@
-//! [`DownstreamError`] and tonic's `Status`, both ways (C4, C10, C11): a tonic call's status
+//! [`DownstreamError`] and tonic's `Status`, both ways ([C4](crate::contract#c4), [C10](crate::contract#c10), [C11](crate::contract#c11)): a tonic call's status
 //! becomes a `DownstreamError` (a deadline outcome keeps its meaning, any other status is the
 //! downstream's own answer), and a `DownstreamError` returned from a tonic handler becomes the
 //! status its caller reads.

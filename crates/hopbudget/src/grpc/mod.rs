@@ -1,5 +1,5 @@
 //! gRPC hops with tonic: a server layer that reads the inbound budget and a client layer that
-//! forwards it, so every tonic call carries one shrinking budget (rules C2-C5, C9, C11).
+//! forwards it, so every tonic call carries one shrinking budget (rules C2-C5, [C9](crate::contract#c9), [C11](crate::contract#c11)).
 //!
 //! tonic on its own reads `grpc-timeout` only to time out its own wait, reports that timeout
 //! as CANCELLED, and never forwards the budget to outgoing calls. The two layers here close
@@ -36,15 +36,15 @@
 //!
 //! | inbound `grpc-timeout` | server layer answers |
 //! |---|---|
-//! | `0n`, `0m`, `0S`, ... | a zero budget is already expired (C9): DEADLINE_EXCEEDED, handler not entered |
+//! | `0n`, `0m`, `0S`, ... | a zero budget is already expired ([C9](crate::contract#c9)): DEADLINE_EXCEEDED, handler not entered |
 //! | more than 8 digits (`123456789m`) | INVALID_ARGUMENT, "malformed deadline header \`grpc-timeout\`: more than 8 digits" |
 //! | unknown or wrong-case unit (`10s`, `10x`) | INVALID_ARGUMENT naming the header and the unit |
 //! | hours that overflow any clock (`99999999H`) | decoded exactly, then clamped to the profile maximum (`max_ms`) |
 //!
 //! Outbound, the client layer encodes the forward budget in the most precise unit that fits
-//! in 8 digits, rounding down (C2), and replaces any `grpc-timeout` already on the request.
+//! in 8 digits, rounding down ([C2](crate::contract#c2)), and replaces any `grpc-timeout` already on the request.
 //!
-//! ## Shims (C11)
+//! ## Shims ([C11](crate::contract#c11))
 //!
 //! Both sides use the task-local budget, so an HTTP handler calling a gRPC downstream, or a
 //! gRPC handler calling an HTTP downstream, needs no code beyond the call itself: the server
@@ -103,9 +103,9 @@ pub fn budget_status(err: &BudgetError, map: &GrpcStatusMap) -> tonic::Status {
     status
 }
 
-/// The answer to a deadline header that cannot be read (C9): the profile's `malformed` code,
+/// The answer to a deadline header that cannot be read ([C9](crate::contract#c9)): the profile's `malformed` code,
 /// a message naming the header and the problem, and `x-deadline-outcome: malformed`, as every
-/// answer hopbudget makes itself is marked (the contract's table, C10).
+/// answer hopbudget makes itself is marked (the contract's table, [C10](crate::contract#c10)).
 pub(crate) fn malformed_status(map: &GrpcStatusMap, message: String) -> tonic::Status {
     let mut status = tonic::Status::new(tonic_code(map.malformed), message);
     status.metadata_mut().insert(
@@ -143,7 +143,7 @@ impl From<BudgetError> for tonic::Status {
 }
 
 /// The terminal status a `tonic::Status` stands for, if it is a deadline status, read as the
-/// client layers read every answer (C4, C10): the `x-deadline-outcome` marker first, so a
+/// client layers read every answer ([C4](crate::contract#c4), [C10](crate::contract#c10)): the `x-deadline-outcome` marker first, so a
 /// hopbudget answer keeps its outcome under any profile's codes (expiry spelled UNAVAILABLE is
 /// still `expired`; `malformed` is no deadline outcome); without a marker, the codes as gRPC
 /// defines them: DEADLINE_EXCEEDED is `expired`, CANCELLED is `cancelled`. Other codes are
@@ -162,7 +162,7 @@ pub fn outcome(status: &tonic::Status) -> Option<Outcome> {
 }
 
 /// The refusal a `tonic::Status` carries: the required and remaining budget a refuser
-/// stated in its metadata (rule C3), for a caller deciding whether a retry could fit (C6).
+/// stated in its metadata (rule [C3](crate::contract#c3)), for a caller deciding whether a retry could fit ([C6](crate::contract#c6)).
 ///
 /// See the [example](budget_status#examples).
 pub fn refusal(status: &tonic::Status) -> Option<Refused> {
@@ -184,7 +184,7 @@ pub(crate) fn status_parts(status: tonic::Status) -> http::response::Parts {
     status.into_http::<()>().into_parts().0
 }
 
-/// Note on the hop the outcome a call's own status states (rule C17): DEADLINE_EXCEEDED is
+/// Note on the hop the outcome a call's own status states (rule [C17](crate::contract#c17)): DEADLINE_EXCEEDED is
 /// `expired`, or `refused` when marked so (with the required budget it names), CANCELLED is
 /// `cancelled`. Any other status is the application's result.
 pub(crate) fn note_answer(

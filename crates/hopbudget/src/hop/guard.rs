@@ -14,9 +14,9 @@ use crate::{Outcome, Refused, RequestBudget};
 /// - [`enter`](Self::enter) runs a poll of the handler or of the response body inside the
 ///   budget's task-local scope and the hop's span.
 /// - [`answered`](Self::answered) notes the outcome the answer itself states (a handler's own
-///   504, 503 refusal, 499, DEADLINE_EXCEEDED or CANCELLED: rule C17).
+///   504, 503 refusal, 499, DEADLINE_EXCEEDED or CANCELLED: rule [C17](crate::contract#c17)).
 /// - [`expired`](Self::expired) is the adapter's deadline timer firing: the budget is marked
-///   expired (its tree stops, C7) and the hop ends `expired`.
+///   expired (its tree stops, [C7](crate::contract#c7)) and the hop ends `expired`.
 /// - [`finish`](Self::finish) is the answer having gone out completely. The outcome is the
 ///   answer's own, else the budget's end cause, else `completed`; an answer completed after the
 ///   deadline is late work and `expired`. Then the request's non-detached work is ended, as Go
@@ -24,9 +24,9 @@ use crate::{Outcome, Refused, RequestBudget};
 /// - Dropped before either: the caller went away, or the service below the adapter failed
 ///   and sent no answer (an inner `Err` is never `completed`). The budget is cancelled and
 ///   the outcome is its end cause: `cancelled`, or `expired` when the deadline had already
-///   passed (C4, C5). An adapter whose body was delivered in full (its last byte handed over,
+///   passed ([C4](crate::contract#c4), [C5](crate::contract#c5)). An adapter whose body was delivered in full (its last byte handed over,
 ///   or none to send by protocol) calls `finish` first, whatever its server does with the
-///   body afterwards (C17).
+///   body afterwards ([C17](crate::contract#c17)).
 ///
 /// See the [example](super#example-a-custom-protocol-adapter).
 pub struct HopGuard {
@@ -48,7 +48,7 @@ struct State {
     /// The route's learned threshold: a completed answer records its latency there.
     learned: Option<Arc<LearnedThreshold>>,
     /// A gRPC method no answer has proved yet: the hop is labelled `other` until the
-    /// service answers it as a method it has (C20).
+    /// service answers it as a method it has ([C20](crate::contract#c20)).
     unproved: Option<Arc<str>>,
 }
 
@@ -126,7 +126,7 @@ impl HopGuard {
         self
     }
 
-    /// The call is to `method`, a gRPC method path no answer has proved yet (C20).
+    /// The call is to `method`, a gRPC method path no answer has proved yet ([C20](crate::contract#c20)).
     pub(crate) fn unproved_method(mut self, method: Option<&str>) -> Self {
         if let Some(method) = method {
             self.state_mut().unproved = Some(Arc::from(method));
@@ -136,7 +136,7 @@ impl HopGuard {
 
     /// The service answered this call as a method it has (a message, or any status but
     /// UNIMPLEMENTED): a method not labelled yet takes its own label, this hop's included,
-    /// while `config`'s cap leaves room (C20). Does nothing for a call already labelled.
+    /// while `config`'s cap leaves room ([C20](crate::contract#c20)). Does nothing for a call already labelled.
     pub(crate) fn method_answered(&mut self, config: &super::HopConfig) {
         let state = self.state_mut();
         let Some(method) = state.unproved.take() else {
@@ -181,7 +181,7 @@ impl HopGuard {
         }
     }
 
-    /// The stream lifetime, on a stream route (C13).
+    /// The stream lifetime, on a stream route ([C13](crate::contract#c13)).
     ///
     /// See the [example](super#example-a-custom-protocol-adapter).
     pub fn stream_lifetime(&self) -> Option<Duration> {
@@ -197,7 +197,7 @@ impl HopGuard {
 
     /// The first chunk of a stream route went out: from now on the budget, and everything
     /// spawned or called under it, runs under the stream lifetime instead of the request
-    /// deadline (C13, S12). Does nothing on other routes.
+    /// deadline ([C13](crate::contract#c13), [S12](crate::contract#s12)). Does nothing on other routes.
     ///
     /// See the [example](super#example-a-custom-protocol-adapter).
     pub fn stream_started(&mut self) {
@@ -208,7 +208,7 @@ impl HopGuard {
         }
     }
 
-    /// The answer states this outcome itself (C17): a handler's own expiry, refusal or
+    /// The answer states this outcome itself ([C17](crate::contract#c17)): a handler's own expiry, refusal or
     /// cancellation status. `completed` clears an earlier note.
     ///
     /// See the [example](super#example-a-custom-protocol-adapter).
@@ -225,7 +225,7 @@ impl HopGuard {
         }
     }
 
-    /// The answer is a refusal stating what it needed (C3, C17).
+    /// The answer is a refusal stating what it needed ([C3](crate::contract#c3), [C17](crate::contract#c17)).
     ///
     /// See the [example](super#example-a-custom-protocol-adapter).
     pub fn answered_refused(&mut self, refused: Refused) {
@@ -233,7 +233,7 @@ impl HopGuard {
     }
 
     /// The adapter's deadline timer fired with the work still running: mark the budget
-    /// expired, which stops its children (C4, C7), and end the hop `expired`. The layer's own
+    /// expired, which stops its children ([C4](crate::contract#c4), [C7](crate::contract#c7)), and end the hop `expired`. The layer's own
     /// expiry answer is not late work.
     ///
     /// See the [example](super#example-a-custom-protocol-adapter).

@@ -19,7 +19,7 @@ use crate::{Profile, RequestBudget, SharedProfile};
 /// shared by every clone of the service and every request.
 ///
 /// The profile is a [`SharedProfile`]: each request reads the one in force when it arrives
-/// (rule C24).
+/// (rule [C24](crate::contract#c24)).
 ///
 /// See the [example](super#example-a-custom-protocol-adapter).
 pub struct HopConfig {
@@ -45,11 +45,11 @@ impl fmt::Debug for HopConfig {
 /// See the [example](super#example-a-custom-protocol-adapter).
 #[derive(Debug)]
 pub enum Verdict {
-    /// A deadline header could not be read: a client error naming the header (C9). Counted.
+    /// A deadline header could not be read: a client error naming the header ([C9](crate::contract#c9)). Counted.
     Malformed(MalformedHeader),
-    /// The budget was zero on arrival: already expired (C9). The hop is recorded.
+    /// The budget was zero on arrival: already expired ([C9](crate::contract#c9)). The hop is recorded.
     Expired,
-    /// Less budget than the route needs: refused before work (C3). The hop is recorded.
+    /// Less budget than the route needs: refused before work ([C3](crate::contract#c3)). The hop is recorded.
     Refused(Refused),
     /// Go ahead: the guard owns the budget and the hop until the answer is complete.
     Admitted(HopGuard),
@@ -73,7 +73,7 @@ impl HopConfig {
     }
 
     /// Read epoch carriers with `clock` instead of the machine's wall clock: a host whose
-    /// clock is skewed (S3) or stepped (S5), in tests and demos.
+    /// clock is skewed ([S3](crate::contract#s3)) or stepped ([S5](crate::contract#s5)), in tests and demos.
     ///
     /// See the [example](super#example-a-custom-protocol-adapter).
     pub fn with_wall_clock(mut self, clock: Arc<dyn WallClock>) -> Self {
@@ -90,7 +90,7 @@ impl HopConfig {
     }
 
     /// The handle this configuration reads its profile from: replace the profile, or turn
-    /// enforcement off, through it (rule C24).
+    /// enforcement off, through it (rule [C24](crate::contract#c24)).
     ///
     /// See the [example](super#example-a-custom-protocol-adapter).
     pub fn shared_profile(&self) -> &SharedProfile {
@@ -111,7 +111,7 @@ impl HopConfig {
         self.protocol
     }
 
-    /// The bounded label for a route (C20).
+    /// The bounded label for a route ([C20](crate::contract#c20)).
     ///
     /// See the [example](super#example-a-custom-protocol-adapter).
     pub fn route_label(&self, route: RouteLabel<'_>) -> String {
@@ -129,7 +129,7 @@ impl HopConfig {
         label.to_owned()
     }
 
-    /// The service answered `method` as a method it has (C20): from now on it is its own
+    /// The service answered `method` as a method it has ([C20](crate::contract#c20)): from now on it is its own
     /// label, while the cap leaves room. What the guard of a call to a method not yet known
     /// is told by its adapter ([`HopGuard::method_answered`]).
     pub(crate) fn learn_method(&self, method: &str) -> Option<Arc<str>> {
@@ -227,7 +227,7 @@ impl HopConfig {
     }
 
     /// Decide on a budget the adapter already holds: a queue message tried again under the
-    /// budget it was first admitted with (rule C6: a retry spends what is left, never a fresh
+    /// budget it was first admitted with (rule [C6](crate::contract#c6): a retry spends what is left, never a fresh
     /// budget). A hop of its own is opened and recorded, as for a new arrival.
     pub(crate) fn admit_budget(
         self: &Arc<Self>,
@@ -240,8 +240,8 @@ impl HopConfig {
     }
 
     /// Record a hop the adapter turns away before any work, with what is left of `budget`:
-    /// `refused` naming `required` (rule C3), or `expired` when `required` is `None` (the
-    /// budget is marked expired, C4). For verdicts only the adapter can reach: a queue message
+    /// `refused` naming `required` (rule [C3](crate::contract#c3)), or `expired` when `required` is `None` (the
+    /// budget is marked expired, [C4](crate::contract#c4)). For verdicts only the adapter can reach: a queue message
     /// inside the skew allowance, a retry left with too little to try again.
     pub(crate) fn turn_away(
         &self,
@@ -265,7 +265,7 @@ impl HopConfig {
     }
 
     /// The profile rule for a route and its bounded label, from one scan of the routes.
-    /// The route's rule and its bounded label (C20), and the method path of a gRPC method
+    /// The route's rule and its bounded label ([C20](crate::contract#c20)), and the method path of a gRPC method
     /// no rule names and no answer has proved yet: labelled `other` for now, its hop takes
     /// the method's label if the service answers it as a method it has.
     fn rule_and_label<'a>(
@@ -297,7 +297,7 @@ impl HopConfig {
     }
 
     /// Open the hop for `budget` and decide: expired at zero, refused below the route's
-    /// threshold, else admitted. Unenforced (C24), every request is admitted, and its hop
+    /// threshold, else admitted. Unenforced ([C24](crate::contract#c24)), every request is admitted, and its hop
     /// records what enforcement would have done (`would`, already known for a malformed
     /// header).
     #[allow(clippy::too_many_arguments)]
@@ -383,7 +383,7 @@ impl HopConfig {
 /// `x-deadline-required-ms`, `x-deadline-remaining-ms`).
 const MARKER_PREFIX: &str = "x-deadline-";
 
-/// Remove hopbudget's internal markers from an inbound request (rule C19): they are only
+/// Remove hopbudget's internal markers from an inbound request (rule [C19](crate::contract#c19)): they are only
 /// ever written on answers, so one arriving on a request was forged or leaked from outside,
 /// and a handler or a client layer below must not mistake it for a real outcome. One pass
 /// over the names, and nothing else unless one is there.

@@ -1,4 +1,4 @@
-//! Route labels from a bounded set (rule C20): metric series and cached keys must not grow
+//! Route labels from a bounded set (rule [C20](crate::contract#c20)): metric series and cached keys must not grow
 //! with the distinct paths clients send.
 
 use std::cell::RefCell;
@@ -35,7 +35,7 @@ pub enum RouteLabel<'a> {
     /// A gRPC method path `/package.Service/Method`: labelled as itself once the service has
     /// answered it as a method it has (anything but UNIMPLEMENTED), up to a fixed number of
     /// distinct methods per server; until then [`OTHER_ROUTE`]. Anyone can send any path, so
-    /// a path alone earns no label (C20).
+    /// a path alone earns no label ([C20](crate::contract#c20)).
     Method(&'a str),
     /// A name the adapter already bounds (a queue or subject name from configuration).
     Known(&'a str),
@@ -70,7 +70,7 @@ thread_local! {
 
 impl MethodSet {
     /// `method`'s label if the set knows it: `None` for a method no answer has proved yet.
-    /// Never adds: a request's path alone mints no label (C20).
+    /// Never adds: a request's path alone mints no label ([C20](crate::contract#c20)).
     pub(crate) fn known<'a>(&self, method: &'a str) -> Option<&'a str> {
         let recent = RECENT.try_with(|recent| {
             recent.try_borrow().is_ok_and(|recent| {

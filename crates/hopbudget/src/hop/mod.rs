@@ -17,7 +17,7 @@
 //!
 //! A guard dropped before its answer was complete means the caller went away (a dropped
 //! future, RST_STREAM, a closed connection): the budget is cancelled and the outcome is its
-//! end cause, `cancelled`, or `expired` if the deadline had already passed (C4, C5). No time
+//! end cause, `cancelled`, or `expired` if the deadline had already passed ([C4](crate::contract#c4), [C5](crate::contract#c5)). No time
 //! window is involved.
 //!
 //! # Example: a custom protocol adapter

@@ -1,4 +1,4 @@
-//! An HTTP request as the admission layer sees it (C21): its deadline from the request's
+//! An HTTP request as the admission layer sees it ([C21](crate::contract#c21)): its deadline from the request's
 //! budget (the server layer's, outside), its route from the router's matched pattern (axum's
 //! `MatchedPath`, feature `axum`) or else the path.
 

@@ -1,6 +1,6 @@
 //! A [`BudgetError`] spelled as an HTTP answer, the same way the server layer spells the
 //! answers it makes itself, so that an upstream hopbudget client classifies a handler's own
-//! refusal or expiry exactly as it would the layer's (rules C3, C4, C10, C17).
+//! refusal or expiry exactly as it would the layer's (rules [C3](crate::contract#c3), [C4](crate::contract#c4), [C10](crate::contract#c10), [C17](crate::contract#c17)).
 //!
 //! The status code comes from an [`HttpStatusMap`]. A `BudgetError` carries no profile and
 //! axum's `IntoResponse` sees no request, so `impl IntoResponse for BudgetError` (feature
@@ -17,9 +17,9 @@ use crate::status::HttpStatusMap;
 
 /// The HTTP answer for `err`: the status `map` gives its outcome, a one-line plain-text body,
 /// and the `x-deadline-outcome` header; a refusal adds `Retry-After: 0`,
-/// `x-deadline-required-ms` and `x-deadline-remaining-ms` (C3). These are the bytes the server
+/// `x-deadline-required-ms` and `x-deadline-remaining-ms` ([C3](crate::contract#c3)). These are the bytes the server
 /// layer sends for its own refusals and expiries, so an upstream hopbudget client classifies a
-/// handler's answer exactly as it would the layer's (C10, C17).
+/// handler's answer exactly as it would the layer's ([C10](crate::contract#c10), [C17](crate::contract#c17)).
 ///
 /// `impl IntoResponse for BudgetError` (feature `axum`) calls this with the contract's default
 /// map (503, 504, 499): a `BudgetError` carries no profile and axum's `into_response` sees no

@@ -3,7 +3,7 @@
 //! - [`server`]: [`ServerBudgetLayer`](server::ServerBudgetLayer) reads the inbound deadline
 //!   headers, refuses work that cannot finish, bounds the handler by the deadline, and
 //!   cancels the request's tree when the deadline passes or the client goes away (C1-C9,
-//!   C13). Works with `axum::Router::layer` and any hyper/tower HTTP service.
+//!   [C13](crate::contract#c13)). Works with `axum::Router::layer` and any hyper/tower HTTP service.
 //! - [`client`]: [`ClientBudgetLayer`](client::ClientBudgetLayer) stamps the forward budget on
 //!   outbound requests, refuses calls that cannot finish, bounds the wait and aborts when the
 //!   parent ends (C2-C8). Works with hyper-util's legacy `Client` and any tower HTTP client.

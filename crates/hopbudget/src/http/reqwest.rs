@@ -3,18 +3,18 @@
 //! [`BudgetMiddleware`] behaves as [`ClientBudgetLayer`](super::client::ClientBudgetLayer)
 //! does (see [`client`](super::client)): the budget comes from the request's middleware
 //! extensions (`RequestBuilder::with_extension(budget)`), else the task-local scope, else the
-//! profile's edge total (C8); the forward budget is stamped (C2); a call below the threshold
-//! fails before any connection (C3); the wait is bounded by the forward budget and aborted when
-//! the parent ends (C5, C7); a downstream expiry fails the call as expired (C4); nothing is
-//! retried (C6).
+//! profile's edge total ([C8](crate::contract#c8)); the forward budget is stamped ([C2](crate::contract#c2)); a call below the threshold
+//! fails before any connection ([C3](crate::contract#c3)); the wait is bounded by the forward budget and aborted when
+//! the parent ends ([C5](crate::contract#c5), [C7](crate::contract#c7)); a downstream expiry fails the call as expired ([C4](crate::contract#c4)); nothing is
+//! retried ([C6](crate::contract#c6)).
 //!
 //! Beyond the head: the response body is bounded by the same wait, so reading it with
 //! `bytes()`, `text()` or `chunk()` fails at the deadline with a body error that
 //! [`budget_error`] finds as `Expired` (or `Cancelled`) instead of waiting for a server that
-//! trickles (C4, C5). A per-call `RequestBuilder::timeout` (or a hand-set carrier header)
-//! combines with the budget as the minimum of the two (C16): the callee is told the tighter
+//! trickles ([C4](crate::contract#c4), [C5](crate::contract#c5)). A per-call `RequestBuilder::timeout` (or a hand-set carrier header)
+//! combines with the budget as the minimum of the two ([C16](crate::contract#c16)): the callee is told the tighter
 //! value and the wait ends with it, reported as `Expired`. Deadline headers go only to trusted
-//! hosts (C19, S16; see [`BudgetMiddleware::untrusted`]).
+//! hosts ([C19](crate::contract#c19), [S16](crate::contract#s16); see [`BudgetMiddleware::untrusted`]).
 //!
 //! Deadline failures are `reqwest_middleware::Error::Middleware` wrapping a
 //! [`BudgetError`]; [`BudgetError::find`] (or [`budget_error`]) finds it, and
@@ -96,7 +96,7 @@ impl BudgetMiddleware {
         }
     }
 
-    /// Send no deadline header from this client (C19, S16: a third-party API client). The wait
+    /// Send no deadline header from this client ([C19](crate::contract#c19), [S16](crate::contract#s16): a third-party API client). The wait
     /// is still bounded by the budget.
     ///
     /// See the [module example](crate::http::reqwest#example).
@@ -172,7 +172,7 @@ impl From<reqwest::Error> for DownstreamError {
 }
 
 /// The tighter of the per-call values the application set: `RequestBuilder::timeout` and a
-/// hand-set carrier header (C16).
+/// hand-set carrier header ([C16](crate::contract#c16)).
 fn per_call(shared: &Shared, req: &reqwest::Request) -> Option<Duration> {
     let hand_set = shared.hand_set_http(req.headers());
     match (req.timeout().copied(), hand_set) {
@@ -239,7 +239,7 @@ impl Middleware for BudgetMiddleware {
 }
 
 /// reqwest's own timer (the per-call `timeout`, which the wait normally beats by the hop
-/// margin) is the call's deadline too: report it as expired (C4), not as a transport error.
+/// margin) is the call's deadline too: report it as expired ([C4](crate::contract#c4)), not as a transport error.
 fn expiry_of_timeout(error: Error, bound: &Bound) -> Error {
     match &error {
         Error::Reqwest(e) if e.is_timeout() && bound.budget().is_done() => {

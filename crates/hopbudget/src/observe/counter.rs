@@ -40,7 +40,7 @@ impl Counter {
     }
 }
 
-/// `hopbudget_deadline_missing_total` for an outbound call made outside any request (C8): the
+/// `hopbudget_deadline_missing_total` for an outbound call made outside any request ([C8](crate::contract#c8)): the
 /// route is `(outbound)`, since no inbound route is there to name.
 pub(crate) fn outbound_missing(service: &str) {
     #[cfg(feature = "metrics")]

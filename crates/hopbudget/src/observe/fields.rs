@@ -23,7 +23,7 @@
 /// See the [module example](self).
 pub const HOP_SPAN: &str = "hop";
 /// The route label, which OpenTelemetry exporters take as the span's name: a matched route
-/// pattern, a gRPC method, a queue, or `other` (C20).
+/// pattern, a gRPC method, a queue, or `other` ([C20](crate::contract#c20)).
 ///
 /// See the [module example](self).
 pub const ROUTE: &str = "otel.name";
@@ -43,11 +43,11 @@ pub const PROTOCOL: &str = "hop.protocol";
 ///
 /// See the [module example](self).
 pub const REMAINING_MS: &str = "deadline.remaining_ms";
-/// Where the budget came from: a carrier's name, or `fallback` (C8).
+/// Where the budget came from: a carrier's name, or `fallback` ([C8](crate::contract#c8)).
 ///
 /// See the [module example](self).
 pub const SOURCE: &str = "deadline.source";
-/// What the hop keeps back before forwarding (margin plus transit, C2), in ms.
+/// What the hop keeps back before forwarding (margin plus transit, [C2](crate::contract#c2)), in ms.
 ///
 /// See the [module example](self).
 pub const MARGIN_MS: &str = "deadline.margin_ms";
@@ -55,16 +55,16 @@ pub const MARGIN_MS: &str = "deadline.margin_ms";
 ///
 /// See the [module example](self).
 pub const OUTCOME: &str = "deadline.outcome";
-/// What a refused hop needed, in ms (C3); also what a hop let through with enforcement off
+/// What a refused hop needed, in ms ([C3](crate::contract#c3)); also what a hop let through with enforcement off
 /// would have needed.
 ///
 /// See the [module example](self).
 pub const REQUIRED_MS: &str = "deadline.required_ms";
-/// How long after its deadline the hop's work finished, in ms (late work, C14).
+/// How long after its deadline the hop's work finished, in ms (late work, [C14](crate::contract#c14)).
 ///
 /// See the [module example](self).
 pub const OVERRUN_MS: &str = "deadline.overrun_ms";
-/// With enforcement off (C24), what enforcement would have done: `refused`, `expired` or
+/// With enforcement off ([C24](crate::contract#c24)), what enforcement would have done: `refused`, `expired` or
 /// `malformed`.
 ///
 /// See the [module example](self).

@@ -1,5 +1,5 @@
 //! [`Hop`]: one hop's record, opened when a request arrives and finished with its terminal
-//! status: its `tracing` span, its metrics and, when asked for, its one log line (C14).
+//! status: its `tracing` span, its metrics and, when asked for, its one log line ([C14](crate::contract#c14)).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,11 +37,11 @@ struct HopLine {
     source: Source,
     started: tokio::time::Instant,
     status: Option<AnswerStatus>,
-    /// Enforcement was off and would have done this (C24).
+    /// Enforcement was off and would have done this ([C24](crate::contract#c24)).
     would: Option<Would>,
 }
 
-/// What enforcement would have done to a hop that ran with enforcement off (rule C24).
+/// What enforcement would have done to a hop that ran with enforcement off (rule [C24](crate::contract#c24)).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Would {
     /// A deadline header that could not be read: answered 400 / INVALID_ARGUMENT.
@@ -115,7 +115,7 @@ pub struct Hop {
     #[cfg(feature = "metrics")]
     arrival: Option<Arrival>,
     finished: bool,
-    /// What enforcement would have done was recorded already (C24): once per hop.
+    /// What enforcement would have done was recorded already ([C24](crate::contract#c24)): once per hop.
     unenforced: bool,
 }
 
@@ -158,7 +158,7 @@ impl Hop {
 
     /// [`open`](Self::open) under a provisional label: the arrival is counted when the hop
     /// closes, under the label it has then, which [`relabel`](Self::relabel) may change. A
-    /// gRPC call to a method the server has not answered yet (C20): its arrival and its end
+    /// gRPC call to a method the server has not answered yet ([C20](crate::contract#c20)): its arrival and its end
     /// land in the same series, whichever that turns out to be.
     pub(crate) fn open_unlabelled(route: HopRoute<'_>, budget: &RequestBudget) -> Self {
         Self::opened(route, budget, false)
@@ -285,7 +285,7 @@ impl Hop {
         self.close(outcome, None, None);
     }
 
-    /// Close the hop as refused before any work (rule C3).
+    /// Close the hop as refused before any work (rule [C3](crate::contract#c3)).
     ///
     /// See the [example](Self#examples).
     pub fn refuse(mut self, required: Duration) {
@@ -305,7 +305,7 @@ impl Hop {
         metrics_names::record_late(&self.keys, overrun);
     }
 
-    /// Record that enforcement was off for this hop (rule C24) and what it would have done:
+    /// Record that enforcement was off for this hop (rule [C24](crate::contract#c24)) and what it would have done:
     /// the span's `deadline.unenforced` (with `deadline.required_ms` for a refusal), the
     /// hop's log line, and `hopbudget_unenforced_total`. The hop's outcome stays what
     /// happened.

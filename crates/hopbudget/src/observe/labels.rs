@@ -1,5 +1,5 @@
 //! What a hop is labelled with: the protocol it speaks, its service and its route (a bounded
-//! set, rule C20), and the metric keys built once per label set.
+//! set, rule [C20](crate::contract#c20)), and the metric keys built once per label set.
 
 use std::sync::Arc;
 use std::time::Duration;

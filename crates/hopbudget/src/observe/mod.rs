@@ -1,4 +1,4 @@
-//! What each hop reports, so operators can see where the budget goes (rule C14).
+//! What each hop reports, so operators can see where the budget goes (rule [C14](crate::contract#c14)).
 //!
 //! Every server-side hop (HTTP, gRPC, queue consumer) opens a [`Hop`] when a request arrives
 //! and closes it with the terminal status. A `Hop` owns a `tracing` span carrying the
@@ -10,7 +10,7 @@
 //! | when | span field | meaning |
 //! |---|---|---|
 //! | start | `deadline.remaining_ms` | budget left when the request arrived |
-//! | start | `deadline.source` | the carrier it came from, or `fallback` (C8) |
+//! | start | `deadline.source` | the carrier it came from, or `fallback` ([C8](crate::contract#c8)) |
 //! | start | `deadline.margin_ms` | hop margin + transit allowance this hop keeps back |
 //! | end | `deadline.outcome` | `completed`, `refused`, `expired` or `cancelled` |
 //! | end, refused | `deadline.required_ms` | what the hop needed |
@@ -56,7 +56,7 @@ mod labels;
 pub(crate) use labels::HopRoute;
 pub use labels::{DEFAULT_LOW_BUDGET, HopLabels, Protocol};
 
-/// Count a malformed deadline header (rule C9).
+/// Count a malformed deadline header (rule [C9](crate::contract#c9)).
 ///
 /// ```
 /// use hopbudget::observe::{HopLabels, Protocol, malformed_header};
@@ -72,7 +72,7 @@ pub fn malformed_header(labels: &HopLabels, header: &str) {
     let _ = (labels, header);
 }
 
-/// Count a queue message dropped because its deadline had passed (scenario S10).
+/// Count a queue message dropped because its deadline had passed (scenario [S10](crate::contract#s10)).
 ///
 /// ```
 /// hopbudget::observe::queue_expired("billing", "orders"); // hopbudget_queue_expired_total + 1

@@ -1,5 +1,5 @@
-//! The lines an operator sees by default (issue #33): requests refused before work (C3) and
-//! requests that arrived with no deadline (C8), logged at INFO on the `hopbudget::notice`
+//! The lines an operator sees by default (issue #33): requests refused before work ([C3](crate::contract#c3)) and
+//! requests that arrived with no deadline ([C8](crate::contract#c8)), logged at INFO on the `hopbudget::notice`
 //! target, at most a few a second of each kind for the whole process, so an overload that
 //! refuses thousands of requests a second does not flood the log. The count of lines left out
 //! rides on the next line that is written.
@@ -71,7 +71,7 @@ fn second() -> u64 {
     START.get_or_init(Instant::now).elapsed().as_secs()
 }
 
-/// Log a refusal before work, rate-limited; unenforced (C24), the refusal that enforcement
+/// Log a refusal before work, rate-limited; unenforced ([C24](crate::contract#c24)), the refusal that enforcement
 /// would have made, with the request let through.
 pub(crate) fn refused(
     service: &str,

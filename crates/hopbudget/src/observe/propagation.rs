@@ -1,7 +1,7 @@
 //! Trace context on the wire (feature `otel`): W3C `traceparent` / `tracestate` (or whatever
 //! propagator the application installed) carried in HTTP headers and gRPC metadata, so that a
 //! hop's span is the child of its caller's span across processes and `hopbudget audit` can
-//! rebuild each request's hop tree (S13).
+//! rebuild each request's hop tree ([S13](crate::contract#s13)).
 //!
 //! Nothing here picks a format or a tracer: injection and extraction go through
 //! `opentelemetry::global::get_text_map_propagator`, so they follow what the user set with

@@ -2,7 +2,7 @@
 //! can return `pool.query(..).await?` the way it returns a [`BudgetError`].
 //!
 //! - A budget outcome is the contract's answer, exactly as [`BudgetError`] converts (rules
-//!   C3, C4, C5, C10): DEADLINE_EXCEEDED or CANCELLED, 503 with the refusal headers, 504, 499,
+//!   [C3](crate::contract#c3), [C4](crate::contract#c4), [C5](crate::contract#c5), [C10](crate::contract#c10)): DEADLINE_EXCEEDED or CANCELLED, 503 with the refusal headers, 504, 499,
 //!   each marked with its outcome, so the caller classifies it as it would the layer's own.
 //! - A database that cannot be reached or that ended the session ([`QueryError::Pool`],
 //!   [`QueryError::ConnectionLost`]) is UNAVAILABLE / 503 without the refusal headers: this

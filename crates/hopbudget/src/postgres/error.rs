@@ -1,5 +1,5 @@
 //! Why a budgeted query did not return rows, and how a driver error is sorted into one of
-//! those reasons (rules C4, C5).
+//! those reasons (rules [C4](crate::contract#c4), [C5](crate::contract#c5)).
 
 use std::fmt;
 
@@ -100,7 +100,7 @@ impl fmt::Display for Described<'_> {
 }
 
 /// Sort an error from the statements: our own cancel or the server's statement timeout is a
-/// budget outcome (C4, C5), a dead connection is [`QueryError::ConnectionLost`], anything else
+/// budget outcome ([C4](crate::contract#c4), [C5](crate::contract#c5)), a dead connection is [`QueryError::ConnectionLost`], anything else
 /// stays a database error.
 pub(super) fn classify(e: tokio_postgres::Error, budget: &RequestBudget) -> QueryError {
     if e.code() == Some(&SqlState::QUERY_CANCELED) {

@@ -1,4 +1,4 @@
-//! A pooled connection lent to one call, and what becomes of it afterwards (rule C22).
+//! A pooled connection lent to one call, and what becomes of it afterwards (rule [C22](crate::contract#c22)).
 //!
 //! A PostgreSQL cancel request names a backend (its process id and secret key), not a
 //! statement, and the server acts on it whenever the signal arrives: tokio-postgres's
@@ -35,7 +35,7 @@ pub(super) enum After {
 
 /// A pooled connection lent to one call. Dropped before [`InFlight::settle`] (the caller's
 /// future was dropped, maybe mid-statement), it sends a cancel request so the server stops
-/// the work (C7), then discards the connection (C22).
+/// the work ([C7](crate::contract#c7)), then discards the connection ([C22](crate::contract#c22)).
 pub(super) struct InFlight {
     conn: Option<Object>,
 }

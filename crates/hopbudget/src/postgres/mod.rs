@@ -5,22 +5,22 @@
 //! caller that gave up. [`BudgetPool`] wraps a `deadpool-postgres` pool and runs each query or
 //! transaction like this:
 //!
-//! 1. **Refuse before start** (rule C3): when the forward budget (remaining minus hop margin
-//!    and transit allowance, rule C2) is below the query's stated cost, nothing is sent and no
+//! 1. **Refuse before start** (rule [C3](crate::contract#c3)): when the forward budget (remaining minus hop margin
+//!    and transit allowance, rule [C2](crate::contract#c2)) is below the query's stated cost, nothing is sent and no
 //!    connection is taken: [`BudgetError::Refused`] with the required and remaining budget.
 //!    A request waiting for a pooled connection is refused as soon as the budget left could
-//!    no longer cover the cost (rule C21).
+//!    no longer cover the cost (rule [C21](crate::contract#c21)).
 //! 2. **The server knows the deadline**: the work runs in a transaction that starts with
 //!    `SET LOCAL statement_timeout` equal to the forward budget, so the server cancels a
 //!    statement that would outlive it, and the setting ends with the transaction.
-//! 3. **Expiry is expiry** (rule C4): a statement the server cancelled for that timeout
+//! 3. **Expiry is expiry** (rule [C4](crate::contract#c4)): a statement the server cancelled for that timeout
 //!    (SQLSTATE 57014) is [`BudgetError::Expired`], not an opaque database error.
-//! 4. **The server stops when the caller goes** (rules C5, C7): when the budget ends first
+//! 4. **The server stops when the caller goes** (rules [C5](crate::contract#c5), [C7](crate::contract#c7)): when the budget ends first
 //!    (the deadline passes across several statements, or the request is cancelled) a real
 //!    cancel request is sent to the server and the call waits briefly for the server to
 //!    acknowledge it, then answers `Expired` or `Cancelled`. When the future is dropped
 //!    mid-query, a spawned task sends the cancel request.
-//! 5. **A cancel reaches only its own work** (rule C22): a connection to which a cancel was
+//! 5. **A cancel reaches only its own work** (rule [C22](crate::contract#c22)): a connection to which a cancel was
 //!    sent is closed, never handed to the next request, because the server may act on the
 //!    cancel later, on whatever that connection runs next (see `in_flight.rs`). So is a
 //!    connection the server ended ([`QueryError::ConnectionLost`]). The pool opens new ones.
@@ -71,7 +71,7 @@ pub use deadpool_postgres::Transaction;
 pub use error::QueryError;
 
 /// How long a call whose budget ended waits for the server to acknowledge the cancel request
-/// before it answers anyway. The connection is closed either way (C22).
+/// before it answers anyway. The connection is closed either way ([C22](crate::contract#c22)).
 const DEFAULT_CANCEL_GRACE: Duration = Duration::from_secs(2);
 
 /// A `deadpool-postgres` pool whose queries run under the request's budget.
@@ -146,7 +146,7 @@ impl BudgetPool {
 
     /// How long a call whose budget ended waits for the server to acknowledge its cancel
     /// request before it answers (default 2 s). Either way that connection is then closed,
-    /// not reused, so a cancel still in flight cannot reach another request (C22).
+    /// not reused, so a cancel still in flight cannot reach another request ([C22](crate::contract#c22)).
     ///
     /// See the [example](BudgetPool#examples).
     pub fn with_cancel_grace(mut self, grace: Duration) -> Self {
@@ -219,7 +219,7 @@ impl BudgetPool {
         result
     }
 
-    /// Take a connection, waiting only while the budget could still cover `cost` (C21).
+    /// Take a connection, waiting only while the budget could still cover `cost` ([C21](crate::contract#c21)).
     async fn checkout(&self, budget: &RequestBudget, cost: Duration) -> Result<Object, QueryError> {
         let reserve = budget.policy().reserve();
         // Unenforced (C24): wait for a connection as long as the caller does.

@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, HashMap};
 /// A message's headers, as the queue boundary reads and writes them.
 ///
 /// `get` returns the raw bytes of the first value under `name`, so that a value that is not
-/// UTF-8 is reported as a malformed deadline rather than taken for a missing one (rule C9).
+/// UTF-8 is reported as a malformed deadline rather than taken for a missing one (rule [C9](crate::contract#c9)).
 ///
 /// Implemented for `HashMap<String, String>`, `BTreeMap<String, String>`, `http::HeaderMap`,
 /// async-nats' `HeaderMap` (feature `nats`) and rdkafka's `OwnedHeaders` (feature `kafka`).

@@ -1,5 +1,5 @@
 //! Why a message was not processed, and how that is written on the copy sent to the
-//! dead-letter destination (scenario S10: nothing is lost).
+//! dead-letter destination (scenario [S10](crate::contract#s10): nothing is lost).
 //!
 //! A dead-lettered message is republished with its payload and *all* its original headers,
 //! plus two of hopbudget's: [`REASON_HEADER`] (`expired`, `refused` or `malformed`) and
@@ -29,11 +29,11 @@ pub const DETAIL_HEADER: &str = "deadline-dead-letter-detail";
 #[non_exhaustive]
 pub enum Reason {
     /// Its deadline (plus the profile's skew allowance) had passed: before any work, or while
-    /// the work ran (rule C4).
+    /// the work ran (rule [C4](crate::contract#c4)).
     Expired,
-    /// What was left of its budget could not cover the work's minimum (rule C3).
+    /// What was left of its budget could not cover the work's minimum (rule [C3](crate::contract#c3)).
     Refused,
-    /// Its deadline header could not be read (rule C9).
+    /// Its deadline header could not be read (rule [C9](crate::contract#c9)).
     Malformed,
 }
 

@@ -1,4 +1,4 @@
-//! The queue boundary (rule C11, scenario S10): a deadline that survives a message broker.
+//! The queue boundary (rule [C11](crate::contract#c11), scenario [S10](crate::contract#s10)): a deadline that survives a message broker.
 //!
 //! A queue is where a request most often stops being a request and loses its deadline. When a
 //! backlog clears, a consumer can run a three-hour-old job, such as charging a card for an
@@ -7,9 +7,9 @@
 //!
 //! - [`Stamper`] writes `deadline-epoch-ms` (absolute: a message can wait longer than any
 //!   clock skew) and `deadline-origin-ms` from the current request budget, less the hop margin
-//!   (rule C2), and refuses to publish a message whose budget cannot cover the next hop (C3).
+//!   (rule [C2](crate::contract#c2)), and refuses to publish a message whose budget cannot cover the next hop ([C3](crate::contract#c3)).
 //!   An event that must outlive its request takes a deadline of its own, rooted at publish
-//!   time ([`EventDeadline::Own`], rule C12); the default inherits the request's.
+//!   time ([`EventDeadline::Own`], rule [C12](crate::contract#c12)); the default inherits the request's.
 //! - [`Gate`] reads them when a message is consumed and returns a [`Decision`]:
 //!   - *expired* (passed by at least the profile's skew allowance): acknowledge, count
 //!     (`hopbudget_queue_expired_total`), republish to a dead-letter destination with reason
@@ -17,7 +17,7 @@
 //!     less than the allowance: not counted as expired, but refused, since no budget is left
 //!     (the allowance is never added to the work's budget);
 //!   - *malformed* (naming the header): dead-letter with reason `malformed`, and go on;
-//!   - *missing*: the profile's edge total, counted as a missing deadline (rule C8);
+//!   - *missing*: the profile's edge total, counted as a missing deadline (rule [C8](crate::contract#c8));
 //!   - *live*: an [`Admitted`] message whose work runs under the time left until the stamped
 //!     deadline (by the consumer's clock, never more), clamped by a
 //!     maximum processing budget, inside its scope and a `Hop` span, so it propagates onward

@@ -12,7 +12,7 @@ macro_rules! publish_error_conversions {
     ($ty:ty) => {
         impl $ty {
             /// The deadline outcome that kept the message from being published, if that is
-            /// why (rule C3: refused, or the budget had ended).
+            /// why (rule [C3](crate::contract#c3): refused, or the budget had ended).
             ///
             /// See the [example](Self#examples).
             pub fn budget_error(&self) -> Option<&$crate::BudgetError> {

@@ -1,13 +1,13 @@
 //! The producer's side: write the deadline onto a message before it is published.
 //!
-//! A publish is one more hop (rule C11), so it is stamped like any outbound call: the current
-//! request's forward budget (remaining less hop margin and transit allowance, rule C2), but
+//! A publish is one more hop (rule [C11](crate::contract#c11)), so it is stamped like any outbound call: the current
+//! request's forward budget (remaining less hop margin and transit allowance, rule [C2](crate::contract#c2)), but
 //! as an *absolute* instant, `deadline-epoch-ms`, because a message can wait in a backlog far
 //! longer than any clock skew. Beside it goes the budget the producing request started with
 //! (`deadline-origin-ms`), so a consumer can tell a message that started short from one that
 //! waited. Outside any request the profile's edge total is used, as for any outbound call
-//! (rule C8): a stamped message is never unbounded. A budget too small for the next hop
-//! refuses the publish (rule C3), so a message that could never be processed is not sent.
+//! (rule [C8](crate::contract#c8)): a stamped message is never unbounded. A budget too small for the next hop
+//! refuses the publish (rule [C3](crate::contract#c3)), so a message that could never be processed is not sent.
 
 use std::sync::Arc;
 
@@ -26,14 +26,14 @@ pub struct Stamp {
     pub deadline_epoch_ms: u64,
     /// The budget the producing request started with, milliseconds.
     pub origin_ms: u64,
-    /// Where the budget came from: the ambient request's source, or `fallback` (C8).
+    /// Where the budget came from: the ambient request's source, or `fallback` ([C8](crate::contract#c8)).
     pub source: Source,
 }
 
-/// Which deadline a published message carries (rule C12): the request's, or one of its own.
+/// Which deadline a published message carries (rule [C12](crate::contract#c12)): the request's, or one of its own.
 ///
 /// The default is [`Inherit`](Self::Inherit): a message is one more hop of the request that
-/// publishes it (rule C11), right for a job whose result the caller waits for. An event that
+/// publishes it (rule [C11](crate::contract#c11)), right for a job whose result the caller waits for. An event that
 /// must outlive the request (an order placed, an e-mail to send) takes
 /// [`Own`](Self::Own): a deadline rooted at publish time, so a consumer outage longer than
 /// the request's budget does not dead-letter every event. The message's trace still links
@@ -71,12 +71,12 @@ pub struct Stamp {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum EventDeadline {
-    /// The publishing request's remaining budget, less the hop margin (rule C2); outside any
-    /// request, the profile's edge total (rule C8).
+    /// The publishing request's remaining budget, less the hop margin (rule [C2](crate::contract#c2)); outside any
+    /// request, the profile's edge total (rule [C8](crate::contract#c8)).
     #[default]
     Inherit,
     /// A budget of its own, rooted when the message is published, inside a request or not
-    /// (rule C12). It is never cancelled with the request.
+    /// (rule [C12](crate::contract#c12)). It is never cancelled with the request.
     Own(std::time::Duration),
 }
 
@@ -153,7 +153,7 @@ impl Stamper {
     }
 
     /// Which deadline the messages carry: the request's ([`EventDeadline::Inherit`], the
-    /// default) or one of their own rooted at publish time ([`EventDeadline::Own`], rule C12).
+    /// default) or one of their own rooted at publish time ([`EventDeadline::Own`], rule [C12](crate::contract#c12)).
     ///
     /// See the example on [`EventDeadline`].
     pub fn with_deadline(mut self, deadline: EventDeadline) -> Self {
@@ -177,7 +177,7 @@ impl Stamper {
     }
 
     /// Stamp `headers` from the ambient request budget ([`RequestBudget::current`]), or from
-    /// the profile's edge total outside any request (rule C8).
+    /// the profile's edge total outside any request (rule [C8](crate::contract#c8)).
     ///
     /// See the [example](Self#examples).
     pub fn stamp<C: HeaderCarrier + ?Sized>(&self, headers: &mut C) -> Result<Stamp, BudgetError> {
@@ -205,7 +205,7 @@ impl Stamper {
     /// instead ([`RequestBudget::detach`]).
     ///
     /// Fails without writing anything when the forward budget is below the policy's refuse
-    /// threshold, or the budget has ended (rule C3).
+    /// threshold, or the budget has ended (rule [C3](crate::contract#c3)).
     ///
     /// See the [example](Self#examples).
     pub fn stamp_with<C: HeaderCarrier + ?Sized>(

@@ -24,7 +24,7 @@ pub struct ConsumerStats {
     /// Handled, then acknowledged (NATS) or committed (Kafka).
     pub processed: u64,
     /// Handler failures, each retried under the budget the message was first admitted with,
-    /// until it runs out (rule C6).
+    /// until it runs out (rule [C6](crate::contract#c6)).
     pub failed: u64,
     /// Dead-lettered as expired: before any work, or stopped by the deadline.
     pub expired: u64,

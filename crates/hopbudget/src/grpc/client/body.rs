@@ -13,7 +13,7 @@ pin_project! {
     /// status the layer answered itself. Bounded by the call's wait: when the wait ends
     /// before the body does, the downstream body is dropped (resetting the stream) and the
     /// body ends with DEADLINE_EXCEEDED trailers (CANCELLED if the request was cancelled), so a
-    /// tonic client reports the right code (C4, C5).
+    /// tonic client reports the right code ([C4](crate::contract#c4), [C5](crate::contract#c5)).
     ///
     /// See the [module example](super#example).
     #[project = ResponseBodyProj]

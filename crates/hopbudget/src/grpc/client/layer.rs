@@ -35,7 +35,7 @@ impl GrpcClientLayer {
     /// Name the destination every call of this layer reaches: the URI of the tonic
     /// `Endpoint` the channel connects to (`endpoint.uri()`), or the origin it was given with
     /// `Endpoint::origin`. Its host is judged by the profile's `outbound.trusted_hosts` on every
-    /// call (C19, S16): a channel to `https://api.payments.example` sends no `grpc-timeout`
+    /// call ([C19](crate::contract#c19), [S16](crate::contract#s16)): a channel to `https://api.payments.example` sends no `grpc-timeout`
     /// and no `x-deadline-*` metadata, one to `http://tax.internal:50051` sends them.
     ///
     /// This is how a gRPC layer learns where its calls go: a tonic-generated client's request
@@ -62,10 +62,10 @@ impl GrpcClientLayer {
         }
     }
 
-    /// Mark this channel as leading to a third party (rule C19, S16): no `grpc-timeout` and no
+    /// Mark this channel as leading to a third party (rule [C19](crate::contract#c19), [S16](crate::contract#s16)): no `grpc-timeout` and no
     /// `x-deadline-*` metadata go out, not even a per-call timeout the application set, but
     /// the wait is still bounded by the budget (and by that per-call timeout), and a call is
-    /// still refused locally when too little is left (C2, C3, C16).
+    /// still refused locally when too little is left ([C2](crate::contract#c2), [C3](crate::contract#c3), [C16](crate::contract#c16)).
     ///
     /// See the [module example](super#example).
     pub fn untrusted(self) -> Self {

@@ -4,19 +4,19 @@
 //! For each call [`GrpcClientLayer`] takes the budget from the request's extensions (a
 //! [`RequestBudget`](crate::RequestBudget) put on the `tonic::Request`), else the ambient one
 //! ([`RequestBudget::current`](crate::RequestBudget::current)), else a fallback of the
-//! profile's edge total (C8). Then:
+//! profile's edge total ([C8](crate::contract#c8)). Then:
 //!
-//! - **Refuse locally** when the forward budget is below the profile's threshold (C3): nothing
+//! - **Refuse locally** when the forward budget is below the profile's threshold ([C3](crate::contract#c3)): nothing
 //!   is sent, no connection is opened, and the caller gets DEADLINE_EXCEEDED marked
 //!   `x-deadline-outcome: refused` with the required and remaining milliseconds.
-//! - **Narrow to the call's own timeout** (C16): a `grpc-timeout` already on the request
+//! - **Narrow to the call's own timeout** ([C16](crate::contract#c16)): a `grpc-timeout` already on the request
 //!   (tonic's `Request::set_timeout` puts it there, or the application set it by hand) makes
 //!   the call run under a child budget
 //!   ([`RequestBudget::child_until`](crate::RequestBudget::child_until)) ending at the tighter
 //!   of the two deadlines. It never extends the budget and is never dropped.
 //! - **Stamp** `grpc-timeout` with the forward budget (remaining minus hop margin minus transit
-//!   allowance, rounded down, C2) on every call, so nobody can forget it; but only to a
-//!   trusted destination (C19, S16). A tonic-generated client's request carries only the
+//!   allowance, rounded down, [C2](crate::contract#c2)) on every call, so nobody can forget it; but only to a
+//!   trusted destination ([C19](crate::contract#c19), [S16](crate::contract#s16)). A tonic-generated client's request carries only the
 //!   method path (`/pkg.Svc/Method`): the channel adds its endpoint's authority *below* this
 //!   layer, so the layer cannot read the destination from the request. Name it when the layer
 //!   is built, with [`destination`](GrpcClientLayer::destination)`(endpoint.uri())`, and the
@@ -25,23 +25,23 @@
 //!   hosts, or a host in the request URI or a `host` entry outside them, sends no
 //!   `grpc-timeout` and no `x-deadline-*` metadata, and is still bounded locally. A call
 //!   whose destination is named nowhere follows `outbound.unknown_destination`: `trusted`
-//!   by default, as gRPC itself sends `grpc-timeout` to every peer and C11 keeps the deadline
+//!   by default, as gRPC itself sends `grpc-timeout` to every peer and [C11](crate::contract#c11) keeps the deadline
 //!   unless told otherwise ([`UnknownDestination`](crate::profile::UnknownDestination)).
 //! - **Bound the wait** at the call's deadline minus the hop margin, and stop waiting as soon
 //!   as the parent budget ends (expired or cancelled). Stopping drops the call, which resets
-//!   the HTTP/2 stream so the downstream cancels its own work (C5, C7). The response *body*
+//!   the HTTP/2 stream so the downstream cancels its own work ([C5](crate::contract#c5), [C7](crate::contract#c7)). The response *body*
 //!   (a server stream, or a unary reply that trickles) is bounded by the same end: it is cut
 //!   off with DEADLINE_EXCEEDED trailers marked `expired`, or CANCELLED when the request was
 //!   cancelled ([`ResponseBody`]).
 //! - **Fall back** to the profile's edge total outside any request, counted and logged by the
-//!   same code as the HTTP client's (C8).
-//! - **Classify** every answer as the HTTP clients do (one reading, C4, C10): the
+//!   same code as the HTTP client's ([C8](crate::contract#c8)).
+//! - **Classify** every answer as the HTTP clients do (one reading, [C4](crate::contract#c4), [C10](crate::contract#c10)): the
 //!   `x-deadline-outcome` marker first, whatever code the callee's profile spells it with,
 //!   then the gRPC codes. A `cancelled` answer that arrives once the callee's deadline has
 //!   passed, and tonic's own client timer (which it reports as CANCELLED), become the
-//!   profile's expiry code marked `expired`, as grpc-java and grpc-dotnet report them (C4).
+//!   profile's expiry code marked `expired`, as grpc-java and grpc-dotnet report them ([C4](crate::contract#c4)).
 //! - **Never retry**: the layer makes exactly one attempt. Put any retry layer *outside* it
-//!   with [`DeadlineRetry`](crate::retry::DeadlineRetry), which obeys C6, classified by
+//!   with [`DeadlineRetry`](crate::retry::DeadlineRetry), which obeys [C6](crate::contract#c6), classified by
 //!   [`GrpcReplies`]: a gRPC refusal arrives as a successful HTTP
 //!   response (`grpc-status` in its headers), which `BudgetErrors` never sees. A tonic body
 //!   cannot be cloned for a second attempt: [`ReplayLayer`] above the retry keeps it. The

@@ -1,4 +1,4 @@
-//! Retrying a unary gRPC call through tower (rule C6): the request body kept so a retry can
+//! Retrying a unary gRPC call through tower (rule [C6](crate::contract#c6)): the request body kept so a retry can
 //! send it again.
 //!
 //! `tower::retry` clones the request for every attempt, and a tonic request's body

@@ -1,4 +1,4 @@
-//! Reading a gRPC answer for a retry policy (C6): a refusal arrives as a successful HTTP
+//! Reading a gRPC answer for a retry policy ([C6](crate::contract#c6)): a refusal arrives as a successful HTTP
 //! response whose status is in its headers, so it is classified from those.
 
 use crate::codec::millis;
@@ -8,7 +8,7 @@ use crate::retry::{self, Attempt, Classify};
 use crate::status::{GrpcCode, Outcome};
 
 /// Classifies gRPC answers, as they come back through
-/// [`GrpcClientLayer`](crate::grpc::client::GrpcClientLayer), for [`DeadlineRetry`](crate::retry::DeadlineRetry) (C6).
+/// [`GrpcClientLayer`](crate::grpc::client::GrpcClientLayer), for [`DeadlineRetry`](crate::retry::DeadlineRetry) ([C6](crate::contract#c6)).
 ///
 /// A gRPC status is not an error at the tower level: it arrives as a successful HTTP
 /// response with `grpc-status` in its headers (a trailers-only answer, as every refusal is)

@@ -119,7 +119,7 @@ async fn the_wait_ends_at_the_deadline_minus_the_hop_margin() {
     assert_eq!(res.headers()["grpc-status"], "4");
 }
 
-/// C8 for gRPC: a call outside any request gets the edge total, and is counted and logged as
+/// [C8](crate::contract#c8) for gRPC: a call outside any request gets the edge total, and is counted and logged as
 /// the HTTP client's is (the same code path, `outbound::Shared::budget_for`).
 #[cfg(feature = "metrics")]
 #[tokio::test(start_paused = true)]

@@ -1,5 +1,5 @@
 //! What a gRPC call's response (its head and its body) needs to tell a late CANCELLED from a
-//! real one, and to end a body the wait cut off (C4, C5). Shared by the response future and
+//! real one, and to end a body the wait cut off ([C4](crate::contract#c4), [C5](crate::contract#c5)). Shared by the response future and
 //! the response body, so neither reaches into the other.
 
 use std::sync::Arc;
@@ -25,7 +25,7 @@ pub(super) struct Watch {
 impl Watch {
     /// Whether a failure seen now is really the deadline: the downstream's time (or ours)
     /// had run out when it arrived, by the rule every client applies to a late `cancelled`
-    /// (C4, `hop::outbound::reply::settle`).
+    /// ([C4](crate::contract#c4), `hop::outbound::reply::settle`).
     pub(super) fn is_past_deadline(&self) -> bool {
         settle(Outcome::Cancelled, self.call_deadline, &self.budget) == Outcome::Expired
     }
@@ -38,7 +38,7 @@ impl Watch {
     }
 
     /// The trailers that end a body cut off by the wait: DEADLINE_EXCEEDED marked expired, or
-    /// CANCELLED when the request's budget was cancelled (C4, C5).
+    /// CANCELLED when the request's budget was cancelled ([C4](crate::contract#c4), [C5](crate::contract#c5)).
     pub(super) fn trailers(&self, err: &BudgetError) -> http::HeaderMap {
         let mut trailers = status_parts(budget_status(
             err,
@@ -51,7 +51,7 @@ impl Watch {
 }
 
 /// Rewrite a `cancelled` answer that arrived after the deadline as the profile's expiry
-/// (rule C4), read as every client reads an answer ([`settle`]): by its marker first, so a
+/// (rule [C4](crate::contract#c4)), read as every client reads an answer ([`settle`]): by its marker first, so a
 /// peer that spells cancellation with another code is relabelled too.
 pub(super) fn relabel_late_cancel(headers: &mut http::HeaderMap, watch: &Watch) {
     let Some(stated) = grpc_outcome(headers) else {

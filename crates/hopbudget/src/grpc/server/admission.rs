@@ -1,4 +1,4 @@
-//! The admission layer's answer over gRPC (C10, C21): a dropped call is a trailers-only
+//! The admission layer's answer over gRPC ([C10](crate::contract#c10), [C21](crate::contract#c21)): a dropped call is a trailers-only
 //! status spelled as the gRPC server layer spells its own refusals ([`budget_status`](crate::grpc::budget_status)).
 
 use http::Response;
@@ -9,7 +9,7 @@ use crate::admission::{AdmissionLayer, RefusalAnswer};
 use crate::grpc::budget_status;
 use crate::status::GrpcStatusMap;
 
-/// Answers like the gRPC server layer (`GrpcServerLayer`, feature `grpc`) does (C10): a
+/// Answers like the gRPC server layer (`GrpcServerLayer`, feature `grpc`) does ([C10](crate::contract#c10)): a
 /// trailers-only response whose status is the profile's code for the outcome
 /// (`DEADLINE_EXCEEDED` by default) with the `x-deadline-outcome` marker and, for a refusal,
 /// the required and remaining budget (read back by

@@ -20,7 +20,7 @@ pin_project! {
     /// body for a status the layer answered itself.
     ///
     /// A body still running at the deadline is ended with DEADLINE_EXCEEDED trailers and the
-    /// handler's stream is dropped. On a stream route (C13) the first message moves the
+    /// handler's stream is dropped. On a stream route ([C13](crate::contract#c13)) the first message moves the
     /// budget, and so this limit, to the profile's stream lifetime.
     ///
     /// See the [module example](super#example).

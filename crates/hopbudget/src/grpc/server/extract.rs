@@ -8,7 +8,7 @@ use crate::RequestBudget;
 ///
 /// A handler without the layer around it gets `INTERNAL` with a message that says what is
 /// missing, the way axum's extractors reject a missing extension: it is a wiring mistake of
-/// the service, and answering as if there were no deadline would hide it (C8).
+/// the service, and answering as if there were no deadline would hide it ([C8](crate::contract#c8)).
 ///
 /// ```
 /// use hopbudget::grpc::server::BudgetExt;

@@ -1,5 +1,5 @@
 //! Which answers prove that a called method exists, so that it may earn its own metric label
-//! (C20). A request's path is anyone's to choose; the service's answer is not.
+//! ([C20](crate::contract#c20)). A request's path is anyone's to choose; the service's answer is not.
 //!
 //! tonic's router answers a method no service implements at once, with a trailers-only
 //! UNIMPLEMENTED (`grpc-status: 12` in the headers). A method is proved by a message sent

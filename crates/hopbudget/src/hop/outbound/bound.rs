@@ -1,5 +1,5 @@
 //! The end of a call's wait, shared by response futures and response bodies: the call's
-//! deadline minus the hop margin (C2, S4), or the request's budget ending first (C5, C7).
+//! deadline minus the hop margin ([C2](crate::contract#c2), [S4](crate::contract#s4)), or the request's budget ending first ([C5](crate::contract#c5), [C7](crate::contract#c7)).
 //!
 //! A response head that arrives in time does not end the wait: a server can send its headers
 //! and then trickle the body for as long as it likes, so the body is bounded by the same end.
@@ -54,7 +54,7 @@ impl Bound {
         &self.budget
     }
 
-    /// The deadline the callee was told (C4: a `cancelled` answer after it is expiry).
+    /// The deadline the callee was told ([C4](crate::contract#c4): a `cancelled` answer after it is expiry).
     pub(crate) fn told(&self) -> Deadline {
         self.told
     }
@@ -72,7 +72,7 @@ impl Bound {
     }
 
     /// Whether the call's deadline moved later since the wait was planned: a stream route's
-    /// budget runs for the stream lifetime once its first chunk is out (C13, S12), and a call
+    /// budget runs for the stream lifetime once its first chunk is out ([C13](crate::contract#c13), [S12](crate::contract#s12)), and a call
     /// made from that stream keeps going with it. Updates the end of the wait if so.
     fn moved_on(&mut self) -> bool {
         let now_until = self
@@ -89,7 +89,7 @@ impl Bound {
         false
     }
 
-    /// Resolves with the reason once the wait is over (C4: expired at the deadline; C5:
+    /// Resolves with the reason once the wait is over ([C4](crate::contract#c4): expired at the deadline; [C5](crate::contract#c5):
     /// cancelled, or the parent's recorded cause, when the request's budget ended first).
     pub(crate) fn poll_over(&mut self, cx: &mut Context<'_>) -> Poll<BudgetError> {
         let cancelled = self

@@ -1,6 +1,6 @@
-//! What every outbound call does, whichever client carries it: pick the budget (C8), narrow
-//! it to the call's own timeout (C16), decide whether the destination may see deadline
-//! headers (C19), stamp the carrier, classify the reply. Shared by the HTTP tower layer, the
+//! What every outbound call does, whichever client carries it: pick the budget ([C8](crate::contract#c8)), narrow
+//! it to the call's own timeout ([C16](crate::contract#c16)), decide whether the destination may see deadline
+//! headers ([C19](crate::contract#c19)), stamp the carrier, classify the reply. Shared by the HTTP tower layer, the
 //! reqwest middleware and the gRPC client layer.
 
 use std::sync::Arc;
@@ -18,7 +18,7 @@ use crate::status::{HttpStatusMap, Outcome};
 use crate::{BudgetError, Deadline, Refused, RequestBudget, SharedProfile};
 pub(crate) use bound::Bound;
 
-/// Which destinations a client layer sends deadline headers to (C19).
+/// Which destinations a client layer sends deadline headers to ([C19](crate::contract#c19)).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Trust {
     /// The profile's `outbound.trusted_hosts` decides, by every host the call names (the
@@ -37,7 +37,7 @@ pub(crate) struct Shared {
     pub(crate) service: Arc<str>,
     pub(crate) trust: Trust,
     /// The host every call of this layer reaches, named when the layer was built (a tonic
-    /// channel's endpoint: its requests carry only the method path, C19).
+    /// channel's endpoint: its requests carry only the method path, [C19](crate::contract#c19)).
     pub(crate) destination: Option<Arc<str>>,
 }
 
@@ -45,18 +45,18 @@ pub(crate) struct Shared {
 /// this hop waits, and whether the destination may see deadline headers.
 #[derive(Debug)]
 pub(crate) struct Call {
-    /// The request's budget, or a child narrowed to the call's own timeout (C16).
+    /// The request's budget, or a child narrowed to the call's own timeout ([C16](crate::contract#c16)).
     pub(crate) budget: RequestBudget,
-    /// The budget whose cancellation aborts the call (the request's; C5, C7).
+    /// The budget whose cancellation aborts the call (the request's; [C5](crate::contract#c5), [C7](crate::contract#c7)).
     pub(crate) watched: RequestBudget,
-    /// What the callee may use (C2).
+    /// What the callee may use ([C2](crate::contract#c2)).
     pub(crate) forward: Duration,
     /// The callee's deadline, on this clock: `forward` from when the call was planned. A
-    /// `cancelled` answer that arrives after it is expiry (C4, [`reply::settle`]).
+    /// `cancelled` answer that arrives after it is expiry ([C4](crate::contract#c4), [`reply::settle`]).
     pub(crate) told: Deadline,
-    /// When this hop stops waiting: the call's deadline minus the hop margin (S4).
+    /// When this hop stops waiting: the call's deadline minus the hop margin ([S4](crate::contract#s4)).
     pub(crate) wait_until: Deadline,
-    /// Whether deadline headers go out (C19).
+    /// Whether deadline headers go out ([C19](crate::contract#c19)).
     pub(crate) trusted: bool,
 }
 
@@ -79,14 +79,14 @@ impl Shared {
         Arc::new(copy)
     }
 
-    /// A copy of `shared` whose calls all reach `host` (C19).
+    /// A copy of `shared` whose calls all reach `host` ([C19](crate::contract#c19)).
     pub(crate) fn with_destination(shared: &Arc<Self>, host: Option<&str>) -> Arc<Self> {
         let mut copy = Self::clone(shared);
         copy.destination = host.map(Arc::from);
         Arc::new(copy)
     }
 
-    /// Whether a call may carry deadline headers (C19, S16). Every host the call names must be
+    /// Whether a call may carry deadline headers ([C19](crate::contract#c19), [S16](crate::contract#s16)). Every host the call names must be
     /// trusted: the layer's destination, the request URI's host (`uri_host`) and the `Host`
     /// header (`host_header`). They differ when the URI is not where the call goes: a request
     /// to an egress proxy or sidecar on loopback whose `Host` names a third party goes to the
@@ -115,9 +115,9 @@ impl Shared {
         }
     }
 
-    /// Plan a call: the budget (explicit, ambient or the edge total, C8), narrowed to the
-    /// call's own timeout if the application set one (C16: the tighter wins, never the
-    /// looser), then admitted (C3: refused below the threshold, before any connection).
+    /// Plan a call: the budget (explicit, ambient or the edge total, [C8](crate::contract#c8)), narrowed to the
+    /// call's own timeout if the application set one ([C16](crate::contract#c16): the tighter wins, never the
+    /// looser), then admitted ([C3](crate::contract#c3): refused below the threshold, before any connection).
     pub(crate) fn plan(
         &self,
         explicit: Option<&RequestBudget>,
@@ -147,7 +147,7 @@ impl Shared {
     }
 
     /// The explicit budget, else the ambient one, else a fresh one from the edge total: a call
-    /// made outside any request is never unbounded (C8).
+    /// made outside any request is never unbounded ([C8](crate::contract#c8)).
     pub(crate) fn budget_for(&self, explicit: Option<&RequestBudget>) -> RequestBudget {
         if let Some(budget) = explicit {
             return budget.clone();
@@ -170,7 +170,7 @@ impl Shared {
         RequestBudget::fallback(edge_total, self.profile.current().policy())
     }
 
-    /// Write the forward budget into the profile's outbound carrier (C2: already rounded down
+    /// Write the forward budget into the profile's outbound carrier ([C2](crate::contract#c2): already rounded down
     /// by the encoders).
     pub(crate) fn stamp(&self, headers: &mut HeaderMap, forward: Duration) {
         let profile = self.profile.current();
@@ -180,7 +180,7 @@ impl Shared {
     }
 
     /// Stamp the call's forward budget for a trusted destination, or remove every deadline
-    /// header for an untrusted one (C19, S16).
+    /// header for an untrusted one ([C19](crate::contract#c19), [S16](crate::contract#s16)).
     pub(crate) fn stamp_http(&self, headers: &mut HeaderMap, call: &Call) {
         if call.trusted {
             self.stamp(headers, call.forward);
@@ -190,7 +190,7 @@ impl Shared {
     }
 
     /// A timeout the application put on the request by hand in the profile's outbound
-    /// carrier (C16). A value that does not parse is replaced by the stamp, not trusted.
+    /// carrier ([C16](crate::contract#c16)). A value that does not parse is replaced by the stamp, not trusted.
     pub(crate) fn hand_set_http(&self, headers: &HeaderMap) -> Option<Duration> {
         let profile = self.profile.current();
         let (carrier, name) = profile.outbound_http();
@@ -241,7 +241,7 @@ fn encode(carrier: Carrier, forward: Duration) -> HeaderValue {
     }
 }
 
-/// How a downstream reply ended, as the deadline rules see it (C4, C10).
+/// How a downstream reply ended, as the deadline rules see it ([C4](crate::contract#c4), [C10](crate::contract#c10)).
 ///
 /// The `x-deadline-outcome` header that hopbudget servers put on their own answers decides
 /// first; otherwise the status code is read through `map`. A `refused` status without the
@@ -252,9 +252,9 @@ fn encode(carrier: Carrier, forward: Duration) -> HeaderValue {
 /// an unmarked expiry status (a bare 504) that arrives while the caller could still forward a
 /// call (its forward budget is at or above the refuse threshold) did not come from this
 /// request's deadline: a proxy or gateway on the way gave up on its own, shorter timeout (the
-/// chain break of S13). The layers return that reply as it is, an upstream failure for the
+/// chain break of [S13](crate::contract#s13)). The layers return that reply as it is, an upstream failure for the
 /// handler to map (say to 502), log it, and do not turn it into [`BudgetError::Expired`]:
-/// the request still has time, and C6 lets a retry spend it.
+/// the request still has time, and [C6](crate::contract#c6) lets a retry spend it.
 ///
 /// See the [module example](super#example).
 #[inline]
@@ -264,7 +264,7 @@ pub fn classify(map: &HttpStatusMap, status: u16, headers: &HeaderMap) -> Outcom
 
 /// The error a classified reply turns into; `None` for a completed call, and for a proxy's
 /// own timeout while `budget` still has time (see [`classify`]). A `cancelled` answer that
-/// arrives after `told`, the callee's deadline, is expiry (C4, [`reply::settle`]), as the
+/// arrives after `told`, the callee's deadline, is expiry ([C4](crate::contract#c4), [`reply::settle`]), as the
 /// gRPC client reads it.
 pub(crate) fn reply_error(
     map: &HttpStatusMap,

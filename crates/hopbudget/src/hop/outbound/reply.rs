@@ -1,4 +1,4 @@
-//! One reading of a downstream's answer, for every client layer (rules C4, C10): the HTTP
+//! One reading of a downstream's answer, for every client layer (rules [C4](crate::contract#c4), [C10](crate::contract#c10)): the HTTP
 //! tower layer, the reqwest middleware and the gRPC client layer all ask this module what an
 //! answer stated, so the same answer never means two things in two clients.
 //!
@@ -15,7 +15,7 @@
 //! 3. **The late cancel** ([`settle`]): a `cancelled` answer that arrives once the deadline the
 //!    callee was told has passed (or once the call's own budget expired) is `expired`. The
 //!    callee's time was up; what it saw as its caller leaving was the deadline (our wait, a
-//!    proxy or tonic's own timer giving up at it). C4: running out of time is never
+//!    proxy or tonic's own timer giving up at it). [C4](crate::contract#c4): running out of time is never
 //!    cancellation. One rule for both protocols; a `cancelled` that arrives while the callee
 //!    still had time stays `cancelled`.
 

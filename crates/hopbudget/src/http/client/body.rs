@@ -1,4 +1,4 @@
-//! The response body of an outbound HTTP call, bounded by the call's wait (C2, C4, C5).
+//! The response body of an outbound HTTP call, bounded by the call's wait ([C2](crate::contract#c2), [C4](crate::contract#c4), [C5](crate::contract#c5)).
 //!
 //! The head arriving in time is not the end of the call: a body that trickles past the
 //! deadline fails with [`BudgetError::Expired`](crate::BudgetError::Expired), or with the

@@ -42,9 +42,9 @@ impl ClientBudgetLayer {
         }
     }
 
-    /// Send no deadline header from this client (rule C19, S16): a third-party API client.
+    /// Send no deadline header from this client (rule [C19](crate::contract#c19), [S16](crate::contract#s16)): a third-party API client.
     /// The wait is still bounded by the budget, and a call is still refused locally when too
-    /// little is left (C2, C3).
+    /// little is left ([C2](crate::contract#c2), [C3](crate::contract#c3)).
     ///
     /// See the [module example](super#example).
     pub fn untrusted(self) -> Self {

@@ -5,33 +5,33 @@
 //!
 //! 1. takes the budget from the request extensions, else the task-local scope
 //!    ([`RequestBudget::current`](crate::RequestBudget::current)), else a fresh budget of the
-//!    profile's edge total, counted and logged (C8): a call is never unbounded;
+//!    profile's edge total, counted and logged ([C8](crate::contract#c8)): a call is never unbounded;
 //! 2. narrows it to a timeout the application set on this call by hand in the carrier header
 //!    (`x-request-timeout-ms: 150`), as a child budget
 //!    ([`RequestBudget::child_until`](crate::RequestBudget::child_until)): the tighter of the
-//!    two wins, a longer per-call value never extends the budget (C16);
-//! 3. computes the forward budget, `remaining - hop_margin - transit_allowance` (C2), and
+//!    two wins, a longer per-call value never extends the budget ([C16](crate::contract#c16));
+//! 3. computes the forward budget, `remaining - hop_margin - transit_allowance` ([C2](crate::contract#c2)), and
 //!    fails with [`BudgetError::Refused`](crate::BudgetError::Refused) below the refuse
-//!    threshold without calling the inner client, so no connection is opened (C3);
+//!    threshold without calling the inner client, so no connection is opened ([C3](crate::contract#c3));
 //! 4. stamps the profile's outbound carrier: relative milliseconds by default
 //!    (`x-request-timeout-ms`), absolute epoch milliseconds (`x-request-deadline`) when the
-//!    profile says clocks are trusted; but only for a trusted destination (C19, S16): for a
+//!    profile says clocks are trusted; but only for a trusted destination ([C19](crate::contract#c19), [S16](crate::contract#s16)): for a
 //!    host outside the profile's `outbound.trusted_hosts`, or from a layer made
 //!    [`untrusted`](ClientBudgetLayer::untrusted), every deadline header (`x-request-timeout-ms`,
 //!    `x-request-deadline`, `grpc-timeout`, `x-deadline-*`) is removed instead;
 //! 5. bounds the wait by the forward budget plus the transit allowance for the reply, that is
-//!    until `deadline - hop_margin`, so that the margin stays with this hop (S4); and aborts
-//!    (drops) the call when the parent budget is cancelled or expires (C5, C7). The response
+//!    until `deadline - hop_margin`, so that the margin stays with this hop ([S4](crate::contract#s4)); and aborts
+//!    (drops) the call when the parent budget is cancelled or expires ([C5](crate::contract#c5), [C7](crate::contract#c7)). The response
 //!    *body* is bounded by the same end ([`ResponseBody`]): a server that sends its headers in
 //!    time and then trickles the body fails the body read with `Expired` at the deadline
 //!    (`Cancelled` when the parent was cancelled), so it cannot hold the caller past its budget;
 //! 6. classifies the reply with [`classify`]: a downstream `expired` answer (504) fails the
 //!    call with [`BudgetError::Expired`](crate::BudgetError::Expired), a deadline refusal
 //!    with `Refused` (required and remaining ms taken from its headers), a `cancelled` answer
-//!    with `Cancelled` (C4). Any other response, errors like 500 included, is returned as is,
+//!    with `Cancelled` ([C4](crate::contract#c4)). Any other response, errors like 500 included, is returned as is,
 //!    and so is a bare 504 (no `x-deadline-outcome` marker) that arrives while the caller
 //!    could still forward a call: that is a proxy's own timeout, not this request's deadline;
-//! 7. never retries (C6); pair it with [`retry`](crate::retry) for that.
+//! 7. never retries ([C6](crate::contract#c6)); pair it with [`retry`](crate::retry) for that.
 //!
 //! Errors are boxed (`tower::BoxError`); find the deadline outcome in them with
 //! [`BudgetError::find`](crate::BudgetError::find).

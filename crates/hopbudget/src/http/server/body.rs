@@ -13,11 +13,11 @@ use crate::hop::HopGuard;
 pin_project! {
     /// The response body of [`ServerBudget`](super::ServerBudget): the handler's own body, a
     /// short plain-text answer the layer made itself (refused, expired, malformed), or a
-    /// streaming body running under the profile's stream lifetime (C13).
+    /// streaming body running under the profile's stream lifetime ([C13](crate::contract#c13)).
     ///
     /// The handler's body is polled inside the request's budget scope and hop span, and the
     /// hop's outcome is recorded when the body has gone out completely; then the request's
-    /// non-detached work ends (C17). Dropped before its end, the client went away (C5).
+    /// non-detached work ends ([C17](crate::contract#c17)). Dropped before its end, the client went away ([C5](crate::contract#c5)).
     /// The inner body's error type is kept, so the layer adds no error of its own.
     ///
     /// See the [module example](super#example).
@@ -68,11 +68,11 @@ impl<B: Body> ResponseBody<B> {
     /// body by protocol: see [`answer_length`]).
     ///
     /// The hop completes once the last of those bytes was handed over, or the body reached
-    /// its end, whichever comes first (C17): hyper and axum drop a body delivered in full
+    /// its end, whichever comes first ([C17](crate::contract#c17)): hyper and axum drop a body delivered in full
     /// without polling it to its end. hyper's HTTP/1.1 writer stops at `Content-Length`; a
     /// `HEAD`, 204 or 304 answer is never polled; axum swaps a `HEAD` answer's body for an
     /// empty one. A body with nothing to send completes the hop now. Dropped with bytes still
-    /// to send, the client went away (C5).
+    /// to send, the client went away ([C5](crate::contract#c5)).
     pub(super) fn inner(body: B, mut guard: Option<HopGuard>, length: Option<u64>) -> Self {
         if body.is_end_stream() || length == Some(0) {
             if let Some(mut guard) = guard.take() {
@@ -97,7 +97,7 @@ impl<B: Body> ResponseBody<B> {
     }
 
     /// A stream whose first frame (or error) already arrived. It runs until the budget's
-    /// deadline, which the guard moved to the stream lifetime (C13).
+    /// deadline, which the guard moved to the stream lifetime ([C13](crate::contract#c13)).
     pub(super) fn stream(
         first: Result<Frame<Bytes>, B::Error>,
         body: Pin<Box<B>>,

@@ -24,7 +24,7 @@ pin_project! {
     /// Response future of [`ServerBudget`](super::ServerBudget).
     ///
     /// Dropping it before it finishes (hyper does so when the client disconnects) cancels
-    /// the request's budget, and with it every child call and task (C5). Like tower's
+    /// the request's budget, and with it every child call and task ([C5](crate::contract#c5)). Like tower's
     /// futures it panics if polled again after it finished.
     ///
     /// See the [module example](super#example).
@@ -132,7 +132,7 @@ impl<F, B> fmt::Debug for ResponseFuture<F, B> {
     }
 }
 
-/// The outcome a handler's own answer states (C17): its expiry, refusal or cancellation,
+/// The outcome a handler's own answer states ([C17](crate::contract#c17)): its expiry, refusal or cancellation,
 /// read as a hopbudget client reads it (the `x-deadline-outcome` mark first, then the
 /// profile's status codes).
 #[inline]
@@ -156,7 +156,7 @@ fn note_answer(guard: &mut HopGuard, status: &HttpStatusMap, res: &http::respons
 
 /// A handler's own expiry or cancellation answer (a 504 it returned for a downstream that ran
 /// out of time) carries the `x-deadline-outcome` marker as the layer's own answers do, so the
-/// hop above can tell it from a proxy's own timeout, which has no marker (C4, C17).
+/// hop above can tell it from a proxy's own timeout, which has no marker ([C4](crate::contract#c4), [C17](crate::contract#c17)).
 #[inline]
 fn mark_handler_outcome(res: &mut http::response::Parts, status: &HttpStatusMap) {
     let code = res.status.as_u16();

@@ -19,7 +19,7 @@ pub struct ServerBudgetLayer {
 impl ServerBudgetLayer {
     /// A layer that follows `profile`: its inbound carriers, maximum, edge total, route
     /// minimums, streaming routes and status codes. Pass a [`SharedProfile`] to replace the
-    /// profile, or turn enforcement off, while the service runs (rule C24).
+    /// profile, or turn enforcement off, while the service runs (rule [C24](crate::contract#c24)).
     ///
     /// See the [module example](super#example).
     pub fn new(profile: impl Into<SharedProfile>) -> Self {
@@ -29,7 +29,7 @@ impl ServerBudgetLayer {
     }
 
     /// Convert epoch carriers (`x-request-deadline`) with `clock` instead of the machine's
-    /// wall clock: a host whose clock is skewed (S3) or stepped (S5).
+    /// wall clock: a host whose clock is skewed ([S3](crate::contract#s3)) or stepped ([S5](crate::contract#s5)).
     ///
     /// See the [module example](super#example).
     pub fn with_wall_clock(self, clock: Arc<dyn WallClock>) -> Self {
@@ -50,7 +50,7 @@ impl ServerBudgetLayer {
     }
 
     /// The handle the layer reads its profile from: replace the profile, or turn enforcement
-    /// off, through it while the service runs (rule C24).
+    /// off, through it while the service runs (rule [C24](crate::contract#c24)).
     ///
     /// See the [example](crate::SharedProfile#examples).
     pub fn shared_profile(&self) -> &SharedProfile {

@@ -1,4 +1,4 @@
-//! Early answers that reach HTTP/1.x clients (C18, S14): when the layer answers before the
+//! Early answers that reach HTTP/1.x clients ([C18](crate::contract#c18), [S14](crate::contract#s14)): when the layer answers before the
 //! request body was read (refused, malformed, already expired), it takes the body and reads
 //! and discards it in the background, bounded by [`DRAIN_MAX_BYTES`] and [`DRAIN_MAX_TIME`],
 //! and marks the answer `Connection: close`. The same happens to what is left of the body
@@ -66,7 +66,7 @@ pub(super) const DRAIN_MAX_TIME: Duration = Duration::from_secs(2);
 
 /// Prepares `answer`, made by the layer without reading `req`'s body, so that it reaches an
 /// HTTP/1.x client still writing that body: adds `Connection: close` and drains the body in a
-/// background task (C18). Does nothing when there is nothing unread or the protocol does not
+/// background task ([C18](crate::contract#c18)). Does nothing when there is nothing unread or the protocol does not
 /// need it (see the module docs).
 pub(super) fn answer_early<B>(req: Request<B>, mut answer: Response<Bytes>) -> Response<Bytes>
 where
@@ -136,7 +136,7 @@ fn spawn_drain<B: Body + Send + 'static>(body: B) {
 
 /// A request body the handler reads through the layer, so that the layer can still drain
 /// what is left of it when it answers 504 at the deadline while the handler is waiting for
-/// the body (C18): the handler's future, and the body with it, is dropped then.
+/// the body ([C18](crate::contract#c18)): the handler's future, and the body with it, is dropped then.
 ///
 /// Only where the request body is an `axum::body::Body` (behind axum's router, and around a
 /// router served by `axum::serve`, which hands every service axum's body): there the layer

@@ -223,7 +223,7 @@ async fn a_dropped_handler_sees_its_budget_and_the_cause_while_it_is_dropped() {
 /// A request whose budget nothing else holds (the handler dropped its request, spawned
 /// nothing) ends without the budget recording its end: nobody could observe it. The hop's
 /// outcome must still be what the budget would have recorded: `expired` for a response body
-/// dropped unfinished after the deadline, `completed` for an answer sent in time (C4, C5).
+/// dropped unfinished after the deadline, `completed` for an answer sent in time ([C4](crate::contract#c4), [C5](crate::contract#c5)).
 #[cfg(feature = "metrics")]
 #[tokio::test(start_paused = true)]
 async fn an_unshared_budget_still_gives_the_hop_its_outcome() {
@@ -276,7 +276,7 @@ async fn an_unshared_budget_still_gives_the_hop_its_outcome() {
     assert_eq!(count("cancelled"), None, "{text}");
 }
 
-/// C13: a stream route whose body's first frame is an error has not started streaming: its
+/// [C13](crate::contract#c13): a stream route whose body's first frame is an error has not started streaming: its
 /// budget keeps the request deadline instead of moving to the stream lifetime (issue #32).
 #[tokio::test(start_paused = true)]
 async fn a_first_frame_that_is_an_error_starts_no_stream() {

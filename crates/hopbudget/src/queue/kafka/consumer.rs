@@ -138,7 +138,7 @@ impl Consumer {
     /// One record: the gate, then the handler (retried while the deadline allows) or the
     /// dead-letter topic. Returns once the record may be committed.
     ///
-    /// Every retry runs under the budget the record was first admitted with (rule C6), so a
+    /// Every retry runs under the budget the record was first admitted with (rule [C6](crate::contract#c6)), so a
     /// record without a deadline header is not given a fresh edge total on each attempt: a
     /// handler that keeps failing ends with the record dead-lettered as expired, and the
     /// partition moves on (#32).

@@ -3,13 +3,13 @@
 //!
 //! - [`Producer`]: records stamped with the current request's deadline
 //!   ([`Stamper`](super::Stamper)), refused before anything is queued when the budget cannot
-//!   cover the hop (rule C3).
+//!   cover the hop (rule [C3](crate::contract#c3)).
 //! - [`Consumer`]: a loop over an rdkafka `StreamConsumer` (with `enable.auto.commit=false`)
 //!   with the [`Gate`](super::Gate) before any work. Expired, refused and malformed records
 //!   are produced to a dead-letter topic (same key and payload, all headers, plus the reason)
 //!   and their offset is committed only once the copy is delivered; live ones run the handler
 //!   under their budget and are committed when it completes. A handler error retries the
-//!   record, after a short pause, for as long as its deadline allows (rule C6: retries spend
+//!   record, after a short pause, for as long as its deadline allows (rule [C6](crate::contract#c6): retries spend
 //!   what is left of the budget it was first admitted with, never a fresh one, even for a
 //!   record without a deadline header); then it is dead-lettered as expired. Records are
 //!   handled one at a time, in partition order, so a committed offset never skips one.

@@ -14,7 +14,7 @@ use crate::{BudgetError, Profile};
 ///
 /// # Examples
 ///
-/// A record the budget cannot cover is never queued (rule C3), so this one needs no broker:
+/// A record the budget cannot cover is never queued (rule [C3](crate::contract#c3)), so this one needs no broker:
 /// librdkafka connects only when a record is produced.
 ///
 /// ```
@@ -70,7 +70,7 @@ impl std::fmt::Debug for Producer {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum PublishError {
-    /// The budget could not cover the hop (rule C3), or had ended: nothing was queued.
+    /// The budget could not cover the hop (rule [C3](crate::contract#c3)), or had ended: nothing was queued.
     #[error("record to `{topic}` not produced: {source}")]
     Budget {
         /// The topic.

@@ -142,7 +142,7 @@ impl Consumer {
     /// Consume until the subscription ends or this future is dropped. `handler` gets each live
     /// message and runs inside its budget's scope and hop span; `Ok` acknowledges it, `Err`
     /// (logged) retries it under the budget it was first admitted with, until that runs out
-    /// and the message is dead-lettered as expired (rule C6).
+    /// and the message is dead-lettered as expired (rule [C6](crate::contract#c6)).
     ///
     /// See the [example](Self#examples).
     pub async fn run<H, Fut, E>(
@@ -188,7 +188,7 @@ impl Consumer {
     /// one that expires while waiting is dead-lettered as expired before any work.
     ///
     /// A handler error retries the message here, under the budget it was first admitted with
-    /// (rule C6), not by a nak: a redelivered message without a deadline header would get a
+    /// (rule [C6](crate::contract#c6)), not by a nak: a redelivered message without a deadline header would get a
     /// fresh edge total from the gate each time and could come back forever (#32). The work
     /// slot is given back during the pause, and the broker is told the message is still in
     /// progress so its ack wait does not redeliver it meanwhile.

@@ -2,16 +2,16 @@
 //!
 //! - [`Publisher`]: JetStream publishes stamped with the current request's deadline
 //!   ([`Stamper`](super::Stamper)), refused before any byte is sent when the budget cannot
-//!   cover the hop (rule C3).
+//!   cover the hop (rule [C3](crate::contract#c3)).
 //! - [`Consumer`]: a JetStream pull-consumer loop with the [`Gate`](super::Gate) before any
 //!   work. Expired, refused and malformed messages are republished to a dead-letter subject
 //!   (with all their headers, plus the reason) and only then acknowledged; live ones run the
 //!   handler under their budget and are acknowledged when it completes. A handler error
 //!   retries the message, after a short pause, under the budget it was first admitted with
-//!   (rule C6: never a fresh one, even for a message without a deadline header); when that
+//!   (rule [C6](crate::contract#c6): never a fresh one, even for a message without a deadline header); when that
 //!   runs out it is dead-lettered as expired. A message that expires while waiting for a work
 //!   slot is dead-lettered as expired before any work. A consumer stopped mid-work leaves the
-//!   message unacknowledged, so it comes back (rule C5). Nothing is lost.
+//!   message unacknowledged, so it comes back (rule [C5](crate::contract#c5)). Nothing is lost.
 //! - [`Requester`] and [`Responder`]: core NATS request/reply with the budget in a header,
 //!   like an HTTP hop: relative milliseconds (skew-immune), the wait bounded by the forward
 //!   budget, and a responder that refuses below its threshold and answers with the refusal

@@ -12,7 +12,7 @@ use crate::{BudgetError, Profile};
 ///
 /// # Examples
 ///
-/// A publish the budget cannot cover sends nothing (rule C3), so this one needs no server:
+/// A publish the budget cannot cover sends nothing (rule [C3](crate::contract#c3)), so this one needs no server:
 /// the client connects in the background and is never used.
 ///
 /// ```
@@ -90,7 +90,7 @@ pub struct Publisher {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum PublishError {
-    /// The budget could not cover the hop (rule C3), or had ended: nothing was sent.
+    /// The budget could not cover the hop (rule [C3](crate::contract#c3)), or had ended: nothing was sent.
     #[error("message to `{subject}` not published: {source}")]
     Budget {
         /// The subject.

@@ -17,10 +17,10 @@ use crate::{BudgetError, EndCause, Profile, Refused, RequestBudget};
 
 /// Core NATS requests carrying the caller's budget, like an outbound HTTP call.
 ///
-/// The forward budget (rule C2) travels as relative milliseconds in the profile's relative
+/// The forward budget (rule [C2](crate::contract#c2)) travels as relative milliseconds in the profile's relative
 /// header (`x-request-timeout-ms`): a request/reply waits for its answer, so skew-immune
 /// relative time fits, as over HTTP. The wait is bounded by that same budget, and a budget
-/// that cannot cover the hop sends nothing (rule C3).
+/// that cannot cover the hop sends nothing (rule [C3](crate::contract#c3)).
 ///
 /// See the example on [`Responder`] for both sides and each error.
 ///
@@ -53,7 +53,7 @@ pub struct Requester {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum RequestError {
-    /// Refused: by this side before sending (C3), or by the responder, which said what it
+    /// Refused: by this side before sending ([C3](crate::contract#c3)), or by the responder, which said what it
     /// needed and what it was given.
     #[error("request to `{subject}`: {source}")]
     Budget {
@@ -64,7 +64,7 @@ pub enum RequestError {
         /// answered `cancelled`).
         source: BudgetError,
     },
-    /// The responder could not read the deadline header (rule C9).
+    /// The responder could not read the deadline header (rule [C9](crate::contract#c9)).
     #[error("request to `{subject}` rejected: {detail}")]
     Malformed {
         /// The subject.
@@ -104,7 +104,7 @@ impl Requester {
     }
 
     /// Send `payload` to `subject` under the ambient budget (outside any request, the
-    /// profile's edge total, rule C8) and wait for the answer, at most the forward budget.
+    /// profile's edge total, rule [C8](crate::contract#c8)) and wait for the answer, at most the forward budget.
     ///
     /// See the [example](Self#examples).
     pub async fn request(
@@ -195,13 +195,13 @@ impl Requester {
 }
 
 /// Answers core NATS requests inside their caller's budget, refusing before the handler when
-/// too little is left (rule C3).
+/// too little is left (rule [C3](crate::contract#c3)).
 ///
 /// An adapter over the [hop lifecycle](crate::hop), as the HTTP and gRPC servers are.
 /// The handler gets the request and returns the answer's payload; it runs inside the
 /// budget's scope and a hop span (`hop.protocol = queue`, named after the subject), and is
-/// stopped at the deadline (rule C7), which answers `expired`. Subjects label metrics: serve
-/// fixed subjects, not ones with ids in them (C20). Answers the responder makes
+/// stopped at the deadline (rule [C7](crate::contract#c7)), which answers `expired`. Subjects label metrics: serve
+/// fixed subjects, not ones with ids in them ([C20](crate::contract#c20)). Answers the responder makes
 /// itself carry `x-deadline-outcome` (`refused` with `x-deadline-required-ms` and
 /// `x-deadline-remaining-ms`, `expired`, or `malformed` with `x-deadline-detail`) and an empty
 /// payload.
