@@ -143,6 +143,8 @@ pub(crate) struct Accumulated {
     pub(crate) traces_complete: u64,
     pub(crate) traces_partial: u64,
     pub(crate) hop_spans: u64,
+    /// Spans that carry a captured deadline header (`http.request.header.*`).
+    pub(crate) header_spans: u64,
     pub(crate) detached_edges: u64,
 }
 
@@ -183,6 +185,7 @@ impl Accumulated {
             traces_complete: 0,
             traces_partial: 0,
             hop_spans: 0,
+            header_spans: 0,
             detached_edges: 0,
         }
     }
@@ -237,6 +240,7 @@ impl Accumulated {
             }
         };
         for (i, s) in spans.iter().enumerate() {
+            self.header_spans += u64::from(s.deadline_header);
             let Some(hop) = s.hop else { continue };
             self.hop_spans += 1;
             let key = self.key(s);
@@ -449,6 +453,8 @@ mod tests {
                 required_ms: None,
                 overrun_ms: None,
             }),
+            std: Default::default(),
+            deadline_header: false,
         }
     }
 

@@ -11,8 +11,10 @@ use super::{AuditOptions, render};
 #[derive(Debug, clap::Args)]
 #[command(
     after_help = "Exit status: 1 when a budget reset is found (a hop started with more time than its \
-    caller had left: the chain lost its deadline there); else 3 \
-    when some input could not be read (each problem is listed with file, line and reason); \
+    caller had left: the chain lost its deadline there); else 4 when there was nothing to \
+    judge (an empty input, no span that could be read, or no span with a deadline attribute or \
+    header or a caller to time it against: the report says which); else 3 \
+    when some input could not be read (grouped by kind, with a count and the first examples); \
     else 0. 2 is a usage error."
 )]
 pub struct AuditArgs {

@@ -189,6 +189,8 @@ mod tests {
             start_ns: 0,
             end_ns: 0,
             hop: None,
+            std: Default::default(),
+            deadline_header: false,
         }
     }
 

@@ -9,8 +9,10 @@
 //! missing deadlines (C8), latency spikes at one exact value (a default timeout firing), late
 //! work, refusals by depth ("entry budget too small for this chain depth", S6) and, for epoch
 //! carriers, the clock offset between services (S3). Output is a table, JSON or an HTML page
-//! ([`render`]). The exit status is 1 when a chain break is found (so it can gate CI), 3 when
-//! no chain break was found but some input could not be read, 2 on a usage error, else 0.
+//! ([`render`]). The exit status is 1 when a chain break is found (so it can gate CI), 4 when
+//! there was nothing to judge (no spans, or none with anything to judge: the report says
+//! why), 3 when no chain break was found but some input could not be read, 2 on a usage
+//! error, else 0.
 //!
 //! Memory is bounded and documented: the longest line read (`--max-line-bytes`), the spans of
 //! open traces (`--max-open-spans`, about 100 bytes each) and per-hop counters (bounded by the
@@ -31,6 +33,7 @@ pub mod input;
 pub mod render;
 pub mod report;
 pub mod span;
+pub mod status;
 
 pub use report::{Finding, FindingKind, Report, Severity};
 
@@ -43,6 +46,9 @@ pub struct Problem {
     pub line: Option<u64>,
     /// Why it could not be read.
     pub reason: String,
+    /// What kind of problem: the reason without its particulars, so that repeated problems
+    /// are grouped (see [`ProblemKind`]).
+    pub kind: String,
 }
 
 impl Problem {
@@ -50,9 +56,37 @@ impl Problem {
         Self {
             file: file.to_owned(),
             line,
+            kind: kind_of(&reason),
             reason,
         }
     }
+}
+
+/// The kind of a problem: `span skipped: <field>` for a span, else the reason up to its
+/// first colon (which is where the particulars start).
+fn kind_of(reason: &str) -> String {
+    let span = reason
+        .strip_prefix("span ")
+        .and_then(|r| r.split_once(": "))
+        .filter(|(n, _)| n.bytes().all(|b| b.is_ascii_digit()));
+    match span {
+        Some((_, rest)) => {
+            let field = rest.split([':', ';']).next().unwrap_or(rest);
+            format!("span skipped: {field}")
+        }
+        None => reason.split(':').next().unwrap_or(reason).trim().to_owned(),
+    }
+}
+
+/// Problems of one kind: how many, and the first few in full.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ProblemKind {
+    /// The kind ([`Problem::kind`]).
+    pub kind: String,
+    /// How many problems of this kind.
+    pub count: u64,
+    /// The first ones (at most three).
+    pub examples: Vec<Problem>,
 }
 
 impl fmt::Display for Problem {
@@ -64,11 +98,13 @@ impl fmt::Display for Problem {
     }
 }
 
-/// Problems, the first `cap` kept in full and the rest counted.
+/// Problems, the first `cap` kept in full and the rest counted; and grouped by kind, each
+/// with a count and its first three (at most `cap` kinds; past it they count as `other`).
 #[derive(Debug)]
 pub(crate) struct Problems {
     pub(crate) shown: Vec<Problem>,
     pub(crate) total: u64,
+    pub(crate) kinds: Vec<ProblemKind>,
     cap: usize,
 }
 
@@ -77,12 +113,31 @@ impl Problems {
         Self {
             shown: Vec::new(),
             total: 0,
+            kinds: Vec::new(),
             cap,
         }
     }
 
     pub(crate) fn push(&mut self, p: Problem) {
         self.total += 1;
+        let kind = if self.kinds.len() < self.cap || self.kinds.iter().any(|k| k.kind == p.kind) {
+            p.kind.clone()
+        } else {
+            "other".to_owned()
+        };
+        match self.kinds.iter_mut().find(|k| k.kind == kind) {
+            Some(k) => {
+                k.count += 1;
+                if k.examples.len() < 3 {
+                    k.examples.push(p.clone());
+                }
+            }
+            None => self.kinds.push(ProblemKind {
+                kind,
+                count: 1,
+                examples: vec![p.clone()],
+            }),
+        }
         if self.shown.len() < self.cap {
             self.shown.push(p);
         }

@@ -41,8 +41,18 @@ pub fn table(r: &Report) -> String {
             r.grouping.evicted, r.grouping.late_spans
         );
     }
+    if r.input.base64_ids > 0 {
+        let _ = writeln!(
+            out,
+            "ids: {} spans had base64 ids (the generic protobuf JSON mapping, as a naive \
+             converter writes them; OTLP JSON and the Collector write hex): decoded",
+            r.input.base64_ids
+        );
+    }
     out.push('\n');
-    if r.findings.is_empty() {
+    if let Some(why) = &r.nothing_to_judge {
+        let _ = writeln!(out, "{why} (exit status 4)");
+    } else if r.findings.is_empty() {
         out.push_str("findings: none\n");
     } else {
         let _ = writeln!(out, "findings ({}):", r.findings.len());
@@ -96,10 +106,12 @@ pub fn table(r: &Report) -> String {
         }
         l.trim_end().to_owned() + "\n"
     };
-    out.push_str("per hop (times in ms):\n");
-    out.push_str(&line(headers.iter().map(|h| (*h).to_owned()).collect()));
-    for row in rows {
-        out.push_str(&line(row));
+    if !rows.is_empty() {
+        out.push_str("per hop (times in ms):\n");
+        out.push_str(&line(headers.iter().map(|h| (*h).to_owned()).collect()));
+        for row in rows {
+            out.push_str(&line(row));
+        }
     }
     if !r.depths.is_empty() {
         out.push_str("\nrefusals by depth (S6):\n");
@@ -117,16 +129,15 @@ pub fn table(r: &Report) -> String {
     if r.problems_total > 0 {
         let _ = writeln!(
             out,
-            "\ncould not read ({} problem(s){}):",
+            "\ncould not read ({} problem(s) of {} kind(s)):",
             r.problems_total,
-            if r.problems_total as usize > r.problems.len() {
-                format!(", the first {} shown", r.problems.len())
-            } else {
-                String::new()
-            }
+            r.problem_kinds.len()
         );
-        for p in &r.problems {
-            let _ = writeln!(out, "  {p}");
+        for k in &r.problem_kinds {
+            let _ = writeln!(out, "  {} x {}", k.count, k.kind);
+            for p in &k.examples {
+                let _ = writeln!(out, "      e.g. {p}");
+            }
         }
     }
     out
@@ -212,7 +223,9 @@ pub fn html(r: &Report) -> String {
     }
     tree.push_str("</ul>");
     let mut findings = String::new();
-    if r.findings.is_empty() {
+    if let Some(why) = &r.nothing_to_judge {
+        let _ = write!(findings, "<p><b>{}</b></p>", esc(why));
+    } else if r.findings.is_empty() {
         findings.push_str("<p>No findings.</p>");
     } else {
         findings.push_str("<ul>");
@@ -234,8 +247,12 @@ pub fn html(r: &Report) -> String {
             "<h2>Could not read ({} problems)</h2><ul>",
             r.problems_total
         );
-        for p in &r.problems {
-            let _ = write!(problems, "<li><code>{}</code></li>", esc(&p.to_string()));
+        for k in &r.problem_kinds {
+            let _ = write!(problems, "<li>{} &times; {}<ul>", k.count, esc(&k.kind));
+            for p in &k.examples {
+                let _ = write!(problems, "<li><code>{}</code></li>", esc(&p.to_string()));
+            }
+            problems.push_str("</ul></li>");
         }
         problems.push_str("</ul>");
     }

@@ -4,6 +4,8 @@
 
 use std::collections::HashMap;
 
+use super::status::StdOutcome;
+
 /// An interned name (service, span name, deadline source).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub(crate) struct Sym(pub(crate) u32);
@@ -114,6 +116,11 @@ pub(crate) struct Span {
     pub(crate) start_ns: u64,
     pub(crate) end_ns: u64,
     pub(crate) hop: Option<HopAttrs>,
+    /// How it ended by OpenTelemetry's standard status attributes ([`StdOutcome`]).
+    pub(crate) std: StdOutcome,
+    /// It carries a deadline header the instrumentation captured
+    /// ([`is_deadline_header`]).
+    pub(crate) deadline_header: bool,
 }
 
 impl Span {
@@ -138,6 +145,63 @@ pub(crate) fn parse_hex_id(s: &str, bytes: usize) -> Result<u128, String> {
     u128::from_str_radix(s, 16).map_err(|_| format!("not hexadecimal: {s:?}"))
 }
 
+/// Whether a span attribute is a deadline header as OpenTelemetry instrumentation captures
+/// it (`http.request.header.<name>`, `-` spelled `_` by some SDKs, or gRPC request
+/// metadata): `x-request-timeout-ms`, `grpc-timeout`, `x-request-deadline`,
+/// `connect-timeout-ms`, Envoy's `x-envoy-expected-rq-timeout-ms` and
+/// `x-envoy-upstream-rq-timeout-ms`.
+pub(crate) fn is_deadline_header(key: &str) -> bool {
+    let Some(name) = key
+        .strip_prefix("http.request.header.")
+        .or_else(|| key.strip_prefix("rpc.grpc.request.metadata."))
+    else {
+        return false;
+    };
+    const NAMES: [&str; 6] = [
+        "x-request-timeout-ms",
+        "grpc-timeout",
+        "x-request-deadline",
+        "connect-timeout-ms",
+        "x-envoy-expected-rq-timeout-ms",
+        "x-envoy-upstream-rq-timeout-ms",
+    ];
+    NAMES.iter().any(|n| {
+        n.len() == name.len()
+            && n.bytes()
+                .zip(name.bytes())
+                .all(|(a, b)| a == b.to_ascii_lowercase() || (a == b'-' && b == b'_'))
+    })
+}
+
+/// Decode base64 (standard or URL-safe alphabet, padding optional) of exactly `bytes`
+/// bytes: the spelling of ids in the generic protobuf JSON mapping, which a naive converter
+/// writes instead of OTLP JSON's hex.
+pub(crate) fn parse_base64_id(s: &str, bytes: usize) -> Option<u128> {
+    let digits = s.trim_end_matches('=');
+    let mut bits = 0u32;
+    let mut acc = 0u32;
+    let mut out = Vec::with_capacity(bytes);
+    for c in digits.bytes() {
+        let v = match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' | b'-' => 62,
+            b'/' | b'_' => 63,
+            _ => return None,
+        };
+        acc = (acc << 6) | u32::from(v);
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+            acc &= (1 << bits) - 1;
+        }
+    }
+    (out.len() == bytes && acc == 0)
+        .then(|| out.iter().fold(0u128, |a, &b| (a << 8) | u128::from(b)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -152,6 +216,23 @@ mod tests {
         assert_eq!(i.intern("c"), Interner::OVERFLOW);
         assert_eq!(i.overflowed, 1);
         assert_eq!(i.name(b), "b");
+    }
+
+    #[test]
+    fn base64_ids_and_deadline_headers() {
+        assert_eq!(parse_base64_id("AAAAAAAAAP8=", 8), Some(255));
+        assert_eq!(
+            parse_base64_id("AQIDBAUGBwgJCgsMDQ4PEA==", 16),
+            Some(0x0102030405060708090a0b0c0d0e0f10)
+        );
+        assert_eq!(parse_base64_id("AAAAAAAAAP8=", 16), None);
+        assert_eq!(parse_base64_id("00000000000000ff", 8), None);
+        assert!(is_deadline_header(
+            "http.request.header.x_request_timeout_ms"
+        ));
+        assert!(is_deadline_header("http.request.header.grpc-timeout"));
+        assert!(is_deadline_header("rpc.grpc.request.metadata.grpc-timeout"));
+        assert!(!is_deadline_header("http.request.header.user_agent"));
     }
 
     #[test]

@@ -10,7 +10,10 @@ use serde::Deserialize;
 use serde::de::{self, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
 use super::sink::{InputStats, SpanSink};
-use crate::audit::span::{HopAttrs, Interner, Outcome, Span, parse_hex_id};
+use crate::audit::span::{
+    HopAttrs, Interner, Outcome, Span, is_deadline_header, parse_base64_id, parse_hex_id,
+};
+use crate::audit::status::Signals;
 use crate::audit::{Problem, Problems};
 
 pub(super) fn decode_line(
@@ -34,8 +37,9 @@ pub(super) fn decode_line(
             for span in ss.spans {
                 index += 1;
                 match convert(span, resource_service.as_deref(), sink.names()) {
-                    Ok(s) => {
+                    Ok((s, base64)) => {
                         stats.spans += 1;
+                        stats.base64_ids += u64::from(base64);
                         sink.span(s);
                     }
                     Err(reason) => {
@@ -53,20 +57,37 @@ pub(super) fn decode_line(
     Ok(())
 }
 
+/// A hex id, or failing that a base64 one (what the generic protobuf JSON mapping writes);
+/// the flag says it was base64.
+fn parse_id(s: &str, bytes: usize, what: &str, base64: &mut bool) -> Result<u128, String> {
+    match parse_hex_id(s, bytes) {
+        Ok(v) => Ok(v),
+        Err(e) => match parse_base64_id(s, bytes) {
+            Some(v) => {
+                *base64 = true;
+                Ok(v)
+            }
+            None => Err(format!("{what}: {e}")),
+        },
+    }
+}
+
+/// The span, and whether its ids were base64.
 fn convert(
     span: SpanJson<'_>,
     service: Option<&str>,
     names: &mut Interner,
-) -> Result<Span, String> {
+) -> Result<(Span, bool), String> {
+    let mut base64 = false;
     let trace = match &span.trace_id {
-        Some(Scalar::Str(s)) => parse_hex_id(s, 16).map_err(|e| format!("traceId: {e}"))?,
+        Some(Scalar::Str(s)) => parse_id(s, 16, "traceId", &mut base64)?,
         _ => return Err("no traceId".into()),
     };
     if trace == 0 {
         return Err("traceId is all zeros".into());
     }
     let id = match &span.span_id {
-        Some(Scalar::Str(s)) => parse_hex_id(s, 8).map_err(|e| format!("spanId: {e}"))? as u64,
+        Some(Scalar::Str(s)) => parse_id(s, 8, "spanId", &mut base64)? as u64,
         _ => return Err("no spanId".into()),
     };
     if id == 0 {
@@ -75,9 +96,7 @@ fn convert(
     let parent = match &span.parent_span_id {
         None | Some(Scalar::Null) => 0,
         Some(Scalar::Str(s)) if s.is_empty() => 0,
-        Some(Scalar::Str(s)) => {
-            parse_hex_id(s, 8).map_err(|e| format!("parentSpanId: {e}"))? as u64
-        }
+        Some(Scalar::Str(s)) => parse_id(s, 8, "parentSpanId", &mut base64)? as u64,
         Some(_) => return Err("parentSpanId is not a string".into()),
     };
     let start_ns = span
@@ -112,8 +131,36 @@ fn convert(
         overrun_ms: None,
     };
     let mut is_hop = false;
+    let mut signals = Signals::default();
+    let mut deadline_header = false;
+    if let Some(code) = span.status.as_ref().and_then(|s| s.code.as_ref()) {
+        signals.span_status(match code {
+            Scalar::Str(s) if s.as_ref() == "STATUS_CODE_OK" => 1,
+            Scalar::Str(s) if s.as_ref() == "STATUS_CODE_ERROR" => 2,
+            c => c.as_i64().unwrap_or(0),
+        });
+    }
+    for event in &span.events {
+        if event.name.as_ref().and_then(Scalar::as_str) != Some("exception") {
+            continue;
+        }
+        for kv in &event.attributes {
+            if kv.key == "exception.type"
+                && let Some(t) = kv.value.as_ref().and_then(AnyValueJson::as_str)
+            {
+                signals.exception(t);
+            }
+        }
+    }
     for kv in &span.attributes {
+        if is_deadline_header(&kv.key) {
+            deadline_header = true;
+            continue;
+        }
         let Some(v) = kv.value.as_ref() else { continue };
+        if signals.attribute(&kv.key, v.as_i64(), v.as_str()) {
+            continue;
+        }
         match kv.key.as_ref() {
             fields::SERVICE => {
                 if let Some(s) = v.as_str() {
@@ -137,17 +184,22 @@ fn convert(
         }
     }
     let name = names.intern(span.name.as_ref().and_then(Scalar::as_str).unwrap_or(""));
-    Ok(Span {
-        trace,
-        id,
-        parent,
-        service: service.unwrap_or_else(|| names.intern("(unknown service)")),
-        name,
-        kind,
-        start_ns,
-        end_ns,
-        hop: is_hop.then_some(hop),
-    })
+    Ok((
+        Span {
+            trace,
+            id,
+            parent,
+            service: service.unwrap_or_else(|| names.intern("(unknown service)")),
+            name,
+            kind,
+            start_ns,
+            end_ns,
+            hop: is_hop.then_some(hop),
+            std: signals.outcome(),
+            deadline_header,
+        },
+        base64,
+    ))
 }
 
 // The OTLP JSON shapes, as lenient as the protobuf JSON mapping allows: unknown fields are
@@ -204,6 +256,24 @@ struct SpanJson<'a> {
     start_time_unix_nano: Option<Scalar<'a>>,
     #[serde(default, borrow, alias = "end_time_unix_nano")]
     end_time_unix_nano: Option<Scalar<'a>>,
+    #[serde(default, borrow)]
+    attributes: Vec<KeyValueJson<'a>>,
+    #[serde(default, borrow)]
+    status: Option<StatusJson<'a>>,
+    #[serde(default, borrow)]
+    events: Vec<EventJson<'a>>,
+}
+
+#[derive(Deserialize)]
+struct StatusJson<'a> {
+    #[serde(default, borrow)]
+    code: Option<Scalar<'a>>,
+}
+
+#[derive(Deserialize)]
+struct EventJson<'a> {
+    #[serde(default, borrow)]
+    name: Option<Scalar<'a>>,
     #[serde(default, borrow)]
     attributes: Vec<KeyValueJson<'a>>,
 }

@@ -25,4 +25,7 @@ pub struct InputStats {
     pub spans: u64,
     /// Spans skipped because a field was missing or invalid (each is a problem).
     pub bad_spans: u64,
+    /// Spans whose ids were base64 (the generic protobuf JSON mapping, what a naive converter
+    /// writes) instead of OTLP JSON's hex: decoded and audited.
+    pub base64_ids: u64,
 }

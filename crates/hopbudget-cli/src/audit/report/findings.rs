@@ -161,11 +161,10 @@ pub(crate) fn build(i: Inputs<'_>) -> Report {
     grouping.traces = grouping
         .traces
         .max(acc.traces_complete + acc.traces_partial);
-    let mut problems_shown = problems.shown;
-    let mut problems_total = problems.total;
+    let nothing_to_judge = nothing_to_judge(acc, &input, problems.total);
+    let mut problems = problems;
     if names.overflowed > 0 || acc.hops_overflowed > 0 {
-        problems_total += 1;
-        problems_shown.push(Problem::new(
+        problems.push(Problem::new(
             "(input)",
             None,
             format!(
@@ -191,9 +190,32 @@ pub(crate) fn build(i: Inputs<'_>) -> Report {
         depths,
         roots,
         tree,
-        problems: problems_shown,
-        problems_total,
+        problems: problems.shown,
+        problems_total: problems.total,
+        problem_kinds: problems.kinds,
+        nothing_to_judge,
     }
+}
+
+/// Why nothing could be audited, if so: no spans, or no span with anything to judge.
+fn nothing_to_judge(acc: &Accumulated, input: &InputStats, problems: u64) -> Option<String> {
+    if input.spans == 0 {
+        let why = if problems > 0 {
+            "no spans could be read (see the problems below)"
+        } else if input.lines == 0 {
+            "the input is empty"
+        } else {
+            "the input holds no spans"
+        };
+        return Some(format!("nothing to judge: {why}"));
+    }
+    let judged = acc.hop_spans + acc.header_spans;
+    (judged == 0).then(|| {
+        format!(
+            "nothing to judge: 0 of {} spans carry a deadline header or a deadline.* attribute",
+            input.spans
+        )
+    })
 }
 
 fn hop_findings(

@@ -12,9 +12,9 @@ pub(crate) mod findings;
 
 use serde::Serialize;
 
-use super::Problem;
 use super::group::GroupStats;
 use super::input::InputStats;
+use super::{Problem, ProblemKind};
 
 /// How much a finding matters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -168,6 +168,12 @@ pub struct Report {
     pub problems: Vec<Problem>,
     /// How many problems in all.
     pub problems_total: u64,
+    /// The problems grouped by kind, each with a count and its first examples.
+    pub problem_kinds: Vec<ProblemKind>,
+    /// Set when nothing could be audited, saying why: no spans were read, or no span had
+    /// anything to judge (no deadline attribute or header, no caller to time it against).
+    /// The exit status is then 4.
+    pub nothing_to_judge: Option<String>,
 }
 
 impl Report {
@@ -179,11 +185,15 @@ impl Report {
             .count()
     }
 
-    /// The exit status `hopbudget audit` ends with: 1 when a chain break was found, else 3
-    /// when some input could not be read, else 0. (2 is a usage error, before any reading.)
+    /// The exit status `hopbudget audit` ends with: 1 when a chain break was found, else 4
+    /// when nothing could be audited ([`Report::nothing_to_judge`]: no spans, or none with
+    /// anything to judge), else 3 when some input could not be read, else 0. (2 is a usage
+    /// error, before any reading.)
     pub fn exit_status(&self) -> u8 {
         if self.chain_breaks() > 0 {
             1
+        } else if self.nothing_to_judge.is_some() {
+            4
         } else if self.problems_total > 0 {
             3
         } else {
