@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use hopbudget_cli::audit::{self, AuditOptions, Report};
+use hopbudget_cli::audit::{self, AuditOptions, Finding, FindingKind, Report};
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -145,5 +145,120 @@ fn base64_ids_are_decoded_and_named() {
         audit::render::table(&b64).contains("spans had base64 ids"),
         "{}",
         audit::render::table(&b64)
+    );
+}
+
+fn finding<'a>(r: &'a Report, kind: FindingKind, hop: &str) -> Option<&'a Finding> {
+    r.findings.iter().find(|f| f.kind == kind && f.hop == hop)
+}
+
+/// The browser gives up at 800 ms; the gateway (fresh 5 s below it) goes on about 1.2 s; the
+/// orchestrator's 2 s default gives up on inventory, which goes on about 1 s more.
+#[test]
+fn work_that_went_on_after_its_caller_gave_up_is_found_from_timing_alone() {
+    let r = audit_fixture("plain-otel.jsonl.gz");
+    assert_eq!(r.traces.hop_spans, 0, "no hopbudget attribute anywhere");
+    assert_eq!(r.nothing_to_judge, None);
+    assert_eq!(r.problems_total, 0, "{:?}", r.problem_kinds);
+    let gw = finding(&r, FindingKind::WorkAfterCallerLeft, "gateway").expect("gateway");
+    assert_eq!((gw.count, gw.of), (8, 24), "{}", gw.detail);
+    assert!(
+        (1_100..1_400).contains(&gw.value_ms.unwrap()),
+        "{}",
+        gw.detail
+    );
+    assert_eq!(gw.related, ["browser"]);
+    assert!(gw.example_trace.is_some());
+    let inv = finding(&r, FindingKind::WorkAfterCallerLeft, "inventory").expect("inventory");
+    assert_eq!((inv.count, inv.of), (8, 24), "{}", inv.detail);
+    assert_eq!(inv.related, ["orchestrator"]);
+    assert!(
+        finding(&r, FindingKind::WorkAfterCallerLeft, "orchestrator").is_none(),
+        "the gateway waited 5 s: the orchestrator's caller was still there"
+    );
+    let after_root = finding(&r, FindingKind::WorkAfterRootEnded, "orchestrator").unwrap();
+    assert_eq!(after_root.count, 8, "{}", after_root.detail);
+    let edge = r
+        .timing_edges
+        .iter()
+        .find(|e| e.caller == "browser" && e.server == "gateway")
+        .unwrap();
+    assert_eq!((edge.after_caller, edge.calls), (8, 24));
+    assert!(edge.for_nobody_ms > 8 * 1_100, "{edge:?}");
+    let row = r.services.iter().find(|s| s.service == "gateway").unwrap();
+    assert_eq!(row.for_nobody_ms, edge.for_nobody_ms);
+    let table = audit::render::table(&r);
+    assert!(
+        table.contains("work for nobody: gateway went on after the client span that called it had ended in 8 of 24 calls"),
+        "{table}"
+    );
+}
+
+#[test]
+fn chain_depth_is_counted_in_server_spans() {
+    let r = audit_fixture("plain-otel.jsonl.gz");
+    let d = r.chain_depth.expect("depth");
+    assert_eq!((d.p50, d.max, d.traces), (3, 3, 24));
+    let depths: Vec<(&str, Option<u32>)> = r
+        .services
+        .iter()
+        .map(|s| (s.service.as_str(), s.depth))
+        .collect();
+    assert_eq!(
+        depths,
+        [
+            ("gateway", Some(1)),
+            ("orchestrator", Some(2)),
+            ("inventory", Some(3)),
+            ("browser", None)
+        ]
+    );
+    assert!(finding(&r, FindingKind::ChainDepth, "").is_some());
+}
+
+/// The orchestrator's 2 s client default fires on every slow call: a spike on its client
+/// spans (its own timeout: a timeout exception) and on its server spans (answered 504). The
+/// browser's client spans end at its own 800 ms budget (the deadline it sent): that is the
+/// deadline working, never reported as a default timeout.
+#[test]
+fn duration_spikes_on_client_and_server_spans_say_which_side_timed_out() {
+    let r = audit_fixture("plain-otel.jsonl.gz");
+    let client =
+        finding(&r, FindingKind::TimeoutSpike, "orchestrator GET (client)").expect("client spike");
+    assert_eq!(client.count, 8, "{}", client.detail);
+    assert!(
+        (2_000..2_030).contains(&client.value_ms.unwrap()),
+        "{}",
+        client.detail
+    );
+    assert!(
+        client
+            .detail
+            .contains("8 of them recorded a timeout exception: this client's own timeout fired"),
+        "{}",
+        client.detail
+    );
+    let server = finding(
+        &r,
+        FindingKind::TimeoutSpike,
+        "orchestrator GET /plan (server)",
+    )
+    .expect("server spike");
+    assert!(
+        server
+            .detail
+            .contains("8 of them answered expired or cancelled"),
+        "{}",
+        server.detail
+    );
+    let spikes: Vec<&str> = r
+        .findings
+        .iter()
+        .filter(|f| f.kind == FindingKind::TimeoutSpike)
+        .map(|f| f.hop.as_str())
+        .collect();
+    assert!(
+        !spikes.iter().any(|h| h.starts_with("browser")),
+        "the browser's spans end at its own budget: {spikes:?}"
     );
 }

@@ -11,6 +11,7 @@ use std::collections::HashMap;
 
 use super::group::Finish;
 use super::span::{Interner, Outcome, Span, Sym};
+use super::timing::{TimingAcc, lasted_its_budget};
 
 /// A hop as the report names it: its service and its span name (route).
 pub(crate) type HopKey = (Sym, Sym);
@@ -75,6 +76,9 @@ pub(crate) struct HopAcc {
     pub(crate) outcomes: [u64; 5],
     pub(crate) remaining: Histogram,
     pub(crate) durations: Histogram,
+    /// Durations of the spans that did not last their own budget: a spike among these is a
+    /// timeout other than the deadline (a default firing), never the deadline itself.
+    pub(crate) spike_durations: Histogram,
     pub(crate) sources: HashMap<Sym, u64>,
     /// Arrived without a deadline at the edge of the trace (C8: the client sent none).
     pub(crate) missing_at_root: u64,
@@ -146,6 +150,8 @@ pub(crate) struct Accumulated {
     /// Spans that carry a captured deadline header (`http.request.header.*`).
     pub(crate) header_spans: u64,
     pub(crate) detached_edges: u64,
+    /// What span timing alone shows ([`TimingAcc`]).
+    pub(crate) timing: TimingAcc,
 }
 
 const MAX_DEPTH: usize = 64;
@@ -187,6 +193,7 @@ impl Accumulated {
             hop_spans: 0,
             header_spans: 0,
             detached_edges: 0,
+            timing: TimingAcc::default(),
         }
     }
 
@@ -202,6 +209,7 @@ impl Accumulated {
 
     /// Audit one finished trace.
     pub(crate) fn trace(&mut self, spans: &[Span], how: Finish, names: &Interner) {
+        self.timing.trace(spans, self.settings.tolerance_ms);
         let kinds = SourceKinds {
             missing: [names.lookup("fallback"), names.lookup("none")],
             detached: names.lookup("detached"),
@@ -246,6 +254,9 @@ impl Accumulated {
             let key = self.key(s);
             let depth = depth_of(i);
             let link = links[i];
+            // Ended when its budget ran out: the deadline working, unless that budget was a
+            // reset (counted below, once the reset is known).
+            let at_budget = lasted_its_budget(spans, &index, s);
             let is_missing = hop.remaining_ms.is_none()
                 || (hop.source.is_some() && kinds.missing.contains(&hop.source));
             let outcome_slot = match hop.outcome {
@@ -263,6 +274,9 @@ impl Accumulated {
                     acc.remaining.add(r.max(0) as u64);
                 }
                 acc.durations.add(s.duration_ms());
+                if !at_budget {
+                    acc.spike_durations.add(s.duration_ms());
+                }
                 if let Some(src) = hop.source {
                     *acc.sources.entry(src).or_default() += 1;
                 }
@@ -331,6 +345,11 @@ impl Accumulated {
                     let reset = gain > self.settings.tolerance_ms;
                     if reset {
                         edge.resets += 1;
+                    }
+                    if reset && at_budget {
+                        // A budget made up below a chain break is a default, not its own.
+                        let acc = self.hops.entry(key).or_default();
+                        acc.spike_durations.add(s.duration_ms());
                     }
                     if hop.source.is_some() && hop.source == kinds.epoch {
                         let sample = left - phop.margin_ms.unwrap_or(0) - crem;
@@ -455,6 +474,8 @@ mod tests {
             }),
             std: Default::default(),
             deadline_header: false,
+            header_ms: None,
+            own_timeout: false,
         }
     }
 

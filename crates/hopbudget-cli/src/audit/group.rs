@@ -191,6 +191,8 @@ mod tests {
             hop: None,
             std: Default::default(),
             deadline_header: false,
+            header_ms: None,
+            own_timeout: false,
         }
     }
 

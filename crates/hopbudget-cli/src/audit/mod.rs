@@ -8,7 +8,11 @@
 //! ([`analyze`]), then reports per hop ([`report`]): budget resets (a chain break, S13),
 //! missing deadlines (C8), latency spikes at one exact value (a default timeout firing), late
 //! work, refusals by depth ("entry budget too small for this chain depth", S6) and, for epoch
-//! carriers, the clock offset between services (S3). Output is a table, JSON or an HTML page
+//! carriers, the clock offset between services (S3). On plain OpenTelemetry spans it finds,
+//! from span kinds, parent ids and timing alone ([`timing`]), server work that went on after
+//! its caller or the request had ended, duration spikes on client and server spans and the
+//! chain depth; and reads outcomes from the standard status attributes ([`status`]).
+//! Output is a table, JSON or an HTML page
 //! ([`render`]). The exit status is 1 when a chain break is found (so it can gate CI), 4 when
 //! there was nothing to judge (no spans, or none with anything to judge: the report says
 //! why), 3 when no chain break was found but some input could not be read, 2 on a usage
@@ -34,6 +38,7 @@ pub mod render;
 pub mod report;
 pub mod span;
 pub mod status;
+pub mod timing;
 
 pub use report::{Finding, FindingKind, Report, Severity};
 

@@ -113,6 +113,7 @@ pub fn table(r: &Report) -> String {
             out.push_str(&line(row));
         }
     }
+    services(&mut out, r);
     if !r.depths.is_empty() {
         out.push_str("\nrefusals by depth (S6):\n");
         for d in &r.depths {
@@ -141,6 +142,75 @@ pub fn table(r: &Report) -> String {
         }
     }
     out
+}
+
+/// Per service and per edge, from span timing alone.
+fn services(out: &mut String, r: &Report) {
+    if r.services.is_empty() {
+        return;
+    }
+    let outcomes = |v: &[(String, u64)]| {
+        let shown: Vec<String> = v
+            .iter()
+            .filter(|(k, _)| k != "ok" && k != "unknown")
+            .map(|(k, c)| format!("{c} {k}"))
+            .collect();
+        if shown.is_empty() {
+            "-".to_owned()
+        } else {
+            shown.join(", ")
+        }
+    };
+    let _ = writeln!(
+        out,
+        "\nper service, from span timing (ms; after caller: the server span ended after the \
+         client span that called it):"
+    );
+    let _ = writeln!(
+        out,
+        "  {:<20} {:>5} {:>7} {:>13} {:>7} {:>7} {:>10} {:>10}  server / client outcomes",
+        "service", "depth", "server", "after caller", "p50", "max", "for nobody", "after root"
+    );
+    for s in &r.services {
+        let _ = writeln!(
+            out,
+            "  {:<20} {:>5} {:>7} {:>13} {:>7} {:>7} {:>10} {:>10}  {} / {}",
+            s.service,
+            s.depth.map_or_else(|| "-".to_owned(), |d| d.to_string()),
+            s.server_spans,
+            format!("{} of {}", s.after_caller, s.with_caller),
+            opt(s.after_caller_p50_ms),
+            opt(s.after_caller_max_ms),
+            s.for_nobody_ms,
+            s.after_root,
+            outcomes(&s.server_outcomes),
+            outcomes(&s.client_outcomes)
+        );
+    }
+    if !r.timing_edges.is_empty() {
+        out.push_str("\nper edge, from span timing (ms):\n");
+        for e in &r.timing_edges {
+            let _ = writeln!(
+                out,
+                "  {} -> {}: {} of {} calls went on after the caller's span ended (median {}, \
+                 max {}; {} for nobody)",
+                e.caller,
+                e.server,
+                e.after_caller,
+                e.calls,
+                opt(e.after_caller_p50_ms),
+                opt(e.after_caller_max_ms),
+                e.for_nobody_ms
+            );
+        }
+    }
+    if let Some(d) = r.chain_depth {
+        let _ = writeln!(
+            out,
+            "\nchain depth: median {}, max {} services ({} traces)",
+            d.p50, d.max, d.traces
+        );
+    }
 }
 
 /// The report as JSON.

@@ -119,8 +119,14 @@ pub(crate) struct Span {
     /// How it ended by OpenTelemetry's standard status attributes ([`StdOutcome`]).
     pub(crate) std: StdOutcome,
     /// It carries a deadline header the instrumentation captured
-    /// ([`is_deadline_header`]).
+    /// ([`deadline_header`]).
     pub(crate) deadline_header: bool,
+    /// The budget (ms) a relative deadline header on it states ([`header_budget_ms`]): what
+    /// a server span received, what a client span sent.
+    pub(crate) header_ms: Option<u32>,
+    /// An `exception.type` naming a timeout was recorded on it: this side's own timeout
+    /// fired (it gave up), as opposed to being answered 504 or DEADLINE_EXCEEDED.
+    pub(crate) own_timeout: bool,
 }
 
 impl Span {
@@ -145,18 +151,15 @@ pub(crate) fn parse_hex_id(s: &str, bytes: usize) -> Result<u128, String> {
     u128::from_str_radix(s, 16).map_err(|_| format!("not hexadecimal: {s:?}"))
 }
 
-/// Whether a span attribute is a deadline header as OpenTelemetry instrumentation captures
-/// it (`http.request.header.<name>`, `-` spelled `_` by some SDKs, or gRPC request
-/// metadata): `x-request-timeout-ms`, `grpc-timeout`, `x-request-deadline`,
-/// `connect-timeout-ms`, Envoy's `x-envoy-expected-rq-timeout-ms` and
-/// `x-envoy-upstream-rq-timeout-ms`.
-pub(crate) fn is_deadline_header(key: &str) -> bool {
-    let Some(name) = key
+/// The deadline header a span attribute holds, as OpenTelemetry instrumentation captures it
+/// (`http.request.header.<name>`, `-` spelled `_` by some SDKs, or gRPC request metadata):
+/// `x-request-timeout-ms`, `grpc-timeout`, `x-request-deadline`, `connect-timeout-ms`, Envoy's
+/// `x-envoy-expected-rq-timeout-ms` and `x-envoy-upstream-rq-timeout-ms`. Returns the
+/// canonical name.
+pub(crate) fn deadline_header(key: &str) -> Option<&'static str> {
+    let name = key
         .strip_prefix("http.request.header.")
-        .or_else(|| key.strip_prefix("rpc.grpc.request.metadata."))
-    else {
-        return false;
-    };
+        .or_else(|| key.strip_prefix("rpc.grpc.request.metadata."))?;
     const NAMES: [&str; 6] = [
         "x-request-timeout-ms",
         "grpc-timeout",
@@ -165,12 +168,40 @@ pub(crate) fn is_deadline_header(key: &str) -> bool {
         "x-envoy-expected-rq-timeout-ms",
         "x-envoy-upstream-rq-timeout-ms",
     ];
-    NAMES.iter().any(|n| {
+    NAMES.into_iter().find(|n| {
         n.len() == name.len()
             && n.bytes()
                 .zip(name.bytes())
                 .all(|(a, b)| a == b.to_ascii_lowercase() || (a == b'-' && b == b'_'))
     })
+}
+
+/// The budget a relative deadline header states, in ms: a number of milliseconds, or
+/// gRPC's `grpc-timeout` (digits and a unit `H M S m u n`). `x-request-deadline` is an
+/// instant, not a budget: `None`.
+pub(crate) fn header_budget_ms(name: &str, value: &str) -> Option<u32> {
+    let v = value.trim();
+    if name == "x-request-deadline" {
+        return None;
+    }
+    if name == "grpc-timeout" {
+        let (digits, unit) = v.split_at(v.len().checked_sub(1)?);
+        let n: u64 = digits.parse().ok()?;
+        let ms = match unit {
+            "H" => n.checked_mul(3_600_000)?,
+            "M" => n.checked_mul(60_000)?,
+            "S" => n.checked_mul(1_000)?,
+            "m" => n,
+            "u" => n / 1_000,
+            "n" => n / 1_000_000,
+            _ => return None,
+        };
+        return u32::try_from(ms).ok();
+    }
+    v.parse::<f64>()
+        .ok()
+        .filter(|f| f.is_finite() && *f >= 0.0 && *f < f64::from(u32::MAX))
+        .map(|f| f as u32)
 }
 
 /// Decode base64 (standard or URL-safe alphabet, padding optional) of exactly `bytes`
@@ -227,12 +258,20 @@ mod tests {
         );
         assert_eq!(parse_base64_id("AAAAAAAAAP8=", 16), None);
         assert_eq!(parse_base64_id("00000000000000ff", 8), None);
-        assert!(is_deadline_header(
-            "http.request.header.x_request_timeout_ms"
-        ));
-        assert!(is_deadline_header("http.request.header.grpc-timeout"));
-        assert!(is_deadline_header("rpc.grpc.request.metadata.grpc-timeout"));
-        assert!(!is_deadline_header("http.request.header.user_agent"));
+        assert_eq!(
+            deadline_header("http.request.header.x_request_timeout_ms"),
+            Some("x-request-timeout-ms")
+        );
+        assert!(deadline_header("http.request.header.grpc-timeout").is_some());
+        assert!(deadline_header("rpc.grpc.request.metadata.grpc-timeout").is_some());
+        assert!(deadline_header("http.request.header.user_agent").is_none());
+        assert_eq!(header_budget_ms("grpc-timeout", "750m"), Some(750));
+        assert_eq!(header_budget_ms("grpc-timeout", "2S"), Some(2_000));
+        assert_eq!(header_budget_ms("x-request-timeout-ms", "800"), Some(800));
+        assert_eq!(
+            header_budget_ms("x-request-deadline", "1700000000000"),
+            None
+        );
     }
 
     #[test]

@@ -82,6 +82,11 @@ impl Signals {
         self.span_status = code;
     }
 
+    /// Whether an `exception.type` named a timeout: this side's own timeout fired.
+    pub(crate) fn own_timeout(&self) -> bool {
+        self.timeout_exception
+    }
+
     /// The outcome: the protocol's own code first, then a timeout exception, then the span
     /// status.
     pub(crate) fn outcome(&self) -> StdOutcome {

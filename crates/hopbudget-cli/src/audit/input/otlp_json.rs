@@ -11,7 +11,8 @@ use serde::de::{self, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
 use super::sink::{InputStats, SpanSink};
 use crate::audit::span::{
-    HopAttrs, Interner, Outcome, Span, is_deadline_header, parse_base64_id, parse_hex_id,
+    HopAttrs, Interner, Outcome, Span, deadline_header, header_budget_ms, parse_base64_id,
+    parse_hex_id,
 };
 use crate::audit::status::Signals;
 use crate::audit::{Problem, Problems};
@@ -132,7 +133,8 @@ fn convert(
     };
     let mut is_hop = false;
     let mut signals = Signals::default();
-    let mut deadline_header = false;
+    let mut has_header = false;
+    let mut header_ms = None;
     if let Some(code) = span.status.as_ref().and_then(|s| s.code.as_ref()) {
         signals.span_status(match code {
             Scalar::Str(s) if s.as_ref() == "STATUS_CODE_OK" => 1,
@@ -153,8 +155,14 @@ fn convert(
         }
     }
     for kv in &span.attributes {
-        if is_deadline_header(&kv.key) {
-            deadline_header = true;
+        if let Some(name) = deadline_header(&kv.key) {
+            has_header = true;
+            header_ms = header_ms.or_else(|| {
+                kv.value
+                    .as_ref()?
+                    .first_str()
+                    .and_then(|v| header_budget_ms(name, v))
+            });
             continue;
         }
         let Some(v) = kv.value.as_ref() else { continue };
@@ -196,7 +204,9 @@ fn convert(
             end_ns,
             hop: is_hop.then_some(hop),
             std: signals.outcome(),
-            deadline_header,
+            deadline_header: has_header,
+            header_ms,
+            own_timeout: signals.own_timeout(),
         },
         base64,
     ))
@@ -295,9 +305,29 @@ struct AnyValueJson<'a> {
     int_value: Option<Scalar<'a>>,
     #[serde(default, borrow, alias = "double_value")]
     double_value: Option<Scalar<'a>>,
+    /// A captured header is an array of strings (one per header line).
+    #[serde(default, borrow, alias = "array_value")]
+    array_value: Option<ArrayValueJson<'a>>,
+}
+
+#[derive(Deserialize)]
+struct ArrayValueJson<'a> {
+    #[serde(default, borrow)]
+    values: Vec<AnyValueJson<'a>>,
 }
 
 impl AnyValueJson<'_> {
+    /// The string, or an array's first string.
+    fn first_str(&self) -> Option<&str> {
+        self.as_str().or_else(|| {
+            self.array_value
+                .as_ref()?
+                .values
+                .first()
+                .and_then(AnyValueJson::as_str)
+        })
+    }
+
     fn as_str(&self) -> Option<&str> {
         self.string_value.as_ref()?.as_str()
     }

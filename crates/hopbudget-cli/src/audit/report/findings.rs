@@ -101,6 +101,7 @@ pub(crate) fn build(i: Inputs<'_>) -> Report {
         })
         .collect();
     over_shrunk(&mut findings, acc, names, &depths, rules);
+    let timing = super::timing::build(&mut findings, &acc.timing, names, rules);
     for ((from, to), o) in &acc.offsets {
         let Some(min) = o.min else { continue };
         let services = format!("{} -> {}", names.name(*from), names.name(*to));
@@ -192,6 +193,9 @@ pub(crate) fn build(i: Inputs<'_>) -> Report {
         tree,
         problems: problems.shown,
         problems_total: problems.total,
+        services: timing.services,
+        timing_edges: timing.edges,
+        chain_depth: timing.chain_depth,
         problem_kinds: problems.kinds,
         nothing_to_judge,
     }
@@ -209,10 +213,11 @@ fn nothing_to_judge(acc: &Accumulated, input: &InputStats, problems: u64) -> Opt
         };
         return Some(format!("nothing to judge: {why}"));
     }
-    let judged = acc.hop_spans + acc.header_spans;
+    let judged = acc.hop_spans + acc.header_spans + acc.timing.timed;
     (judged == 0).then(|| {
         format!(
-            "nothing to judge: 0 of {} spans carry a deadline header or a deadline.* attribute",
+            "nothing to judge: 0 of {} spans carry a deadline header or a deadline.* \
+             attribute, and none is a server span with a caller or root span to time it against",
             input.spans
         )
     })
@@ -309,7 +314,7 @@ fn hop_findings(
             example_trace: None,
         });
     }
-    if let Some((value, count)) = spike(&h.durations, rules.spike_min) {
+    if let Some((value, count)) = spike(&h.spike_durations, rules.spike_min) {
         findings.push(Finding {
             kind: FindingKind::TimeoutSpike,
             severity: Severity::Warning,

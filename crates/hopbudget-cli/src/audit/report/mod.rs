@@ -9,6 +9,9 @@
 //! This file is the report's shape, what `--json` prints; `findings.rs` builds it.
 
 pub(crate) mod findings;
+pub(crate) mod timing;
+
+pub use timing::{ChainDepth, ServiceRow, TimingEdge};
 
 use serde::Serialize;
 
@@ -44,6 +47,13 @@ pub enum FindingKind {
     EntryBudgetTooSmall,
     /// Estimated clock offset between two services with an epoch carrier (S3).
     ClockOffset,
+    /// A server span ended after the client span that called it: the caller had given up
+    /// and the work went on for nobody (from span timing alone).
+    WorkAfterCallerLeft,
+    /// A server span ended after the trace's root span: the request was over.
+    WorkAfterRootEnded,
+    /// How many services deep requests went.
+    ChainDepth,
 }
 
 /// One finding.
@@ -168,6 +178,13 @@ pub struct Report {
     pub problems: Vec<Problem>,
     /// How many problems in all.
     pub problems_total: u64,
+    /// Per service, from span timing alone (server spans against their callers and the
+    /// root), and the standard outcomes of its server and client spans.
+    pub services: Vec<ServiceRow>,
+    /// Per caller-to-server edge, from span timing alone.
+    pub timing_edges: Vec<TimingEdge>,
+    /// How many services deep requests went.
+    pub chain_depth: Option<ChainDepth>,
     /// The problems grouped by kind, each with a count and its first examples.
     pub problem_kinds: Vec<ProblemKind>,
     /// Set when nothing could be audited, saying why: no spans were read, or no span had

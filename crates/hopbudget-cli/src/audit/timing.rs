@@ -1,0 +1,299 @@
+//! Findings from span timing alone, by OpenTelemetry's own conventions (span kind SERVER and
+//! CLIENT, parent ids), on spans that carry nothing of hopbudget's:
+//!
+//! - **work for nobody**: a SERVER span that ended after the CLIENT span that called it (its
+//!   parent) ended, so the caller had given up and the server went on; or after the trace's
+//!   root span ended, so the whole request was over. Per service and per caller-to-callee
+//!   edge: how many, the median and largest excess, and the total time spent for nobody;
+//! - **chain depth**: how many SERVER spans deep each request went;
+//! - **duration spikes** on CLIENT and SERVER spans (at least the finding's share of a span
+//!   name's durations at one value: a default timeout firing), with how many of those spans
+//!   ended expired or cancelled by their standard status ([`super::status`]), which tells
+//!   which side timed out. A span that ended when its hop's own budget ran out (its
+//!   `deadline.remaining_ms` or the deadline header it received; at the origin, the one it
+//!   sent) is not counted towards a spike: that is the deadline working, not a default
+//!   timeout.
+//!
+//! The excess compares the end of a server span (on the server's clock) with the end of its
+//! caller's span (on the caller's clock), so skew between hosts shifts it; the tolerance
+//! absorbs rounding only. Memory is per service, edge and span name, never per trace.
+
+use std::collections::HashMap;
+
+use super::analyze::Histogram;
+use super::span::{Span, Sym};
+use super::status::StdOutcome;
+
+/// Work that went on after someone stopped waiting for it.
+#[derive(Debug, Default)]
+pub(crate) struct Excess {
+    /// Spans compared.
+    pub(crate) of: u64,
+    /// Of which ended later than what they were compared with.
+    pub(crate) count: u64,
+    /// How much later (ms).
+    pub(crate) excess: Histogram,
+    /// The sum of it (ms): time spent for nobody.
+    pub(crate) total_ms: u64,
+    pub(crate) example: Option<u128>,
+}
+
+impl Excess {
+    fn add(&mut self, late_ms: i64, tolerance_ms: i64, trace: u128) {
+        self.of += 1;
+        if late_ms > tolerance_ms {
+            self.count += 1;
+            self.excess.add(late_ms as u64);
+            self.total_ms += late_ms as u64;
+            self.example.get_or_insert(trace);
+        }
+    }
+}
+
+/// One service's server spans, timed.
+#[derive(Debug, Default)]
+pub(crate) struct ServiceTiming {
+    pub(crate) server_spans: u64,
+    /// Compared with the CLIENT span that called it.
+    pub(crate) after_caller: Excess,
+    /// Compared with the trace's root span.
+    pub(crate) after_root: Excess,
+    /// Its callers (services) whose client span ended first, and how often.
+    pub(crate) late_for: HashMap<Sym, u64>,
+    /// Server and client spans by their standard outcome ([`StdOutcome`] order).
+    pub(crate) server_outcomes: HashMap<StdOutcome, u64>,
+    pub(crate) client_outcomes: HashMap<StdOutcome, u64>,
+    /// The least depth its server spans were seen at (1 is the first server of a request).
+    pub(crate) min_depth: Option<u32>,
+}
+
+/// A span name of one service and kind: its durations, for spikes.
+#[derive(Debug, Default)]
+pub(crate) struct SpanTiming {
+    pub(crate) durations: Histogram,
+    /// Durations of the spans whose own timeout fired (a timeout exception on them).
+    pub(crate) own_timeout: Histogram,
+    /// Durations of the other spans that ended expired or cancelled by their status code
+    /// (answered 504, 499, DEADLINE_EXCEEDED, CANCELLED).
+    pub(crate) answered: Histogram,
+    /// Spans left out because they lasted their own budget.
+    pub(crate) at_budget: u64,
+}
+
+/// Everything timing keeps across traces.
+#[derive(Debug, Default)]
+pub(crate) struct TimingAcc {
+    pub(crate) services: HashMap<Sym, ServiceTiming>,
+    /// (caller service, server service): the server span compared with the caller's span.
+    pub(crate) edges: HashMap<(Sym, Sym), Excess>,
+    /// (service, span name, kind 2 server or 3 client).
+    pub(crate) spans: HashMap<(Sym, Sym, u8), SpanTiming>,
+    /// Per trace, the most SERVER spans on one path.
+    pub(crate) depth: Histogram,
+    /// Server spans with a caller span or a root to be timed against.
+    pub(crate) timed: u64,
+}
+
+const SERVER: u8 = 2;
+const CLIENT: u8 = 3;
+/// Distinct services, edges and span names kept (past it, new ones are not timed).
+const MAX_KEYS: usize = 10_000;
+
+fn ms_later(end_ns: u64, than_ns: u64) -> i64 {
+    ((i128::from(end_ns) - i128::from(than_ns)) / 1_000_000) as i64
+}
+
+/// Where the budget of the hop `s` belongs to ran out, if it is known: a server (or hop)
+/// span's own budget on arrival (`deadline.remaining_ms`, or the deadline header it
+/// received) from its start; for a client span, the budget of the server span of the same
+/// service it was made in, or, at the origin (no server span of its own above it), the
+/// deadline header it sent.
+fn budget_end_ns(spans: &[Span], index: &HashMap<u64, usize>, s: &Span) -> Option<u64> {
+    let own = |x: &Span| {
+        x.hop
+            .and_then(|h| h.remaining_ms)
+            .or(x.header_ms.map(i64::from))
+            .map(|b| x.start_ns.saturating_add(b.max(0) as u64 * 1_000_000))
+    };
+    if s.kind != CLIENT {
+        return own(s);
+    }
+    let mut parent = s.parent;
+    for _ in 0..spans.len() {
+        let Some(&j) = index.get(&parent) else { break };
+        let p = &spans[j];
+        if p.service != s.service {
+            break;
+        }
+        if p.kind == SERVER || p.hop.is_some() {
+            return own(p);
+        }
+        parent = p.parent;
+    }
+    s.header_ms
+        .map(|b| s.start_ns.saturating_add(u64::from(b) * 1_000_000))
+}
+
+/// Whether a span ended when its hop's budget ran out (from 1% before to 2% or 20 ms after,
+/// a timer's lateness): that is the deadline firing, not a default timeout.
+pub(crate) fn lasted_its_budget(spans: &[Span], index: &HashMap<u64, usize>, s: &Span) -> bool {
+    let Some(budget_end) = budget_end_ns(spans, index, s) else {
+        return false;
+    };
+    let d = s.duration_ms() as i64;
+    let off = ms_later(s.end_ns, budget_end);
+    off >= -(d / 100).max(2) && off <= (d / 50).max(20)
+}
+
+impl TimingAcc {
+    /// Time one finished trace.
+    pub(crate) fn trace(&mut self, spans: &[Span], tolerance_ms: i64) {
+        let index: HashMap<u64, usize> = spans.iter().enumerate().map(|(i, s)| (s.id, i)).collect();
+        let root = spans.iter().find(|s| s.parent == 0);
+        let mut deepest = 0u32;
+        for s in spans {
+            if s.kind != SERVER && s.kind != CLIENT {
+                continue;
+            }
+            if self.spans.len() < MAX_KEYS || self.spans.contains_key(&(s.service, s.name, s.kind))
+            {
+                let t = self.spans.entry((s.service, s.name, s.kind)).or_default();
+                if lasted_its_budget(spans, &index, s) {
+                    t.at_budget += 1;
+                } else if s.hop.is_none() {
+                    // A hop span's spikes are the hop table's (`report::findings`).
+                    t.durations.add(s.duration_ms());
+                    if s.own_timeout {
+                        t.own_timeout.add(s.duration_ms());
+                    } else if matches!(s.std, StdOutcome::Expired | StdOutcome::Cancelled) {
+                        t.answered.add(s.duration_ms());
+                    }
+                }
+            }
+            if self.services.len() >= MAX_KEYS && !self.services.contains_key(&s.service) {
+                continue;
+            }
+            let svc = self.services.entry(s.service).or_default();
+            if s.kind == CLIENT {
+                *svc.client_outcomes.entry(s.std).or_default() += 1;
+                continue;
+            }
+            svc.server_spans += 1;
+            *svc.server_outcomes.entry(s.std).or_default() += 1;
+            let depth = server_depth(spans, &index, s);
+            svc.min_depth = Some(svc.min_depth.map_or(depth, |m| m.min(depth)));
+            deepest = deepest.max(depth);
+            let caller = index
+                .get(&s.parent)
+                .map(|&j| &spans[j])
+                .filter(|p| p.kind == CLIENT);
+            let mut timed = false;
+            if let Some(c) = caller {
+                timed = true;
+                let late = ms_later(s.end_ns, c.end_ns);
+                svc.after_caller.add(late, tolerance_ms, s.trace);
+                if late > tolerance_ms {
+                    *svc.late_for.entry(c.service).or_default() += 1;
+                }
+                if self.edges.len() < MAX_KEYS || self.edges.contains_key(&(c.service, s.service)) {
+                    self.edges.entry((c.service, s.service)).or_default().add(
+                        late,
+                        tolerance_ms,
+                        s.trace,
+                    );
+                }
+            }
+            if let Some(r) = root.filter(|r| r.id != s.id) {
+                timed = true;
+                let svc = self.services.entry(s.service).or_default();
+                svc.after_root
+                    .add(ms_later(s.end_ns, r.end_ns), tolerance_ms, s.trace);
+            }
+            self.timed += u64::from(timed);
+        }
+        if deepest > 0 {
+            self.depth.add(u64::from(deepest));
+        }
+    }
+}
+
+/// How many SERVER spans are on the path from the root to `s`, `s` included.
+fn server_depth(spans: &[Span], index: &HashMap<u64, usize>, s: &Span) -> u32 {
+    let mut depth = 1;
+    let mut parent = s.parent;
+    for _ in 0..spans.len() {
+        let Some(&j) = index.get(&parent) else { break };
+        if spans[j].kind == SERVER {
+            depth += 1;
+        }
+        parent = spans[j].parent;
+        if parent == 0 {
+            break;
+        }
+    }
+    depth
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::audit::analyze::{Accumulated, AnalyzeSettings};
+    use crate::audit::group::Finish;
+    use crate::audit::report::findings::spike;
+    use crate::audit::span::{HopAttrs, Interner, Outcome};
+
+    fn span(names: &mut Interner, trace: u128, kind: u8, dur_ms: u64) -> Span {
+        Span {
+            trace,
+            id: 1,
+            parent: 0,
+            service: names.intern("svc"),
+            name: names.intern("GET /x"),
+            kind,
+            start_ns: 1_000_000_000,
+            end_ns: 1_000_000_000 + dur_ms * 1_000_000,
+            hop: None,
+            std: StdOutcome::Unknown,
+            deadline_header: false,
+            header_ms: None,
+            own_timeout: false,
+        }
+    }
+
+    /// 10 of 40 spans end at their own 300 ms budget: the deadline firing, not a default
+    /// timeout, whether the budget is a hop's `deadline.remaining_ms` or a received header.
+    #[test]
+    fn a_cluster_at_the_hops_own_budget_is_no_spike() {
+        let mut names = Interner::new(100);
+        let mut acc = Accumulated::new(AnalyzeSettings {
+            tolerance_ms: 2,
+            max_hops: 100,
+        });
+        for t in 1..=40u128 {
+            let dur = if t % 4 == 0 { 301 } else { 20 + (t as u64 % 7) };
+            let mut hop = span(&mut names, t, SERVER, dur);
+            hop.hop = Some(HopAttrs {
+                remaining_ms: Some(300),
+                source: Some(names.intern("relative-ms")),
+                margin_ms: None,
+                outcome: Outcome::Completed,
+                required_ms: None,
+                overrun_ms: None,
+            });
+            let mut plain = span(&mut names, t + 1_000, SERVER, dur);
+            plain.header_ms = Some(300);
+            acc.trace(&[hop], Finish::Complete, &names);
+            acc.trace(&[plain], Finish::Complete, &names);
+        }
+        let key = (
+            names.lookup("svc").unwrap(),
+            names.lookup("GET /x").unwrap(),
+        );
+        let h = &acc.hops[&key];
+        assert!(spike(&h.durations, 5).is_some(), "there is a cluster");
+        assert_eq!(spike(&h.spike_durations, 5), None);
+        let t = &acc.timing.spans[&(key.0, key.1, SERVER)];
+        assert_eq!(t.at_budget, 20);
+        assert_eq!(spike(&t.durations, 5), None);
+    }
+}
