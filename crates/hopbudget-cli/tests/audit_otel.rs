@@ -262,3 +262,94 @@ fn duration_spikes_on_client_and_server_spans_say_which_side_timed_out() {
         "the browser's spans end at its own budget: {spikes:?}"
     );
 }
+
+/// Five calls from `web` to `api`, each ending differently by the standard attributes only.
+fn status_traces() -> String {
+    let attr = |k: &str, v: i64| format!(r#"{{"key":"{k}","value":{{"intValue":"{v}"}}}}"#);
+    let server_attrs = [
+        attr("rpc.grpc.status_code", 1),
+        attr("rpc.grpc.status_code", 4),
+        attr("http.response.status_code", 499),
+        attr("http.status_code", 504),
+        attr("http.response.status_code", 503),
+    ];
+    let (mut web, mut api) = (Vec::new(), Vec::new());
+    for (i, a) in server_attrs.iter().enumerate() {
+        let trace = format!("{:032x}", 0xabc0 + i);
+        let events = if i == 0 {
+            r#","status":{"code":2},"events":[{"name":"exception","attributes":[{"key":"exception.type","value":{"stringValue":"TimeoutError"}}]}]"#
+        } else {
+            ""
+        };
+        web.push(format!(
+            r#"{{"traceId":"{trace}","spanId":"{:016x}","name":"GET","kind":3,"startTimeUnixNano":"1000000000","endTimeUnixNano":"1050000000"{events}}}"#,
+            0x100 + i
+        ));
+        api.push(format!(
+            r#"{{"traceId":"{trace}","spanId":"{:016x}","parentSpanId":"{:016x}","name":"GET /a","kind":2,"startTimeUnixNano":"1001000000","endTimeUnixNano":"1049000000","attributes":[{a}]}}"#,
+            0x200 + i,
+            0x100 + i
+        ));
+    }
+    let rs = |svc: &str, spans: &[String]| {
+        format!(
+            r#"{{"resource":{{"attributes":[{{"key":"service.name","value":{{"stringValue":"{svc}"}}}}]}},"scopeSpans":[{{"spans":[{}]}}]}}"#,
+            spans.join(",")
+        )
+    };
+    format!(
+        "{{\"resourceSpans\":[{},{}]}}\n",
+        rs("api", &api),
+        rs("web", &web)
+    )
+}
+
+#[test]
+fn expired_and_cancelled_are_told_apart_by_the_standard_status_attributes() {
+    let r = audit_text(&status_traces());
+    assert_eq!(r.problems_total, 0, "{:?}", r.problem_kinds);
+    let api = r.services.iter().find(|s| s.service == "api").unwrap();
+    let outcomes: Vec<(&str, u64)> = api
+        .server_outcomes
+        .iter()
+        .map(|(k, c)| (k.as_str(), *c))
+        .collect();
+    assert_eq!(
+        outcomes,
+        [("unavailable", 1), ("expired", 2), ("cancelled", 2)]
+    );
+    let f = finding(&r, FindingKind::ExpiredOrCancelled, "api").expect("api outcomes");
+    assert!(
+        f.detail.contains("of its 5 server spans 2 expired")
+            && f.detail.contains("2 cancelled (499 or CANCELLED")
+            && f.detail.contains("1 unavailable (503)"),
+        "{}",
+        f.detail
+    );
+    let web = finding(&r, FindingKind::ExpiredOrCancelled, "web").expect("web outcomes");
+    assert!(
+        web.detail
+            .contains("of its 5 client spans 1 expired (1 on its own timeout"),
+        "{}",
+        web.detail
+    );
+
+    // The Python SDK fixture: the browser and the orchestrator gave up on their own timeouts
+    // (a ReadTimeout exception); the gateway's client spans were answered 504.
+    let r = audit_fixture("plain-otel.jsonl.gz");
+    let orch = finding(&r, FindingKind::ExpiredOrCancelled, "orchestrator").unwrap();
+    assert!(
+        orch.detail.contains("of its 24 server spans 8 expired")
+            && orch.detail.contains("8 expired (8 on its own timeout"),
+        "{}",
+        orch.detail
+    );
+    let gw = finding(&r, FindingKind::ExpiredOrCancelled, "gateway").unwrap();
+    assert!(
+        gw.detail
+            .contains("(0 on its own timeout, a timeout exception: it gave up; 8 answered 504"),
+        "{}",
+        gw.detail
+    );
+    assert!(finding(&r, FindingKind::ExpiredOrCancelled, "inventory").is_none());
+}

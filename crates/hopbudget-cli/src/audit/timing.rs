@@ -63,6 +63,9 @@ pub(crate) struct ServiceTiming {
     /// Server and client spans by their standard outcome ([`StdOutcome`] order).
     pub(crate) server_outcomes: HashMap<StdOutcome, u64>,
     pub(crate) client_outcomes: HashMap<StdOutcome, u64>,
+    /// Client spans that recorded a timeout exception: this service gave up on its own
+    /// timeout.
+    pub(crate) client_gave_up: u64,
     /// The least depth its server spans were seen at (1 is the first server of a request).
     pub(crate) min_depth: Option<u32>,
 }
@@ -176,6 +179,7 @@ impl TimingAcc {
             let svc = self.services.entry(s.service).or_default();
             if s.kind == CLIENT {
                 *svc.client_outcomes.entry(s.std).or_default() += 1;
+                svc.client_gave_up += u64::from(s.own_timeout);
                 continue;
             }
             svc.server_spans += 1;

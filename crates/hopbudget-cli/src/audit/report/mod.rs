@@ -54,6 +54,9 @@ pub enum FindingKind {
     WorkAfterRootEnded,
     /// How many services deep requests went.
     ChainDepth,
+    /// A service's spans ended expired or cancelled by OpenTelemetry's standard status
+    /// attributes (no hopbudget needed).
+    ExpiredOrCancelled,
 }
 
 /// One finding.

@@ -11,7 +11,7 @@ use super::{Finding, FindingKind, Severity};
 use crate::audit::analyze::Histogram;
 use crate::audit::span::{Interner, Sym};
 use crate::audit::status::StdOutcome;
-use crate::audit::timing::{Excess, SpanTiming, TimingAcc};
+use crate::audit::timing::{Excess, ServiceTiming, SpanTiming, TimingAcc};
 
 /// One service's server spans, timed against their callers (ms).
 #[derive(Clone, Debug, Serialize)]
@@ -163,6 +163,7 @@ pub(crate) fn build(
                 example_trace: s.after_root.example.map(|t| format!("{t:032x}")),
             });
         }
+        outcome_finding(findings, &service, s);
         services.push(ServiceRow {
             service,
             depth: s.min_depth,
@@ -224,6 +225,57 @@ pub(crate) fn build(
         edges,
         chain_depth,
     }
+}
+
+/// Expired and cancelled told apart by the standard status attributes
+/// ([`crate::audit::status`]), server and client side.
+fn outcome_finding(findings: &mut Vec<Finding>, service: &str, s: &ServiceTiming) {
+    let n = |m: &HashMap<StdOutcome, u64>, o| m.get(&o).copied().unwrap_or(0);
+    let (se, sc, su) = (
+        n(&s.server_outcomes, StdOutcome::Expired),
+        n(&s.server_outcomes, StdOutcome::Cancelled),
+        n(&s.server_outcomes, StdOutcome::Unavailable),
+    );
+    let (ce, cc) = (
+        n(&s.client_outcomes, StdOutcome::Expired),
+        n(&s.client_outcomes, StdOutcome::Cancelled),
+    );
+    if se + sc + ce + cc == 0 {
+        return;
+    }
+    let clients: u64 = s.client_outcomes.values().sum();
+    let mut parts = Vec::new();
+    if se + sc + su > 0 {
+        parts.push(format!(
+            "of its {} server spans {se} expired (504, DEADLINE_EXCEEDED or a timeout \
+             exception), {sc} cancelled (499 or CANCELLED: the caller went away), {su} \
+             unavailable (503)",
+            s.server_spans
+        ));
+    }
+    if ce + cc > 0 {
+        parts.push(format!(
+            "of its {clients} client spans {ce} expired ({} on its own timeout, a timeout \
+             exception: it gave up; {} answered 504 or DEADLINE_EXCEEDED), {cc} cancelled",
+            s.client_gave_up.min(ce),
+            ce.saturating_sub(s.client_gave_up)
+        ));
+    }
+    findings.push(Finding {
+        kind: FindingKind::ExpiredOrCancelled,
+        severity: Severity::Warning,
+        hop: service.to_owned(),
+        count: se + sc + ce + cc,
+        of: s.server_spans + clients,
+        value_ms: None,
+        related: Vec::new(),
+        below: Vec::new(),
+        detail: format!(
+            "outcomes of {service} by the standard status attributes: {}",
+            parts.join("; ")
+        ),
+        example_trace: None,
+    });
 }
 
 fn spike_finding(
