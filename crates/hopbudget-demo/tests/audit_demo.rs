@@ -104,12 +104,22 @@ fn audit_names_the_forgetful_hop_and_the_reset_below_it_then_finds_nothing_on_cl
     let report: serde_json::Value = serde_json::from_str(&json).unwrap();
     // The library's hop spans record late work (`deadline.overrun_ms`) as it happened: on
     // this loaded machine a timer that fires late lets a handler finish a few ms after its
-    // deadline, and that is a true finding. Nothing else may be found on clean traces.
+    // deadline, and that is a true finding. So are what span timing and the standard status
+    // attributes show of the same load (#36): a few requests expire (504), the spans below
+    // wind down a few ms after the root answered, and the chain is five services deep.
+    // Nothing else (no reset, no spike, no missing deadline) may be found on clean traces.
+    let load = [
+        "late_work",
+        "work_after_root_ended",
+        "work_after_caller_left",
+        "expired_or_cancelled",
+        "chain_depth",
+    ];
     let findings: Vec<&serde_json::Value> = report["findings"]
         .as_array()
         .unwrap()
         .iter()
-        .filter(|f| f["kind"] != "late_work")
+        .filter(|f| !load.iter().any(|k| f["kind"] == *k))
         .collect();
     assert!(findings.is_empty(), "{json}");
     assert_eq!(report["problems_total"], 0, "{json}");
