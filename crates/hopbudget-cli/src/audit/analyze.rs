@@ -209,13 +209,13 @@ impl Accumulated {
 
     /// Audit one finished trace.
     pub(crate) fn trace(&mut self, spans: &[Span], how: Finish, names: &Interner) {
-        self.timing.trace(spans, self.settings.tolerance_ms);
         let kinds = SourceKinds {
             missing: [names.lookup("fallback"), names.lookup("none")],
             detached: names.lookup("detached"),
             epoch: names.lookup("epoch-ms"),
         };
         let index: HashMap<u64, usize> = spans.iter().enumerate().map(|(i, s)| (s.id, i)).collect();
+        self.timing.trace(spans, &index, self.settings.tolerance_ms);
         let links: Vec<Link> = (0..spans.len()).map(|i| link(spans, &index, i)).collect();
         let mut partial = how != Finish::Complete;
         let mut children: Vec<Vec<usize>> = vec![Vec::new(); spans.len()];

@@ -149,19 +149,19 @@ pub(crate) fn lasted_its_budget(spans: &[Span], index: &HashMap<u64, usize>, s: 
 }
 
 impl TimingAcc {
-    /// Time one finished trace.
-    pub(crate) fn trace(&mut self, spans: &[Span], tolerance_ms: i64) {
-        let index: HashMap<u64, usize> = spans.iter().enumerate().map(|(i, s)| (s.id, i)).collect();
+    /// Time one finished trace; `index` maps span ids to their place in `spans`.
+    pub(crate) fn trace(&mut self, spans: &[Span], index: &HashMap<u64, usize>, tolerance_ms: i64) {
         let root = spans.iter().find(|s| s.parent == 0);
         let mut deepest = 0u32;
-        for s in spans {
+        let depths = server_depths(spans, index);
+        for (i, s) in spans.iter().enumerate() {
             if s.kind != SERVER && s.kind != CLIENT {
                 continue;
             }
             if self.spans.len() < MAX_KEYS || self.spans.contains_key(&(s.service, s.name, s.kind))
             {
                 let t = self.spans.entry((s.service, s.name, s.kind)).or_default();
-                if lasted_its_budget(spans, &index, s) {
+                if lasted_its_budget(spans, index, s) {
                     t.at_budget += 1;
                 } else if s.hop.is_none() {
                     // A hop span's spikes are the hop table's (`report::findings`).
@@ -184,7 +184,7 @@ impl TimingAcc {
             }
             svc.server_spans += 1;
             *svc.server_outcomes.entry(s.std).or_default() += 1;
-            let depth = server_depth(spans, &index, s);
+            let depth = depths[i];
             svc.min_depth = Some(svc.min_depth.map_or(depth, |m| m.min(depth)));
             deepest = deepest.max(depth);
             let caller = index
@@ -221,18 +221,30 @@ impl TimingAcc {
     }
 }
 
-/// How many SERVER spans are on the path from the root to `s`, `s` included.
-fn server_depth(spans: &[Span], index: &HashMap<u64, usize>, s: &Span) -> u32 {
-    let mut depth = 1;
-    let mut parent = s.parent;
-    for _ in 0..spans.len() {
-        let Some(&j) = index.get(&parent) else { break };
-        if spans[j].kind == SERVER {
-            depth += 1;
+/// Per span, how many SERVER spans are on the path from the root to it, itself included;
+/// each span's depth is found once (a walk up to the first ancestor already known), so a
+/// trace costs time linear in its spans, however deep. A cycle of parent ids stops the walk.
+fn server_depths(spans: &[Span], index: &HashMap<u64, usize>) -> Vec<u32> {
+    const UNKNOWN: u32 = u32::MAX;
+    let mut depth = vec![UNKNOWN; spans.len()];
+    let mut path = Vec::new();
+    for i in 0..spans.len() {
+        let mut j = i;
+        let mut base = 0;
+        while depth[j] == UNKNOWN {
+            path.push(j);
+            depth[j] = UNKNOWN - 1; // on the path: a cycle ends here
+            match index.get(&spans[j].parent) {
+                Some(&p) if spans[j].parent != 0 => j = p,
+                _ => break,
+            }
         }
-        parent = spans[j].parent;
-        if parent == 0 {
-            break;
+        if depth[j] < UNKNOWN - 1 {
+            base = depth[j];
+        }
+        while let Some(k) = path.pop() {
+            base += u32::from(spans[k].kind == SERVER);
+            depth[k] = base;
         }
     }
     depth
@@ -299,5 +311,30 @@ mod tests {
         let t = &acc.timing.spans[&(key.0, key.1, SERVER)];
         assert_eq!(t.at_budget, 20);
         assert_eq!(spike(&t.durations, 5), None);
+    }
+
+    #[test]
+    fn server_depth_counts_server_spans_on_the_path_and_survives_a_cycle() {
+        let mut names = Interner::new(10);
+        let mk = |names: &mut Interner, id, parent, kind| {
+            let mut s = span(names, 1, kind, 10);
+            s.id = id;
+            s.parent = parent;
+            s
+        };
+        // root client 1 -> server 2 -> client 3 -> server 4 -> internal 5; 6 <-> 7 a cycle.
+        let spans = [
+            mk(&mut names, 5, 4, 1),
+            mk(&mut names, 4, 3, SERVER),
+            mk(&mut names, 3, 2, CLIENT),
+            mk(&mut names, 2, 1, SERVER),
+            mk(&mut names, 1, 0, CLIENT),
+            mk(&mut names, 6, 7, SERVER),
+            mk(&mut names, 7, 6, SERVER),
+        ];
+        let index = spans.iter().enumerate().map(|(i, s)| (s.id, i)).collect();
+        let d = server_depths(&spans, &index);
+        assert_eq!(&d[..5], [2, 2, 1, 1, 0]);
+        assert!(d[5] <= 2 && d[6] <= 2, "{d:?}");
     }
 }
