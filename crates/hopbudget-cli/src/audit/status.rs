@@ -38,6 +38,15 @@ impl StdOutcome {
     }
 }
 
+/// `rpc.grpc.status_code`.
+pub(crate) const GRPC_STATUS: &str = "rpc.grpc.status_code";
+/// `http.response.status_code` (current semantic conventions).
+pub(crate) const HTTP_STATUS: &str = "http.response.status_code";
+/// `http.status_code` (older semantic conventions, still what many SDKs write).
+pub(crate) const HTTP_STATUS_OLD: &str = "http.status_code";
+/// `exception.type`, on a span (it is usually on an `exception` event).
+pub(crate) const EXCEPTION_TYPE: &str = "exception.type";
+
 /// The status signals of one span, gathered while its attributes are read.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Signals {
@@ -59,16 +68,15 @@ pub(crate) fn names_a_timeout(exception_type: &str) -> bool {
 }
 
 impl Signals {
-    /// Note one span attribute; returns whether it was a status attribute.
-    pub(crate) fn attribute(&mut self, key: &str, int: Option<i64>, text: Option<&str>) -> bool {
+    /// Note one span attribute (one of the keys above; others are ignored).
+    pub(crate) fn attribute(&mut self, key: &str, int: Option<i64>, text: Option<&str>) {
         match key {
-            "rpc.grpc.status_code" => self.grpc = int,
-            "http.response.status_code" => self.http = int.or(self.http),
-            "http.status_code" => self.http = self.http.or(int),
-            "exception.type" => self.exception(text.unwrap_or("")),
-            _ => return false,
+            GRPC_STATUS => self.grpc = int,
+            HTTP_STATUS => self.http = int.or(self.http),
+            HTTP_STATUS_OLD => self.http = self.http.or(int),
+            EXCEPTION_TYPE => self.exception(text.unwrap_or("")),
+            _ => {}
         }
-        true
     }
 
     /// Note an `exception` event's `exception.type`.

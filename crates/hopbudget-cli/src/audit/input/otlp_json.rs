@@ -14,7 +14,7 @@ use crate::audit::span::{
     HopAttrs, Interner, Outcome, Span, deadline_header, header_budget_ms, parse_base64_id,
     parse_hex_id,
 };
-use crate::audit::status::Signals;
+use crate::audit::status::{self, Signals};
 use crate::audit::{Problem, Problems};
 
 pub(super) fn decode_line(
@@ -166,10 +166,11 @@ fn convert(
             continue;
         }
         let Some(v) = kv.value.as_ref() else { continue };
-        if signals.attribute(&kv.key, v.as_i64(), v.as_str()) {
-            continue;
-        }
         match kv.key.as_ref() {
+            key @ (status::GRPC_STATUS
+            | status::HTTP_STATUS
+            | status::HTTP_STATUS_OLD
+            | status::EXCEPTION_TYPE) => signals.attribute(key, v.as_i64(), v.as_str()),
             fields::SERVICE => {
                 if let Some(s) = v.as_str() {
                     service = Some(names.intern(s));
