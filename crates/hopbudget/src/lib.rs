@@ -23,6 +23,8 @@
 //!   Envoy) and reading the tightest inbound budget ([C9](crate::contract#c9)).
 //! - [`status`]: terminal statuses and their HTTP/gRPC spelling ([C10](crate::contract#c10)).
 //! - [`retry`]: a `tower::retry` policy that obeys [C6](crate::contract#c6).
+//! - [`hedge`]: hedged calls inside the budget: one more attempt after a delay, only when it
+//!   fits, capped by a token bucket; the first answer wins, the others are cancelled.
 //! - [`queue`]: the queue boundary: stamp a message's deadline, check it before any work,
 //!   dead-letter what expired in the backlog ([C11](crate::contract#c11), [S10](crate::contract#s10)).
 //! - [`Profile`]: the adoption profile, validated at start-up ([C15](crate::contract#c15)).
@@ -96,6 +98,7 @@ pub mod fan_out;
 #[cfg(feature = "grpc")]
 #[cfg_attr(docsrs, doc(cfg(feature = "grpc")))]
 pub mod grpc;
+pub mod hedge;
 pub mod hop;
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
