@@ -235,7 +235,8 @@ async fn the_delay_is_learned_from_the_callee() {
         ..LearnConfig::P50
     };
     let learned = Arc::new(LearnedThreshold::new(ms(10), p95));
-    let l = layer(10, 2).learn(learned.clone());
+    // No throttle: what keeps the 30 ms call below from hedging must be the delay alone.
+    let l = layer(10, 2).learn(learned.clone()).throttle(None);
     for _ in 0..30 {
         let (out, _, _) = call(&l, vec![40], 500).await;
         out.unwrap();
