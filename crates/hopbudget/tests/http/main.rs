@@ -26,6 +26,7 @@ mod client_calls;
 mod early_answer;
 mod early_answer_clients;
 mod edges;
+mod hedge;
 mod profile_reload;
 mod proxy_nginx;
 mod retry;
