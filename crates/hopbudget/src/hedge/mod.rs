@@ -1,4 +1,5 @@
-//! Hedged calls inside the request's budget ("The Tail at Scale"; gRPC's hedging policy, A6).
+//! Hedged calls inside the request's budget (rule [C23](crate::contract#c23); "The Tail at
+//! Scale"; gRPC's hedging policy, A6).
 //!
 //! A call that has not answered after the hedge delay gets one more attempt, sent to the
 //! same service (a balancer below picks another replica), and the first answer wins:
