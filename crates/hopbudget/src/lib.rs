@@ -25,6 +25,8 @@
 //! - [`retry`]: a `tower::retry` policy that obeys [C6](crate::contract#c6).
 //! - [`hedge`]: hedged calls inside the budget: one more attempt after a delay, only when it
 //!   fits, capped by a token bucket; the first answer wins, the others are cancelled.
+//! - [`throttle`]: client-side adaptive throttling (Google SRE) for retries and hedges: no retry
+//!   waves at a callee that refuses much of its traffic.
 //! - [`queue`]: the queue boundary: stamp a message's deadline, check it before any work,
 //!   dead-letter what expired in the backlog ([C11](crate::contract#c11), [S10](crate::contract#s10)).
 //! - [`Profile`]: the adoption profile, validated at start-up ([C15](crate::contract#c15)).
@@ -118,6 +120,7 @@ pub mod redis;
 pub mod retry;
 pub mod status;
 mod task;
+pub mod throttle;
 
 pub use budget::{BudgetId, Deadline, HopPolicy, RequestBudget, Scoped, Source};
 pub use downstream::DownstreamError;

@@ -13,12 +13,14 @@
 //! Guide: *Budgets, carriers and retries*, `docs/guide/concepts.md` in the repository.
 
 use std::future::{Ready, ready};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tower::retry::Policy;
 
 use crate::budget::RequestBudget;
 use crate::error::BudgetError;
+use crate::throttle::AdaptiveThrottle;
 
 /// What one attempt amounted to, for the retry decision.
 ///
@@ -38,6 +40,21 @@ pub enum Attempt {
     Cancelled,
     /// A failure a retry might fix (connection reset, 502, UNAVAILABLE...).
     Retryable,
+}
+
+impl Attempt {
+    /// Whether the callee accepted the attempt, for [`AdaptiveThrottle::record`]: an answer
+    /// was accepted; a refusal, a retryable failure and an expiry (an overloaded callee looks
+    /// like this too) were not; a cancelled attempt says nothing about the callee (`None`).
+    ///
+    /// See the [example](DeadlineRetry#examples).
+    pub fn accepted(self) -> Option<bool> {
+        match self {
+            Attempt::Done => Some(true),
+            Attempt::Refused { .. } | Attempt::Expired | Attempt::Retryable => Some(false),
+            Attempt::Cancelled => None,
+        }
+    }
 }
 
 /// Decides what a result amounted to.
@@ -115,12 +132,19 @@ pub(crate) fn error_attempt(e: &tower::BoxError) -> Attempt {
 /// let policy = policy.with_budget(RequestBudget::local(Duration::from_secs(1), HopPolicy::DEFAULT));
 /// assert!(policy.allows(attempt));
 /// assert!(!policy.allows(Attempt::Expired));
+///
+/// // No retry waves: with an adaptive throttle (one per callee), retries are rejected locally
+/// // as the callee refuses more of the attempts (Google SRE, K = 2).
+/// let throttle = std::sync::Arc::new(hopbudget::throttle::AdaptiveThrottle::new());
+/// let _policy = DeadlineRetry::new(BudgetErrors, 2).with_throttle(throttle);
+/// assert_eq!(attempt.accepted(), Some(false));
 /// ```
 #[derive(Clone, Debug)]
 pub struct DeadlineRetry<C> {
     classify: C,
     retries_left: usize,
     budget: Option<RequestBudget>,
+    throttle: Option<Arc<AdaptiveThrottle>>,
 }
 
 impl<C> DeadlineRetry<C> {
@@ -132,6 +156,7 @@ impl<C> DeadlineRetry<C> {
             classify,
             retries_left: max_retries,
             budget: None,
+            throttle: None,
         }
     }
 
@@ -140,6 +165,15 @@ impl<C> DeadlineRetry<C> {
     /// See the [example](Self#examples).
     pub fn with_budget(mut self, budget: RequestBudget) -> Self {
         self.budget = Some(budget);
+        self
+    }
+
+    /// Count every attempt's outcome in `throttle` and send a retry only when it lets one
+    /// through ([`AdaptiveThrottle::try_send`]): no retry wave at a refusing callee.
+    ///
+    /// See the [example](Self#examples).
+    pub fn with_throttle(mut self, throttle: Arc<AdaptiveThrottle>) -> Self {
+        self.throttle = Some(throttle);
         self
     }
 
@@ -177,7 +211,12 @@ where
 
     fn retry(&mut self, _req: &mut Req, result: &mut Result<Res, E>) -> Option<Self::Future> {
         let attempt = self.classify.classify(result);
-        if self.allows(attempt) {
+        let throttle = self.throttle.as_deref();
+        if let (Some(t), Some(accepted)) = (throttle, attempt.accepted()) {
+            t.record(accepted);
+        }
+        // The budget is checked first: a retry C6 forbids is not a request the throttle saw.
+        if self.allows(attempt) && throttle.is_none_or(AdaptiveThrottle::try_send) {
             self.retries_left -= 1;
             Some(ready(()))
         } else {
@@ -263,6 +302,52 @@ mod tests {
         let ended = budget(1_000);
         ended.cancel();
         assert_eq!(attempts_with(ended, io).await, 1);
+    }
+
+    /// Attempts sent for 300 user calls to a callee at 3x overload: it accepts one attempt
+    /// in three and refuses the others with a requirement any retry would cover.
+    async fn amplification(throttle: Option<Arc<AdaptiveThrottle>>) -> f64 {
+        let sent = Arc::new(AtomicUsize::new(0));
+        let count = sent.clone();
+        let callee = tower::service_fn(move |_req: u32| {
+            let n = count.fetch_add(1, Ordering::SeqCst);
+            async move {
+                if n % 3 == 0 {
+                    Ok(n as u32)
+                } else {
+                    Err::<u32, BoxError>(Box::new(BudgetError::from(Refused::new(
+                        Duration::from_millis(20),
+                        Duration::ZERO,
+                    ))))
+                }
+            }
+        });
+        let mut policy = DeadlineRetry::new(BudgetErrors, 2);
+        if let Some(t) = throttle {
+            policy = policy.with_throttle(t);
+        }
+        let svc = ServiceBuilder::new().retry(policy).service(callee);
+        for _ in 0..300 {
+            let _ = budget(1_000).scope(svc.clone().oneshot(1)).await;
+        }
+        sent.load(Ordering::SeqCst) as f64 / 300.0
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_adaptive_throttle_stops_the_retry_wave() {
+        let without = amplification(None).await;
+        let with = amplification(Some(Arc::new(AdaptiveThrottle::new()))).await;
+        let k1 = AdaptiveThrottle::with(1.0, Duration::from_secs(120));
+        let with_k1 = amplification(Some(Arc::new(k1))).await;
+        eprintln!(
+            "amplification at 3x: {without:.2} without, {with:.2} with K = 2, {with_k1:.2} with K = 1"
+        );
+        // Two retries at a callee that refuses 2 in 3: more than twice the calls are sent.
+        assert!(without > 2.0, "without: {without}");
+        // K = 2 lets through up to twice what the callee accepts; the first attempts are
+        // never throttled (they are the user's calls), so the floor is 1.
+        assert!(with < 1.6, "with: {with}");
+        assert!(with_k1 < with, "K = 1: {with_k1}");
     }
 
     #[tokio::test(start_paused = true)]

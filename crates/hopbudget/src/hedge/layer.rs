@@ -15,6 +15,8 @@ use super::HedgeThrottle;
 use super::race::race;
 use crate::RequestBudget;
 use crate::learned::LearnedThreshold;
+use crate::retry::error_attempt;
+use crate::throttle::AdaptiveThrottle;
 
 /// The response future of [`Hedge`]: boxed, as it owns up to `max_attempts` inner futures.
 ///
@@ -30,7 +32,8 @@ pub struct HedgeStats {
     pub calls: u64,
     /// Extra attempts sent: the load hedging added.
     pub hedges: u64,
-    /// Hedges that were due and fitted the budget but found the token bucket empty.
+    /// Hedges that were due and fitted the budget but were not sent: the token bucket was
+    /// empty, or the adaptive throttle rejected them.
     pub throttled: u64,
     /// Calls answered by a hedge rather than by their first attempt.
     pub hedge_wins: u64,
@@ -51,6 +54,7 @@ pub(super) struct Settings<P> {
     pub(super) max_attempts: usize,
     pub(super) learned: Option<Arc<LearnedThreshold>>,
     pub(super) throttle: Option<Arc<HedgeThrottle>>,
+    pub(super) adaptive: Option<Arc<AdaptiveThrottle>>,
     pub(super) idempotent: P,
     pub(super) counters: Arc<Counters>,
 }
@@ -61,6 +65,26 @@ impl<P> Settings<P> {
         self.learned
             .as_ref()
             .map_or(self.delay, |l| l.threshold().max(self.delay))
+    }
+
+    /// Count one attempt's outcome in the adaptive throttle, if there is one.
+    pub(super) fn record<R>(&self, result: &Result<R, BoxError>) {
+        match result {
+            Ok(_) => self.count(Some(true)),
+            Err(e) => self.record_error(e),
+        }
+    }
+
+    /// Count one failed attempt: a refusal or a failure was not accepted; a cancel says
+    /// nothing about the callee.
+    pub(super) fn record_error(&self, e: &BoxError) {
+        self.count(error_attempt(e).accepted());
+    }
+
+    fn count(&self, accepted: Option<bool>) {
+        if let (Some(t), Some(accepted)) = (&self.adaptive, accepted) {
+            t.record(accepted);
+        }
     }
 }
 
@@ -82,6 +106,7 @@ pub struct HedgeLayer<P> {
     max_attempts: usize,
     learned: Option<Arc<LearnedThreshold>>,
     throttle: Option<Arc<HedgeThrottle>>,
+    adaptive: Option<Arc<AdaptiveThrottle>>,
     idempotent: P,
     counters: Arc<Counters>,
 }
@@ -109,6 +134,7 @@ impl<P> HedgeLayer<P> {
             max_attempts: max_attempts.max(1),
             learned: None,
             throttle: Some(Arc::new(HedgeThrottle::new(10, 0.05))),
+            adaptive: None,
             idempotent,
             counters: Arc::default(),
         }
@@ -144,6 +170,16 @@ impl<P> HedgeLayer<P> {
         self
     }
 
+    /// Count every attempt's outcome in `throttle` (one per callee, shared with the retry
+    /// policy's) and send a hedge only when it lets one through: a callee that refuses much of
+    /// its traffic gets no extra attempts. A loser, cancelled, is not counted at all.
+    ///
+    /// See the [module example](super#examples).
+    pub fn adaptive(mut self, throttle: Arc<AdaptiveThrottle>) -> Self {
+        self.adaptive = Some(throttle);
+        self
+    }
+
     /// What this layer's services have done so far.
     ///
     /// See the [module example](super#examples).
@@ -170,6 +206,7 @@ impl<S, P: Clone> Layer<S> for HedgeLayer<P> {
                 max_attempts: self.max_attempts,
                 learned: self.learned.clone(),
                 throttle: self.throttle.clone(),
+                adaptive: self.adaptive.clone(),
                 idempotent: self.idempotent.clone(),
                 counters: self.counters.clone(),
             }),
@@ -237,7 +274,12 @@ where
             }
             _ => {
                 let fut = ready.call(req);
-                Box::pin(async move { fut.await.map_err(Into::into) })
+                let settings = settings.clone();
+                Box::pin(async move {
+                    let result = fut.await.map_err(Into::into);
+                    settings.record(&result);
+                    result
+                })
             }
         }
     }

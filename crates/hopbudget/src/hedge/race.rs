@@ -111,6 +111,8 @@ where
                     Poll::Pending => i += 1,
                     Poll::Ready(Ok(res)) => {
                         let won = attempts.swap_remove(i);
+                        let res = Ok(res);
+                        settings.record(&res);
                         if won.hedge {
                             settings.counters.hedge_wins.fetch_add(1, Ordering::Relaxed);
                         }
@@ -123,9 +125,10 @@ where
                         for lost in attempts.drain(..) {
                             lost.budget.cancel();
                         }
-                        return Poll::Ready(Ok(res));
+                        return Poll::Ready(res);
                     }
                     Poll::Ready(Err(e)) => {
+                        settings.record_error(&e);
                         if ends_budget(&e) {
                             return Poll::Ready(Err(e));
                         }
@@ -142,6 +145,13 @@ where
             timer = None;
             if attempts.is_empty() || !fits(&budget) {
                 break;
+            }
+            if let Some(t) = &settings.adaptive {
+                if !t.try_send() {
+                    // The callee refuses much of its traffic: no extra attempt (no wave).
+                    settings.counters.throttled.fetch_add(1, Ordering::Relaxed);
+                    break;
+                }
             }
             if let Some(t) = &settings.throttle {
                 if !t.try_hedge() {

@@ -248,3 +248,64 @@ async fn the_delay_is_learned_from_the_callee() {
     assert_eq!((out.unwrap(), seen.len()), (0, 1));
     assert_eq!(l.stats().hedges, before);
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_adaptive_throttle_holds_hedges_back_from_a_refusing_callee() {
+    use crate::Refused;
+    use crate::throttle::AdaptiveThrottle;
+    // The first 50 calls are refused at once; the next ones are slow (a hedge would be due).
+    let callee = || {
+        let calls = Arc::new(Mutex::new(0u32));
+        tower::service_fn(move |_req: u32| {
+            let n = {
+                let mut c = calls.lock().unwrap();
+                *c += 1;
+                *c
+            };
+            async move {
+                if n <= 50 {
+                    return Err::<u32, BoxError>(Box::new(BudgetError::from(Refused::new(
+                        ms(20),
+                        Duration::ZERO,
+                    ))));
+                }
+                tokio::time::sleep(ms(200)).await;
+                Ok(n)
+            }
+        })
+    };
+    for adaptive in [false, true] {
+        let throttle = Arc::new(AdaptiveThrottle::new());
+        let mut l = layer(50, 2).throttle(None);
+        if adaptive {
+            l = l.adaptive(throttle.clone());
+        }
+        let svc = l.layer(callee());
+        for _ in 0..60 {
+            let _ = budget(1_000).scope(svc.clone().oneshot(7)).await;
+        }
+        let stats = l.stats();
+        if adaptive {
+            // p starts at 50/51 and falls as the slow calls are accepted: 8 of 10 held back.
+            assert_eq!((stats.hedges, stats.throttled), (2, 8), "{stats:?}");
+        } else {
+            assert_eq!((stats.hedges, stats.throttled), (10, 0));
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cancelled_loser_is_not_counted_by_the_adaptive_throttle() {
+    use crate::throttle::AdaptiveThrottle;
+    let throttle = Arc::new(AdaptiveThrottle::new());
+    let l = layer(50, 2).throttle(None).adaptive(throttle.clone());
+    for _ in 0..20 {
+        let (out, _, seen) = call(&l, vec![1_000, 20], 500).await;
+        assert_eq!((out.unwrap(), seen.len()), (1, 2));
+    }
+    assert_eq!(
+        throttle.counts(),
+        (20, 20),
+        "20 winners accepted; the 20 losers counted nowhere"
+    );
+}
