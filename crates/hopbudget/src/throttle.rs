@@ -119,7 +119,7 @@ impl AdaptiveThrottle {
     /// See the [example](Self#examples).
     pub fn try_send(&self) -> bool {
         let mut state = self.lock();
-        let p = self.probability(&mut state);
+        let p = self.probability(&state);
         state.credit += p;
         if state.credit >= 1.0 {
             state.credit -= 1.0;
@@ -133,8 +133,8 @@ impl AdaptiveThrottle {
     ///
     /// See the [example](Self#examples).
     pub fn reject_probability(&self) -> f64 {
-        let mut state = self.lock();
-        self.probability(&mut state)
+        let state = self.lock();
+        self.probability(&state)
     }
 
     /// The attempts counted in the window now, and how many of them the callee accepted.

@@ -16,6 +16,9 @@
 //!   cancelled and their futures dropped: hyper resets their streams, a hopbudget server reads
 //!   that as its caller going away ([C5](crate::contract#c5)) and records `cancelled`, and no
 //!   layer here counts a loser as a failure or a refusal.
+//! - **No extra load on a refusing callee.** With [`HedgeLayer::adaptive`] an
+//!   [`AdaptiveThrottle`](crate::throttle::AdaptiveThrottle) (shared with the retry policy)
+//!   counts every attempt's outcome and holds hedges back as the callee refuses more.
 //! - **Idempotent requests only**, as the predicate given to the layer says
 //!   ([`idempotent_method`] for HTTP methods; a match on the path for a route).
 //!
