@@ -18,6 +18,7 @@ mod cancel;
 mod chain;
 mod client_calls;
 mod expiry;
+mod hedge;
 mod peer_grpcgo;
 mod peer_grpcio;
 mod peer_grpcjs;
