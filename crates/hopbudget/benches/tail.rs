@@ -53,8 +53,14 @@ struct Run {
     stats: Option<HedgeStats>,
 }
 
-async fn run(hedge: Option<HedgeLayer<fn(&u64) -> bool>>) -> Run {
-    let attempts: Arc<Mutex<HashMap<u64, u32>>> = Arc::default();
+/// Which requests may be hedged: every call here.
+type Every = fn(&u64) -> bool;
+
+/// Attempts made so far, per call.
+type Attempts = Arc<Mutex<HashMap<u64, u32>>>;
+
+async fn run(hedge: Option<HedgeLayer<Every>>) -> Run {
+    let attempts: Attempts = Arc::default();
     let seen = attempts.clone();
     let callee = tower::service_fn(move |call: u64| {
         let attempt = {
@@ -68,10 +74,10 @@ async fn run(hedge: Option<HedgeLayer<fn(&u64) -> bool>>) -> Run {
             Ok::<_, tower::BoxError>(())
         }
     });
-    let svc = tower::util::BoxCloneSyncService::new(match &hedge {
+    let svc = match &hedge {
         Some(layer) => tower::util::BoxCloneSyncService::new(layer.layer(callee)),
-        None => tower::util::BoxCloneSyncService::new(callee.map_err(|e| e)),
-    });
+        None => tower::util::BoxCloneSyncService::new(callee),
+    };
     let start = Instant::now();
     let mut at = Duration::ZERO;
     let mut tasks = Vec::with_capacity(CALLS as usize);
@@ -95,7 +101,12 @@ async fn run(hedge: Option<HedgeLayer<fn(&u64) -> bool>>) -> Run {
         answered += u64::from(ok);
     }
     latencies.sort();
-    let attempts = attempts.lock().unwrap().values().map(|&n| u64::from(n)).sum();
+    let attempts = attempts
+        .lock()
+        .unwrap()
+        .values()
+        .map(|&n| u64::from(n))
+        .sum();
     Run {
         latencies,
         attempts,
@@ -122,7 +133,10 @@ fn print(name: &str, r: &Run) {
         100.0 * r.answered as f64 / CALLS as f64,
         r.attempts as f64 / CALLS as f64,
         r.stats
-            .map(|s| format!("  (hedges {}, throttled {}, won {})", s.hedges, s.throttled, s.hedge_wins))
+            .map(|s| format!(
+                "  (hedges {}, throttled {}, won {})",
+                s.hedges, s.throttled, s.hedge_wins
+            ))
             .unwrap_or_default(),
     );
 }
@@ -134,7 +148,7 @@ fn main() {
         .build()
         .unwrap();
     rt.block_on(async {
-        let every: fn(&u64) -> bool = |_| true;
+        let every: Every = |_| true;
         let plain = run(None).await;
         print("no hedging", &plain);
         for delay in [8, 10, 15] {
