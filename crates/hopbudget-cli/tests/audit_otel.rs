@@ -353,3 +353,138 @@ fn expired_and_cancelled_are_told_apart_by_the_standard_status_attributes() {
     );
     assert!(finding(&r, FindingKind::ExpiredOrCancelled, "inventory").is_none());
 }
+
+/// The gateway received about 800 ms (the browser's `x-request-timeout-ms`) and sent the
+/// orchestrator 5000 on every call: a reset, named with how much it added. The orchestrator
+/// received 5000 and sent 2000, less than it had left: no reset.
+#[test]
+fn a_service_that_sends_more_than_it_received_is_named_from_captured_headers() {
+    let r = audit_fixture("plain-otel.jsonl.gz");
+    let gw = finding(&r, FindingKind::BudgetResetByHeader, "gateway").expect("gateway reset");
+    assert_eq!(gw.severity, audit::Severity::Error);
+    assert_eq!((gw.count, gw.of), (24, 24), "{}", gw.detail);
+    assert_eq!(gw.related, ["orchestrator"]);
+    // 5000 sent against at most 800 left: about 4200 added.
+    assert!(
+        (4_150..=4_300).contains(&gw.value_ms.unwrap()),
+        "{}",
+        gw.detail
+    );
+    assert!(
+        gw.detail
+            .contains("(received median 800 ms, sent median 5000 ms)")
+            && gw.detail.contains("it added median 42"),
+        "{}",
+        gw.detail
+    );
+    assert!(gw.example_trace.is_some());
+    assert!(
+        finding(&r, FindingKind::BudgetResetByHeader, "orchestrator").is_none(),
+        "the orchestrator sent 2000 of the 5000 it received: not a reset"
+    );
+    assert!(
+        !r.findings
+            .iter()
+            .any(|f| f.kind == FindingKind::DeadlineDroppedByHeader),
+        "every call in the fixture forwards a header"
+    );
+    assert_eq!(r.exit_status(), 1);
+    let table = audit::render::table(&r);
+    assert!(
+        table.contains(
+            "ERROR budget reset by header: gateway sent orchestrator a deadline header with more \
+             than it had left in 24 of 24 calls"
+        ),
+        "{table}"
+    );
+    let path = fixture("plain-otel.jsonl.gz");
+    let (status, json) = binary(&["audit", "--json", path.to_str().unwrap()], b"");
+    assert_eq!(status, Some(1), "{json}");
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let f = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["kind"] == "budget_reset_by_header")
+        .expect("in --json");
+    assert_eq!(f["hop"], "gateway");
+    assert_eq!(f["related"][0], "orchestrator");
+    assert_eq!(f["count"], 24);
+}
+
+/// Both spellings of a header name, `grpc-timeout` units, and a drop: `edge` received
+/// `grpc-timeout: 500m`, forwarded 300 ms to `db` (less than it had: fine) and sent nothing
+/// to `cache`.
+#[test]
+fn a_service_that_received_a_deadline_and_sent_none_dropped_it() {
+    let attr = |k: &str, v: &str| {
+        format!(
+            r#"{{"key":"{k}","value":{{"arrayValue":{{"values":[{{"stringValue":"{v}"}}]}}}}}}"#
+        )
+    };
+    let span = |id: u8, parent: u8, name: &str, kind: u8, start_ms: u64, attrs: &[String]| {
+        let parent = if parent == 0 {
+            String::new()
+        } else {
+            format!(r#""parentSpanId":"00000000000000{parent:02x}","#)
+        };
+        format!(
+            r#"{{"traceId":"000000000000000000000000000000aa","spanId":"00000000000000{id:02x}",{parent}"name":"{name}","kind":{kind},"startTimeUnixNano":"{}","endTimeUnixNano":"{}","attributes":[{}]}}"#,
+            1_000_000_000 + start_ms * 1_000_000,
+            1_000_000_000 + (start_ms + 20) * 1_000_000,
+            attrs.join(",")
+        )
+    };
+    let rs = |service: &str, spans: &[String]| {
+        format!(
+            r#"{{"resource":{{"attributes":[{{"key":"service.name","value":{{"stringValue":"{service}"}}}}]}},"scopeSpans":[{{"spans":[{}]}}]}}"#,
+            spans.join(",")
+        )
+    };
+    let edge = [
+        span(
+            1,
+            0,
+            "GET /",
+            2,
+            0,
+            &[attr("http.request.header.grpc-timeout", "500m")],
+        ),
+        span(
+            2,
+            1,
+            "GET db",
+            3,
+            10,
+            &[attr("http.request.header.x-request-timeout-ms", "300")],
+        ),
+        span(4, 1, "GET cache", 3, 40, &[]),
+    ];
+    let db = [span(
+        3,
+        2,
+        "GET /q",
+        2,
+        11,
+        &[attr("http.request.header.x_request_timeout_ms", "300")],
+    )];
+    let cache = [span(5, 4, "GET /c", 2, 41, &[])];
+    let text = format!(
+        "{{\"resourceSpans\":[{},{},{}]}}\n",
+        rs("edge", &edge),
+        rs("db", &db),
+        rs("cache", &cache)
+    );
+    let r = audit_text(&text);
+    assert_eq!(r.problems_total, 0, "{:?}", r.problem_kinds);
+    assert!(finding(&r, FindingKind::BudgetResetByHeader, "edge").is_none());
+    let f = finding(&r, FindingKind::DeadlineDroppedByHeader, "edge").expect("a drop");
+    assert_eq!((f.count, f.of), (1, 1), "{}", f.detail);
+    assert_eq!(f.related, ["cache"]);
+    assert!(
+        f.detail
+            .contains("edge received a deadline header but sent none to cache in 1 of 1 calls"),
+        "{}",
+        f.detail
+    );
+}

@@ -10,6 +10,7 @@
 use std::collections::HashMap;
 
 use super::group::Finish;
+use super::header_reset::HeaderResetAcc;
 use super::span::{Interner, Outcome, Span, Sym};
 use super::timing::{TimingAcc, lasted_its_budget};
 
@@ -152,6 +153,8 @@ pub(crate) struct Accumulated {
     pub(crate) detached_edges: u64,
     /// What span timing alone shows ([`TimingAcc`]).
     pub(crate) timing: TimingAcc,
+    /// Resets and drops read from captured deadline headers ([`HeaderResetAcc`]).
+    pub(crate) header_resets: HeaderResetAcc,
 }
 
 const MAX_DEPTH: usize = 64;
@@ -194,6 +197,7 @@ impl Accumulated {
             header_spans: 0,
             detached_edges: 0,
             timing: TimingAcc::default(),
+            header_resets: HeaderResetAcc::default(),
         }
     }
 
@@ -216,6 +220,8 @@ impl Accumulated {
         };
         let index: HashMap<u64, usize> = spans.iter().enumerate().map(|(i, s)| (s.id, i)).collect();
         self.timing.trace(spans, &index, self.settings.tolerance_ms);
+        self.header_resets
+            .trace(spans, &index, self.settings.tolerance_ms);
         let links: Vec<Link> = (0..spans.len()).map(|i| link(spans, &index, i)).collect();
         let mut partial = how != Finish::Complete;
         let mut children: Vec<Vec<usize>> = vec![Vec::new(); spans.len()];

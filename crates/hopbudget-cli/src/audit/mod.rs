@@ -11,9 +11,11 @@
 //! carriers, the clock offset between services (S3). On plain OpenTelemetry spans it finds,
 //! from span kinds, parent ids and timing alone ([`timing`]), server work that went on after
 //! its caller or the request had ended, duration spikes on client and server spans and the
-//! chain depth; and reads outcomes from the standard status attributes ([`status`]).
+//! chain depth; and reads outcomes from the standard status attributes ([`status`]) and
+//! budget resets and drops from the deadline headers instrumentation captured
+//! ([`header_reset`]).
 //! Output is a table, JSON or an HTML page
-//! ([`render`]). The exit status is 1 when a chain break is found (so it can gate CI), 4 when
+//! ([`render`]). The exit status is 1 when a chain break is found (from hop attributes or deadline headers) (so it can gate CI), 4 when
 //! there was nothing to judge (no spans, or none with anything to judge: the report says
 //! why), 3 when no chain break was found but some input could not be read, 2 on a usage
 //! error, else 0.
@@ -33,6 +35,7 @@ pub mod analyze;
 pub mod command;
 pub mod generate;
 pub mod group;
+pub mod header_reset;
 pub mod input;
 pub mod render;
 pub mod report;

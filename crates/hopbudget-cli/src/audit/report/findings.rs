@@ -102,6 +102,7 @@ pub(crate) fn build(i: Inputs<'_>) -> Report {
         .collect();
     over_shrunk(&mut findings, acc, names, &depths, rules);
     let timing = super::timing::build(&mut findings, &acc.timing, names, rules);
+    crate::audit::header_reset::build(&mut findings, &acc.header_resets, names);
     for ((from, to), o) in &acc.offsets {
         let Some(min) = o.min else { continue };
         let services = format!("{} -> {}", names.name(*from), names.name(*to));

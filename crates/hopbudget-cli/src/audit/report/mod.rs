@@ -57,6 +57,11 @@ pub enum FindingKind {
     /// A service's spans ended expired or cancelled by OpenTelemetry's standard status
     /// attributes (no hopbudget needed).
     ExpiredOrCancelled,
+    /// A service sent a deadline header with more budget than it had left of the one it
+    /// received (from captured `http.request.header.*`, no hopbudget needed): a reset.
+    BudgetResetByHeader,
+    /// A service received a deadline header and sent none on a call.
+    DeadlineDroppedByHeader,
 }
 
 /// One finding.
@@ -197,11 +202,17 @@ pub struct Report {
 }
 
 impl Report {
-    /// How many chain-break findings.
+    /// How many chain-break findings: resets seen in hop attributes or in captured deadline
+    /// headers.
     pub fn chain_breaks(&self) -> usize {
         self.findings
             .iter()
-            .filter(|f| f.kind == FindingKind::ChainBreak)
+            .filter(|f| {
+                matches!(
+                    f.kind,
+                    FindingKind::ChainBreak | FindingKind::BudgetResetByHeader
+                )
+            })
             .count()
     }
 
