@@ -1,5 +1,5 @@
 //! Budget resets and drops read from the deadline headers OpenTelemetry instrumentation
-//! already captured (`http.request.header.*`, see [`super::span::deadline_header`]), on
+//! already captured (`http.request.header.*`, read by `span::deadline_header`), on
 //! spans that carry nothing of hopbudget's.
 //!
 //! Within each trace, a service's SERVER span holds the budget it received; each CLIENT span
