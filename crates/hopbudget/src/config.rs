@@ -2,12 +2,13 @@
 //! file, the field (as a path, `status.http.expired`, `routes[2].path`) and the reason.
 //!
 //! The adoption profile reports its problems as a [`ConfigError`]; so can anything else that is
-//! configured from YAML (the demo's topology files build one with
-//! [`ConfigError::one`] and [`Issue::new`]). Parsing goes through a generic tree first so that a structural
-//! error (an unknown field, a wrong type) can name the field path it is at; semantic checks
-//! then add every further problem they find.
+//! configured from YAML: [`read_file`] and [`parse_yaml`] read any `serde` type the way the
+//! profile is read (the demo's topology files use them), and [`ConfigError::one`] and
+//! [`Issue::new`] add the problems a semantic check finds. Parsing goes through a generic tree
+//! first so that a structural error (an unknown field, a wrong type) can name the field path it
+//! is at.
 //!
-//! See the example on [`ConfigError`].
+//! See the examples on [`ConfigError`] and [`parse_yaml`].
 //!
 //! Guide: *The adoption profile*, `docs/guide/profile.md` in the repository.
 
@@ -107,8 +108,19 @@ impl fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
-/// Read a configuration file's text; a file that cannot be read is a `(file)` problem.
-pub(crate) fn read_file(kind: &'static str, path: &Path) -> Result<String, ConfigError> {
+/// Read a configuration file's text; a file that cannot be read is a `(file)` problem of a
+/// [`ConfigError`] of this `kind`, naming the file and the reason.
+///
+/// # Examples
+///
+/// ```
+/// use std::path::Path;
+///
+/// let err = hopbudget::config::read_file("topology", Path::new("/nonexistent/demo.yaml")).unwrap_err();
+/// assert_eq!((err.kind, err.issues[0].field.as_str()), ("topology", "(file)"));
+/// assert!(err.issues[0].reason.starts_with("cannot read: "));
+/// ```
+pub fn read_file(kind: &'static str, path: &Path) -> Result<String, ConfigError> {
     std::fs::read_to_string(path).map_err(|e| {
         ConfigError::one(
             kind,
@@ -118,9 +130,33 @@ pub(crate) fn read_file(kind: &'static str, path: &Path) -> Result<String, Confi
     })
 }
 
-/// Parse YAML text into `T`. Empty text (or only comments) parses as an empty mapping, so a
+/// Parse YAML text into `T`, every problem a [`ConfigError`] of this `kind` naming `origin`,
+/// the field path and the reason: `(yaml)` for text that is not YAML, `(top level)` for a
+/// document of the wrong shape. Empty text (or only comments) parses as an empty mapping, so a
 /// type whose fields all have defaults accepts it.
-pub(crate) fn parse_yaml<T: DeserializeOwned>(
+///
+/// The wording of these errors is for people; match on [`Issue::field`], not on the text.
+///
+/// # Examples
+///
+/// ```
+/// use std::path::Path;
+/// use hopbudget::config::parse_yaml;
+///
+/// #[derive(Debug, serde::Deserialize)]
+/// #[serde(deny_unknown_fields)]
+/// struct Service {
+///     port: u16,
+/// }
+///
+/// let ok: Service = parse_yaml("service", "port: 8080\n", Path::new("svc.yaml")).unwrap();
+/// assert_eq!(ok.port, 8080);
+///
+/// let err = parse_yaml::<Service>("service", "port: many\n", Path::new("svc.yaml")).unwrap_err();
+/// assert_eq!(err.issues[0].field, "port");
+/// assert!(err.to_string().starts_with("invalid service svc.yaml: 1 problem"));
+/// ```
+pub fn parse_yaml<T: DeserializeOwned>(
     kind: &'static str,
     text: &str,
     origin: &Path,

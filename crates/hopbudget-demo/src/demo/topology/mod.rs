@@ -7,11 +7,11 @@
 //! field; [`Topology::builtin`] is that file, compiled in.
 //!
 //! The file's sections are in `spec.rs` (re-exported here), what a whole file must satisfy in
-//! `check.rs`, and in `yaml.rs` how the text becomes a tree with the path of every error.
+//! `check.rs`; the text becomes a tree with the path of every error through
+//! `hopbudget::config::parse_yaml`, as the adoption profile does.
 
 mod check;
 mod spec;
-mod yaml;
 
 use std::path::Path;
 
@@ -53,13 +53,13 @@ impl Topology {
     /// Load and check a topology file.
     pub fn load(path: impl AsRef<Path>) -> Result<Self, TopologyError> {
         let path = path.as_ref();
-        Self::from_yaml(&yaml::read_file(KIND, path)?, path)
+        Self::from_yaml(&hopbudget::config::read_file(KIND, path)?, path)
     }
 
     /// Parse and check topology text; `origin` names it in errors.
     pub fn from_yaml(text: &str, origin: impl AsRef<Path>) -> Result<Self, TopologyError> {
         let origin = origin.as_ref();
-        let topo: Topology = yaml::parse_yaml(KIND, text, origin)?;
+        let topo: Topology = hopbudget::config::parse_yaml(KIND, text, origin)?;
         topo.checked().map_err(|issues| TopologyError {
             kind: KIND,
             origin: origin.to_path_buf(),
