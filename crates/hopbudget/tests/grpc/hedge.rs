@@ -6,20 +6,17 @@
 //! ended (the loser's stream was reset: CANCELLED, never an error or an expiry).
 #![cfg(feature = "grpc")]
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hopbudget::grpc::client::{GrpcClientLayer, ReplayBody, ReplayLayer, into_tonic};
 use hopbudget::hedge::{HedgeLayer, HedgeStats};
-use hopbudget::{EndCause, Profile, RequestBudget};
+use hopbudget::{Profile, RequestBudget};
 use hopbudget_testkit::pb::hop_client::HopClient;
 use hopbudget_testkit::pb::{CallReply, CallRequest};
 use tower::ServiceBuilder;
 
 use crate::grpc_support::{WatchStream, budget};
-
-/// Per attempt, in arrival order: the budget it arrived with, and how that budget ended.
-type Attempts = Arc<Mutex<Vec<(Duration, Option<EndCause>)>>>;
+use crate::hedge_support::Attempts;
 
 struct TailOnce {
     seen: Attempts,
@@ -39,18 +36,7 @@ impl hopbudget_testkit::pb::hop_server::Hop for TailOnce {
         _: tonic::Request<CallRequest>,
     ) -> Result<tonic::Response<CallReply>, tonic::Status> {
         let budget = RequestBudget::current().expect("the server layer's budget");
-        let n = {
-            let mut seen = self.seen.lock().unwrap();
-            seen.push((budget.at_arrival(), None));
-            seen.len() - 1
-        };
-        let record = self.seen.clone();
-        let watch = budget.clone();
-        tokio::spawn(async move {
-            let cause = watch.done().await;
-            record.lock().unwrap()[n].1 = Some(cause);
-        });
-        if n == 0 {
+        if self.seen.arrived(&budget) == 0 {
             // The tail: far beyond the caller's budget.
             tokio::time::sleep(Duration::from_secs(30)).await;
         }
@@ -102,26 +88,7 @@ async fn a_hedged_grpc_call_answers_and_the_loser_arrives_cancelled() {
         }
     );
 
-    let mut loser = None;
-    for _ in 0..200 {
-        loser = seen.lock().unwrap()[0].1;
-        if loser.is_some() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    assert_eq!(
-        loser,
-        Some(EndCause::Cancelled),
-        "the loser arrives cancelled"
-    );
-    let seen = seen.lock().unwrap().clone();
-    assert_eq!(seen.len(), 2);
-    let (first, hedged) = (seen[0].0, seen[1].0);
-    // The same budget, shrunk by at least the 100 ms delay; a fresh one would be ~2 s again.
-    assert!(
-        hedged + Duration::from_millis(90) < first,
-        "first arrived with {first:?}, the hedge with {hedged:?}"
-    );
-    assert!(first < Duration::from_secs(2) && !hedged.is_zero());
+    // The loser's stream was reset: CANCELLED at the server (C5); the hedge carried the same
+    // budget, shrunk (C23).
+    seen.assert_hedged_once_and_the_loser_cancelled().await;
 }

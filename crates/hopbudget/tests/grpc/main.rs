@@ -13,6 +13,9 @@ mod go_support;
 #[cfg(feature = "grpc")]
 #[path = "../support/grpc/mod.rs"]
 mod grpc_support;
+#[cfg(feature = "grpc")]
+#[path = "../support/hedge.rs"]
+mod hedge_support;
 
 mod cancel;
 mod chain;

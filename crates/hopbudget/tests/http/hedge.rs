@@ -7,7 +7,6 @@
 //! never as an error or an expiry).
 #![cfg(feature = "axum")]
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
@@ -17,28 +16,15 @@ use bytes::Bytes;
 use hopbudget::hedge::{HedgeLayer, HedgeStats, idempotent_method};
 use hopbudget::http::client::ClientBudgetLayer;
 use hopbudget::http::server::ServerBudgetLayer;
-use hopbudget::{EndCause, Profile, RequestBudget};
+use hopbudget::{Profile, RequestBudget};
 use http_body_util::Full;
 use hyper_util::client::legacy::Client;
 use tower::{ServiceBuilder, ServiceExt};
 
-/// Per attempt, in arrival order: the budget it arrived with, and how that budget ended.
-type Attempts = Arc<Mutex<Vec<(Duration, Option<EndCause>)>>>;
+use crate::hedge_support::Attempts;
 
 async fn tail(State(seen): State<Attempts>, budget: RequestBudget) -> &'static str {
-    let n = {
-        let mut seen = seen.lock().unwrap();
-        seen.push((budget.at_arrival(), None));
-        seen.len() - 1
-    };
-    // Record how this attempt's budget ends, whoever ends it.
-    let watch = budget.clone();
-    let record = seen.clone();
-    tokio::spawn(async move {
-        let cause = watch.done().await;
-        record.lock().unwrap()[n].1 = Some(cause);
-    });
-    if n == 0 {
+    if seen.arrived(&budget) == 0 {
         // The tail: far beyond the caller's budget.
         tokio::time::sleep(Duration::from_secs(30)).await;
     }
@@ -91,27 +77,6 @@ async fn the_hedge_answers_and_the_loser_arrives_cancelled() {
     );
 
     // The loser's stream was reset: its server-side budget ends as cancelled (C5), soon, not
-    // at its deadline.
-    let mut loser = None;
-    for _ in 0..200 {
-        loser = seen.lock().unwrap()[0].1;
-        if loser.is_some() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    assert_eq!(
-        loser,
-        Some(EndCause::Cancelled),
-        "the loser arrives cancelled"
-    );
-    let seen = seen.lock().unwrap().clone();
-    assert_eq!(seen.len(), 2);
-    let (first, hedged) = (seen[0].0, seen[1].0);
-    // The same budget, shrunk by at least the 100 ms delay; a fresh one would be ~2 s again.
-    assert!(
-        hedged + Duration::from_millis(90) < first,
-        "first arrived with {first:?}, the hedge with {hedged:?}"
-    );
-    assert!(first < Duration::from_secs(2) && !hedged.is_zero());
+    // at its deadline; the hedge carried the same budget, shrunk (C23).
+    seen.assert_hedged_once_and_the_loser_cancelled().await;
 }

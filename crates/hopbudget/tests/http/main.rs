@@ -16,6 +16,9 @@ mod go_support;
 #[path = "../support/grpc/mod.rs"]
 mod grpc_support;
 #[cfg(feature = "axum")]
+#[path = "../support/hedge.rs"]
+mod hedge_support;
+#[cfg(feature = "axum")]
 #[path = "../support/http.rs"]
 mod http_support;
 
