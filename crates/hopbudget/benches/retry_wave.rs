@@ -1,5 +1,6 @@
 //! No retry waves (issue #38, item 4): a callee at 3x overload, its clients retrying with
-//! `DeadlineRetry`, with and without an `AdaptiveThrottle`, on tokio's paused clock.
+//! `DeadlineRetry`, with no throttle, with an `AdaptiveThrottle` on the retries only, and with
+//! one on every call (`ThrottleLayer` below the retry), on tokio's paused clock.
 //!
 //! The callee has 4 slots and takes 20 ms a call (200 calls/s) and refuses at once, stating
 //! its 20 ms requirement, when every slot is busy. Calls arrive as a Poisson process at 600/s
@@ -17,7 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use hopbudget::retry::{BudgetErrors, DeadlineRetry};
-use hopbudget::throttle::AdaptiveThrottle;
+use hopbudget::throttle::{AdaptiveThrottle, ThrottleLayer};
 use hopbudget::{BudgetError, HopPolicy, Refused, RequestBudget};
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
@@ -41,7 +42,15 @@ struct Counts {
     accepted: AtomicU64,
 }
 
-async fn run(throttle: Option<Arc<AdaptiveThrottle>>) -> (u64, u64, u64, u64) {
+/// Where the throttle counts and rejects: nowhere, in the retry policy (retries only), or in a
+/// `ThrottleLayer` below the retry (every attempt, the user's first ones included).
+enum Throttling {
+    None,
+    Retries(Arc<AdaptiveThrottle>),
+    EveryCall(Arc<AdaptiveThrottle>),
+}
+
+async fn run(throttling: Throttling) -> (u64, u64, u64, u64) {
     let slots = Arc::new(Semaphore::new(4));
     let counts = Arc::new(Counts::default());
     let seen = counts.clone();
@@ -59,11 +68,16 @@ async fn run(throttle: Option<Arc<AdaptiveThrottle>>) -> (u64, u64, u64, u64) {
             Ok(())
         }
     });
-    let mut policy = DeadlineRetry::new(BudgetErrors, 2);
-    if let Some(t) = throttle {
-        policy = policy.with_throttle(t);
-    }
-    let svc = ServiceBuilder::new().retry(policy).service(callee);
+    let policy = DeadlineRetry::new(BudgetErrors, 2);
+    let (policy, layer) = match throttling {
+        Throttling::None => (policy, None),
+        Throttling::Retries(t) => (policy.with_throttle(t), None),
+        Throttling::EveryCall(t) => (policy, Some(ThrottleLayer::new(t))),
+    };
+    let svc = ServiceBuilder::new()
+        .retry(policy)
+        .option_layer(layer)
+        .service(callee);
     let start = Instant::now();
     let mut at = Duration::ZERO;
     let mut tasks = Vec::new();
@@ -99,18 +113,24 @@ fn main() {
         .build()
         .unwrap();
     rt.block_on(tokio::task::LocalSet::new().run_until(async {
+        let k15 = || Arc::new(AdaptiveThrottle::with(1.5, Duration::from_secs(120)));
         let runs = [
-            ("no throttle", None),
-            ("adaptive, K = 2", Some(AdaptiveThrottle::new())),
+            ("no throttle", Throttling::None),
             (
-                "adaptive, K = 1.5",
-                Some(AdaptiveThrottle::with(1.5, Duration::from_secs(120))),
+                "retries, K = 2",
+                Throttling::Retries(Arc::new(AdaptiveThrottle::new())),
             ),
+            ("retries, K = 1.5", Throttling::Retries(k15())),
+            (
+                "every call, K = 2",
+                Throttling::EveryCall(Arc::new(AdaptiveThrottle::new())),
+            ),
+            ("every call, K = 1.5", Throttling::EveryCall(k15())),
         ];
-        for (name, throttle) in runs {
-            let (calls, sent, accepted, answered) = run(throttle.map(Arc::new)).await;
+        for (name, throttling) in runs {
+            let (calls, sent, accepted, answered) = run(throttling).await;
             println!(
-                "{name:<18} calls {calls}  sent {sent}  accepted {accepted}  answered {answered}  amplification {:.2}  sent/accepted {:.2}",
+                "{name:<20} calls {calls}  sent {sent}  accepted {accepted}  answered {answered}  amplification {:.2}  sent/accepted {:.2}",
                 sent as f64 / calls as f64,
                 sent as f64 / accepted as f64,
             );

@@ -25,8 +25,8 @@
 //! - [`retry`]: a `tower::retry` policy that obeys [C6](crate::contract#c6).
 //! - [`hedge`]: hedged calls inside the budget: one more attempt after a delay, only when it
 //!   fits, capped by a token bucket; the first answer wins, the others are cancelled.
-//! - [`throttle`]: client-side adaptive throttling (Google SRE) for retries and hedges: no retry
-//!   waves at a callee that refuses much of its traffic.
+//! - [`throttle`]: client-side adaptive throttling (Google SRE) of every call, or of retries
+//!   and hedges only: no retry waves at a callee that refuses much of its traffic.
 //! - [`queue`]: the queue boundary: stamp a message's deadline, check it before any work,
 //!   dead-letter what expired in the backlog ([C11](crate::contract#c11), [S10](crate::contract#s10)).
 //! - [`Profile`]: the adoption profile, validated at start-up ([C15](crate::contract#c15)).

@@ -20,7 +20,7 @@ use tower::retry::Policy;
 
 use crate::budget::RequestBudget;
 use crate::error::BudgetError;
-use crate::throttle::AdaptiveThrottle;
+use crate::throttle::{AdaptiveThrottle, Throttled};
 
 /// What one attempt amounted to, for the retry decision.
 ///
@@ -77,7 +77,8 @@ where
 }
 
 /// Classifies errors that carry a [`BudgetError`] (as hopbudget's client layers return) and
-/// treats every other error as retryable and every response as done.
+/// treats every other error as retryable and every response as done; a call rejected locally
+/// by a [`ThrottleLayer`](crate::throttle::ThrottleLayer) is done (not retried).
 ///
 /// See the [example](DeadlineRetry#examples).
 #[derive(Clone, Copy, Debug, Default)]
@@ -92,8 +93,13 @@ impl<Res> Classify<Res, tower::BoxError> for BudgetErrors {
     }
 }
 
-/// What a failed call amounted to: its [`BudgetError`], else a failure a retry may fix.
+/// What a failed call amounted to: its [`BudgetError`], else a failure a retry may fix. A
+/// call the adaptive throttle rejected locally ([`Throttled`]) is done: its callee is full,
+/// and a retry now would only be rejected again.
 pub(crate) fn error_attempt(e: &tower::BoxError) -> Attempt {
+    if e.is::<Throttled>() {
+        return Attempt::Done;
+    }
     match BudgetError::find(e.as_ref()) {
         Some(BudgetError::Refused(r)) => Attempt::Refused {
             required: Some(r.required()),

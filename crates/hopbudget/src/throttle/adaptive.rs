@@ -1,22 +1,5 @@
-//! Client-side adaptive throttling (Google SRE, *Handling Overload*): a client whose callee
-//! refuses much of its traffic rejects retries and hedges locally instead of sending a wave of
-//! them (rule [C23](crate::contract#c23)).
-//!
-//! Over a sliding window (two minutes by default) the throttle counts the attempts the client
-//! made (`requests`) and those the callee accepted (`accepts`), and rejects an extra attempt
-//! locally with probability `max(0, (requests - K * accepts) / (requests + 1))`, `K = 2`. While
-//! the callee accepts at least half the attempts nothing is rejected; at 3x overload (a third
-//! accepted) a third of the extra attempts are dropped here and, as the refusals pile up, more,
-//! so the attempts sent stay near what the callee accepts. A locally rejected attempt counts as
-//! a request, as in the SRE book, so the rejection rate keeps up with the load.
-//!
-//! The draw is deterministic (error diffusion: the probabilities are summed and every time the
-//! sum passes one an attempt is rejected), so the rejected share is exact at any rate and tests
-//! need no seed.
-//!
-//! [`DeadlineRetry::with_throttle`](crate::retry::DeadlineRetry::with_throttle) and
-//! [`HedgeLayer::adaptive`](crate::hedge::HedgeLayer::adaptive) take one; share one `Arc` per
-//! callee. See the example on [`AdaptiveThrottle`].
+//! The SRE throttle's state: requests and accepts over a sliding window of time slices, and
+//! the deterministic draw that rejects an attempt with the formula's probability.
 
 use std::sync::Mutex;
 use std::time::Duration;
