@@ -372,7 +372,7 @@ fn a_service_that_sends_more_than_it_received_is_named_from_captured_headers() {
     );
     assert!(
         gw.detail
-            .contains("(received median 800 ms, sent median 5000 ms)")
+            .contains("(100.0%; received median 800 ms, sent median 5000 ms)")
             && gw.detail.contains("it added median 42"),
         "{}",
         gw.detail

@@ -93,6 +93,8 @@ pub(crate) struct HopAcc {
     /// Arrivals compared with their caller's budget.
     pub(crate) compared: u64,
     pub(crate) reset_gain_max: i64,
+    /// How much each reset added (ms): its median sets the finding's severity.
+    pub(crate) reset_gains: Histogram,
     pub(crate) reset_from: HashMap<HopKey, u64>,
     pub(crate) reset_below: HashMap<HopKey, u64>,
     pub(crate) reset_example: Option<u128>,
@@ -128,6 +130,9 @@ pub(crate) struct AnalyzeSettings {
     /// How much more than its caller had left a hop may start with before it counts as a
     /// reset: absorbs millisecond rounding (and skew, if a proxy's span sits between).
     pub(crate) tolerance_ms: i64,
+    /// Work that ended at most this long after its caller, the request's root or its
+    /// deadline is not late: the wind-down of a healthy request (`--late-tolerance-ms`).
+    pub(crate) late_tolerance_ms: i64,
     /// Cap on distinct hops kept.
     pub(crate) max_hops: usize,
 }
@@ -219,7 +224,8 @@ impl Accumulated {
             epoch: names.lookup("epoch-ms"),
         };
         let index: HashMap<u64, usize> = spans.iter().enumerate().map(|(i, s)| (s.id, i)).collect();
-        self.timing.trace(spans, &index, self.settings.tolerance_ms);
+        self.timing
+            .trace(spans, &index, self.settings.late_tolerance_ms);
         self.header_resets
             .trace(spans, &index, self.settings.tolerance_ms);
         let links: Vec<Link> = (0..spans.len()).map(|i| link(spans, &index, i)).collect();
@@ -293,7 +299,10 @@ impl Accumulated {
                         acc.missing_inner += 1;
                     }
                 }
-                if let Some(o) = hop.overrun_ms.filter(|&o| o > 0) {
+                if let Some(o) = hop
+                    .overrun_ms
+                    .filter(|&o| o > self.settings.late_tolerance_ms.max(0))
+                {
                     acc.late += 1;
                     acc.overrun.add(o as u64);
                 }
@@ -388,6 +397,7 @@ impl Accumulated {
                     if reset {
                         acc.resets += 1;
                         acc.reset_gain_max = acc.reset_gain_max.max(gain);
+                        acc.reset_gains.add(gain.max(0) as u64);
                         *acc.reset_from.entry(pkey).or_default() += 1;
                         for k in below {
                             *acc.reset_below.entry(k).or_default() += 1;
@@ -498,6 +508,7 @@ mod tests {
         ];
         let mut acc = Accumulated::new(AnalyzeSettings {
             tolerance_ms: 10,
+            late_tolerance_ms: 0,
             max_hops: 100,
         });
         acc.trace(&spans, Finish::Complete, &names);

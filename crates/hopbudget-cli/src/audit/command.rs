@@ -10,8 +10,11 @@ use super::{AuditOptions, render};
 /// `hopbudget audit FILE…`.
 #[derive(Debug, clap::Args)]
 #[command(
-    after_help = "Exit status: 1 when a budget reset is found (a hop started with more time than its \
-    caller had left: the chain lost its deadline there); else 4 when there was nothing to \
+    after_help = "Exit status: 1 when a budget reset that is an error is found (a hop started with \
+    more time than its caller had left: the chain lost its deadline there). A reset is an error \
+    when it added a median of at least --reset-error-ms (100 ms) in at least \
+    --reset-error-percent (5%) of the calls compared; a smaller or rarer one (say 12 ms in 1 of \
+    200 calls) is a warning and does not change the exit status. Else 4 when there was nothing to \
     judge (an empty input, no span that could be read, or no span with a deadline attribute or \
     header or a caller to time it against: the report says which); else 3 \
     when some input could not be read (grouped by kind, with a count and the first examples); \
@@ -33,6 +36,20 @@ pub struct AuditArgs {
     /// measured on the caller's own clock, so skew between hosts does not matter.)
     #[arg(long, default_value_t = 2)]
     tolerance_ms: i64,
+    /// Work that ended at most this many ms after the client span that called it, after the
+    /// request's root span or after its deadline is not reported as late: a healthy request's
+    /// spans wind down 10-30 ms after its answer on a loaded host (the last bytes, handler
+    /// unwinding, span export). 0 reports every millisecond.
+    #[arg(long, default_value_t = 50)]
+    late_tolerance_ms: i64,
+    /// A budget reset is an error (exit status 1) when the median budget it added is at
+    /// least this many ms and it happened in at least --reset-error-percent of the calls;
+    /// otherwise a warning.
+    #[arg(long, default_value_t = 100)]
+    reset_error_ms: u64,
+    /// See --reset-error-ms: the least share of calls (percent, 0 to 100) of an error.
+    #[arg(long, default_value_t = 5.0, value_parser = percent)]
+    reset_error_percent: f64,
     /// Finish a trace once its root arrived and this many later spans were read.
     #[arg(long, default_value_t = 20_000)]
     settle_spans: u64,
@@ -45,6 +62,14 @@ pub struct AuditArgs {
     /// Print throughput (spans per second) on standard error.
     #[arg(long)]
     stats: bool,
+}
+
+/// A percentage from 0 to 100.
+fn percent(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(p) if (0.0..=100.0).contains(&p) => Ok(p),
+        _ => Err(format!("expected a percentage from 0 to 100, got {s:?}")),
+    }
 }
 
 /// `hopbudget gen-traces OUT` (hidden).
@@ -75,9 +100,12 @@ pub fn audit(args: &AuditArgs) -> ExitCode {
 pub fn audit_to(args: &AuditArgs, out: &mut dyn Write) -> u8 {
     let opts = AuditOptions {
         tolerance_ms: args.tolerance_ms,
+        late_tolerance_ms: args.late_tolerance_ms,
         settle_spans: args.settle_spans,
         max_open_spans: args.max_open_spans,
         max_line_bytes: args.max_line_bytes,
+        reset_error_ms: args.reset_error_ms,
+        reset_error_percent: args.reset_error_percent,
         ..AuditOptions::default()
     };
     let began = Instant::now();

@@ -18,6 +18,7 @@
 use std::collections::HashMap;
 
 use super::analyze::Histogram;
+use super::report::reset_severity::{ResetThresholds, percent};
 use super::report::{Finding, FindingKind, Severity};
 use super::span::{Interner, Span, Sym};
 
@@ -112,9 +113,15 @@ impl HeaderResetAcc {
     }
 }
 
-/// The findings: one `budget_reset_by_header` (an error, exit status 1) per service and
-/// callee with a reset, one `deadline_dropped_by_header` (a warning) per one with a drop.
-pub(crate) fn build(findings: &mut Vec<Finding>, acc: &HeaderResetAcc, names: &Interner) {
+/// The findings: one `budget_reset_by_header` per service and callee with a reset (an error,
+/// exit status 1, when large and common enough by `thresholds`, else a warning), one
+/// `deadline_dropped_by_header` (a warning) per one with a drop.
+pub(crate) fn build(
+    findings: &mut Vec<Finding>,
+    acc: &HeaderResetAcc,
+    names: &Interner,
+    thresholds: ResetThresholds,
+) {
     let mut keys: Vec<&(Sym, Sym)> = acc.edges.keys().collect();
     keys.sort_by_key(|(s, c)| (names.name(*s), names.name(*c)));
     for key in keys {
@@ -123,9 +130,10 @@ pub(crate) fn build(findings: &mut Vec<Finding>, acc: &HeaderResetAcc, names: &I
         if e.resets > 0 {
             let q = |h: &Histogram, q| h.quantile(q).unwrap_or(0);
             let (p50, max) = (q(&e.added, 0.5), q(&e.added, 1.0));
+            let (severity, why) = thresholds.judge(p50, e.resets, e.calls);
             findings.push(Finding {
                 kind: FindingKind::BudgetResetByHeader,
-                severity: Severity::Error,
+                severity,
                 hop: service.to_owned(),
                 count: e.resets,
                 of: e.calls,
@@ -134,11 +142,12 @@ pub(crate) fn build(findings: &mut Vec<Finding>, acc: &HeaderResetAcc, names: &I
                 below: Vec::new(),
                 detail: format!(
                     "budget reset by header: {service} sent {to} a deadline header with more \
-                     than it had left in {} of {} calls (received median {} ms, sent median {} \
-                     ms): it added median {p50} ms, at most {max} ms (sent minus what it \
-                     received less the time its server span had already run)",
+                     than it had left in {} of {} calls ({:.1}%; received median {} ms, sent \
+                     median {} ms): it added median {p50} ms, at most {max} ms (sent minus what \
+                     it received less the time its server span had already run); {why}",
                     e.resets,
                     e.calls,
+                    percent(e.resets, e.calls),
                     q(&e.received, 0.5),
                     q(&e.sent, 0.5)
                 ),

@@ -15,7 +15,9 @@
 //! budget resets and drops from the deadline headers instrumentation captured
 //! ([`header_reset`]).
 //! Output is a table, JSON or an HTML page
-//! ([`render`]). The exit status is 1 when a chain break is found (from hop attributes or deadline headers) (so it can gate CI), 4 when
+//! ([`render`]). The exit status is 1 when a chain break is found (from hop attributes or
+//! deadline headers) that added at least 100 ms in at least 5% of the calls (a smaller or
+//! rarer reset is a warning; [`AuditOptions::reset_error_ms`]), so it can gate CI; 4 when
 //! there was nothing to judge (no spans, or none with anything to judge: the report says
 //! why), 3 when no chain break was found but some input could not be read, 2 on a usage
 //! error, else 0.
@@ -158,6 +160,10 @@ pub struct AuditOptions {
     /// A hop may start with this much more than its caller had left before it counts as a
     /// reset (absorbs millisecond rounding). Default 2 ms.
     pub tolerance_ms: i64,
+    /// Work that ended at most this long after the client span that called it, after the
+    /// request's root span, or after its deadline (`deadline.overrun_ms`) is not late work:
+    /// a healthy request winds down 10-30 ms after its answer on a loaded host. Default 50 ms.
+    pub late_tolerance_ms: i64,
     /// A trace is finished once its root arrived and this many spans of other traces have
     /// been read since its last span. Default 20,000.
     pub settle_spans: u64,
@@ -172,18 +178,27 @@ pub struct AuditOptions {
     pub spike_min: u64,
     /// Least hops at a depth for the S6 finding. Default 10.
     pub depth_min: u64,
+    /// A budget reset is an error (exit status 1) when the median budget it added is at
+    /// least this (ms) and it happened in at least [`reset_error_percent`](Self::reset_error_percent)
+    /// of the calls; a smaller or rarer one is a warning. Default 100 ms.
+    pub reset_error_ms: u64,
+    /// See [`reset_error_ms`](Self::reset_error_ms). Default 5 (%).
+    pub reset_error_percent: f64,
 }
 
 impl Default for AuditOptions {
     fn default() -> Self {
         Self {
             tolerance_ms: 2,
+            late_tolerance_ms: 50,
             settle_spans: 20_000,
             max_open_spans: 250_000,
             max_line_bytes: 64 << 20,
             max_problems: 50,
             spike_min: 5,
             depth_min: 10,
+            reset_error_ms: 100,
+            reset_error_percent: 5.0,
         }
     }
 }
@@ -239,6 +254,7 @@ impl Session {
                 }),
                 acc: analyze::Accumulated::new(analyze::AnalyzeSettings {
                     tolerance_ms: opts.tolerance_ms,
+                    late_tolerance_ms: opts.late_tolerance_ms,
                     max_hops: 10_000,
                 }),
             },
@@ -250,6 +266,10 @@ impl Session {
             rules: report::findings::FindingRules {
                 spike_min: opts.spike_min,
                 depth_min: opts.depth_min,
+                resets: report::reset_severity::ResetThresholds {
+                    error_ms: opts.reset_error_ms,
+                    error_percent: opts.reset_error_percent,
+                },
             },
         }
     }

@@ -15,6 +15,8 @@ pub(crate) struct FindingRules {
     pub(crate) spike_min: u64,
     /// Least hops at a depth for the S6 finding.
     pub(crate) depth_min: u64,
+    /// When a budget reset is an error rather than a warning.
+    pub(crate) resets: super::reset_severity::ResetThresholds,
 }
 
 pub(crate) struct Inputs<'a> {
@@ -102,7 +104,7 @@ pub(crate) fn build(i: Inputs<'_>) -> Report {
         .collect();
     over_shrunk(&mut findings, acc, names, &depths, rules);
     let timing = super::timing::build(&mut findings, &acc.timing, names, rules);
-    crate::audit::header_reset::build(&mut findings, &acc.header_resets, names);
+    crate::audit::header_reset::build(&mut findings, &acc.header_resets, names, rules.resets);
     for ((from, to), o) in &acc.offsets {
         let Some(min) = o.min else { continue };
         let services = format!("{} -> {}", names.name(*from), names.name(*to));
@@ -255,9 +257,11 @@ fn hop_findings(
         } else {
             format!("; below it, {} ran on the reset budget", below.join(", "))
         };
+        let median = h.reset_gains.quantile(0.5).unwrap_or(0);
+        let (severity, why) = rules.resets.judge(median, h.resets, h.compared);
         findings.push(Finding {
             kind: FindingKind::ChainBreak,
-            severity: Severity::Error,
+            severity,
             hop: hop.to_owned(),
             count: h.resets,
             of: h.compared,
@@ -265,8 +269,9 @@ fn hop_findings(
             related: from.clone(),
             below: below.clone(),
             detail: format!(
-                "budget reset (S13): {hop} started with up to {} ms more than {} had left when \
-                 it called ({} of {} calls): {culprit}{below_text}",
+                "budget reset (S13): {hop} started with up to {} ms (median {median} ms) more \
+                 than {} had left when it called ({} of {} calls, {:.1}%; {why}): \
+                 {culprit}{below_text}",
                 h.reset_gain_max,
                 if from.is_empty() {
                     "its caller".to_owned()
@@ -274,7 +279,8 @@ fn hop_findings(
                     from.join(", ")
                 },
                 h.resets,
-                h.compared
+                h.compared,
+                super::reset_severity::percent(h.resets, h.compared)
             ),
             example_trace: h.reset_example.map(|t| format!("{t:032x}")),
         });

@@ -9,6 +9,7 @@
 //! This file is the report's shape, what `--json` prints; `findings.rs` builds it.
 
 pub(crate) mod findings;
+pub(crate) mod reset_severity;
 pub(crate) mod timing;
 
 pub use timing::{ChainDepth, ServiceRow, TimingEdge};
@@ -202,21 +203,25 @@ pub struct Report {
 }
 
 impl Report {
-    /// How many chain-break findings: resets seen in hop attributes or in captured deadline
-    /// headers.
+    /// How many chain-break findings that are errors: resets seen in hop attributes or in
+    /// captured deadline headers that added at least the error threshold in at least its share
+    /// of calls (`--reset-error-ms`, `--reset-error-percent`). A smaller or rarer reset is a
+    /// warning and does not count.
     pub fn chain_breaks(&self) -> usize {
         self.findings
             .iter()
             .filter(|f| {
-                matches!(
-                    f.kind,
-                    FindingKind::ChainBreak | FindingKind::BudgetResetByHeader
-                )
+                f.severity == Severity::Error
+                    && matches!(
+                        f.kind,
+                        FindingKind::ChainBreak | FindingKind::BudgetResetByHeader
+                    )
             })
             .count()
     }
 
-    /// The exit status `hopbudget audit` ends with: 1 when a chain break was found, else 4
+    /// The exit status `hopbudget audit` ends with: 1 when a chain break that is an error
+    /// was found ([`Report::chain_breaks`]), else 4
     /// when nothing could be audited ([`Report::nothing_to_judge`]: no spans, or none with
     /// anything to judge), else 3 when some input could not be read, else 0. (2 is a usage
     /// error, before any reading.)
