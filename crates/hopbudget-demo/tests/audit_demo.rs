@@ -102,19 +102,12 @@ fn audit_names_the_forgetful_hop_and_the_reset_below_it_then_finds_nothing_on_cl
     let clean = demo_traces(None, "clean");
     let (status, json) = audit(&[clean.to_str().unwrap(), "--json"]);
     let report: serde_json::Value = serde_json::from_str(&json).unwrap();
-    // The library's hop spans record late work (`deadline.overrun_ms`) as it happened: on
-    // this loaded machine a timer that fires late lets a handler finish a few ms after its
-    // deadline, and that is a true finding. So are what span timing and the standard status
-    // attributes show of the same load (#36): a few requests expire (504), the spans below
-    // wind down a few ms after the root answered, and the chain is five services deep.
-    // Nothing else (no reset, no spike, no missing deadline) may be found on clean traces.
-    let load = [
-        "late_work",
-        "work_after_root_ended",
-        "work_after_caller_left",
-        "expired_or_cancelled",
-        "chain_depth",
-    ];
+    // What the standard status attributes show of the load on this machine is true (#36): a
+    // few requests expire (504), and the chain is five services deep. The spans below wind
+    // down 10-30 ms after the root answered and a late timer lets a handler finish a few ms
+    // after its deadline: within the late-work tolerance (`--late-tolerance-ms`, 50 ms), so
+    // no late work. Nothing else (no reset, no spike, no missing deadline) may be found.
+    let load = ["expired_or_cancelled", "chain_depth"];
     let findings: Vec<&serde_json::Value> = report["findings"]
         .as_array()
         .unwrap()
