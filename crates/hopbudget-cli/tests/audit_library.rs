@@ -116,4 +116,31 @@ async fn audit_finds_the_forgetful_route_in_the_librarys_own_spans() {
     assert!(b.related[0].contains("/price-forgetful"), "{text}");
     assert!(b.detail.contains("forwarded a fresh budget"), "{text}");
     assert_eq!(report.exit_status(), 1);
+
+    // The rollout map from hop attributes alone: every request reached pricing and tax with
+    // a deadline (`deadline.source` names a carrier), and pricing's calls carried one (the
+    // forgetful route's was a fresh budget, but a deadline all the same: the reset above).
+    let rollout: Vec<(&str, u64, u64, u64, u64, audit::Forwards)> = report
+        .rollout
+        .iter()
+        .map(|r| {
+            (
+                r.service.as_str(),
+                r.inbound,
+                r.inbound_with_deadline,
+                r.calls_out,
+                r.calls_out_with_deadline,
+                r.forwards,
+            )
+        })
+        .collect();
+    assert_eq!(
+        rollout,
+        [
+            ("pricing", 10, 10, 10, 10, audit::Forwards::All),
+            ("tax", 10, 10, 0, 0, audit::Forwards::NoCalls)
+        ],
+        "{text}"
+    );
+    assert!(report.rollout.iter().all(|r| r.refused == 0), "{text}");
 }

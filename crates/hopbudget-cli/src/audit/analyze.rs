@@ -11,6 +11,7 @@ use std::collections::HashMap;
 
 use super::group::Finish;
 use super::header_reset::HeaderResetAcc;
+use super::rollout::{NoCarrier, RolloutAcc};
 use super::span::{Interner, Outcome, Span, Sym};
 use super::timing::{TimingAcc, lasted_its_budget};
 
@@ -160,6 +161,8 @@ pub(crate) struct Accumulated {
     pub(crate) timing: TimingAcc,
     /// Resets and drops read from captured deadline headers ([`HeaderResetAcc`]).
     pub(crate) header_resets: HeaderResetAcc,
+    /// The rollout map, per service ([`RolloutAcc`]).
+    pub(crate) rollout: RolloutAcc,
 }
 
 const MAX_DEPTH: usize = 64;
@@ -203,6 +206,7 @@ impl Accumulated {
             detached_edges: 0,
             timing: TimingAcc::default(),
             header_resets: HeaderResetAcc::default(),
+            rollout: RolloutAcc::default(),
         }
     }
 
@@ -228,6 +232,12 @@ impl Accumulated {
             .trace(spans, &index, self.settings.late_tolerance_ms);
         self.header_resets
             .trace(spans, &index, self.settings.tolerance_ms);
+        self.rollout.trace(
+            spans,
+            &index,
+            self.settings.late_tolerance_ms,
+            &NoCarrier::new(names),
+        );
         let links: Vec<Link> = (0..spans.len()).map(|i| link(spans, &index, i)).collect();
         let mut partial = how != Finish::Complete;
         let mut children: Vec<Vec<usize>> = vec![Vec::new(); spans.len()];

@@ -41,11 +41,12 @@ pub mod header_reset;
 pub mod input;
 pub mod render;
 pub mod report;
+pub mod rollout;
 pub mod span;
 pub mod status;
 pub mod timing;
 
-pub use report::{Finding, FindingKind, Report, Severity};
+pub use report::{Finding, FindingKind, Forwards, Report, RolloutRow, Severity};
 
 /// One thing that could not be read: the file, the line (1-based) and why.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]

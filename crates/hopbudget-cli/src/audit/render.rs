@@ -114,6 +114,7 @@ pub fn table(r: &Report) -> String {
         }
     }
     services(&mut out, r);
+    rollout(&mut out, r);
     if !r.depths.is_empty() {
         out.push_str("\nrefusals by depth (S6):\n");
         for d in &r.depths {
@@ -142,6 +143,54 @@ pub fn table(r: &Report) -> String {
         }
     }
     out
+}
+
+/// "n of m (p%)", or "-" when there is no m.
+fn share(n: u64, of: u64) -> String {
+    if of == 0 {
+        "-".to_owned()
+    } else {
+        format!("{n} of {of} ({:.0}%)", n as f64 * 100.0 / of as f64)
+    }
+}
+
+/// The rollout map's cells for one service: with deadline, forwards.
+fn rollout_cells(s: &super::report::RolloutRow) -> (String, String) {
+    let forwards = match s.forwards {
+        super::report::Forwards::NoCalls => "no calls".to_owned(),
+        f => format!(
+            "{} ({} of {})",
+            f.name(),
+            s.calls_out_with_deadline,
+            s.calls_out
+        ),
+    };
+    (share(s.inbound_with_deadline, s.inbound), forwards)
+}
+
+/// The rollout map: per service, how far deadline propagation has got.
+fn rollout(out: &mut String, r: &Report) {
+    if r.rollout.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\nrollout map (inbound requests that arrived with a deadline; outbound calls that \
+         carried one; inbound refused; inbound late):"
+    );
+    let _ = writeln!(
+        out,
+        "  {:<20} {:>7} {:>18}  {:<20} {:>7} {:>6}",
+        "service", "inbound", "with deadline", "forwards", "refused", "late"
+    );
+    for s in &r.rollout {
+        let (with, forwards) = rollout_cells(s);
+        let _ = writeln!(
+            out,
+            "  {:<20} {:>7} {:>18}  {:<20} {:>7} {:>6}",
+            s.service, s.inbound, with, forwards, s.refused, s.late
+        );
+    }
 }
 
 /// Per service and per edge, from span timing alone.
@@ -216,6 +265,40 @@ fn services(out: &mut String, r: &Report) {
 /// The report as JSON.
 pub fn json(r: &Report) -> String {
     serde_json::to_string_pretty(r).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+}
+
+/// The rollout map as an HTML table (a service with no deadline inbound or outbound is
+/// marked, one partly there too).
+fn rollout_html(r: &Report) -> String {
+    if r.rollout.is_empty() {
+        return "<p>No service seen.</p>".to_owned();
+    }
+    let mut t = String::from(
+        "<table class=\"rollout\"><tr><th>service</th><th>inbound</th><th>with deadline</th>\
+         <th>forwards</th><th>refused</th><th>late</th></tr>",
+    );
+    for s in &r.rollout {
+        let (with, forwards) = rollout_cells(s);
+        let class = match (s.inbound_deadline_share, s.forwards) {
+            (Some(x), _) if x < 1.0 => " class=\"partial\"",
+            (_, super::report::Forwards::None | super::report::Forwards::Some) => {
+                " class=\"partial\""
+            }
+            _ => "",
+        };
+        let _ = write!(
+            t,
+            "<tr{class}><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(&s.service),
+            s.inbound,
+            esc(&with),
+            esc(&forwards),
+            s.refused,
+            s.late
+        );
+    }
+    t.push_str("</table>");
+    t
 }
 
 fn esc(s: &str) -> String {
@@ -329,10 +412,13 @@ pub fn html(r: &Report) -> String {
     format!(
         "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>hopbudget audit</title>\
          <style>body{{font-family:sans-serif;margin:2em;max-width:80em}}\
-         .tree li{{margin:.2em 0}}.reset{{color:#b00;font-weight:bold}}.flag{{color:#a60}}\
+         .tree li{{margin:.2em 0}}table.rollout td,table.rollout th{{padding:.2em .8em;\
+         text-align:right}}table.rollout td:first-child{{text-align:left}}.partial{{color:#a60}}.reset{{color:#b00;font-weight:bold}}.flag{{color:#a60}}\
          li.error{{color:#b00}}pre{{background:#f6f6f6;padding:1em;overflow:auto}}</style>\
          </head><body><h1>hopbudget audit</h1><h2>Hop tree</h2>{tree}<h2>Findings</h2>\
-         {findings}<h2>Tables</h2><pre>{}</pre>{problems}</body></html>\n",
-        esc(&table(r))
+         {findings}<h2>Rollout map</h2>{rollout}<h2>Tables</h2><pre>{}</pre>{problems}\
+         </body></html>\n",
+        esc(&table(r)),
+        rollout = rollout_html(r)
     )
 }

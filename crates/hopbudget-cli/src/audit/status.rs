@@ -16,7 +16,7 @@ pub(crate) enum StdOutcome {
     Ok,
     /// An error that is neither a timeout nor a cancellation.
     Error,
-    /// HTTP 503: unavailable (overload, or a hopbudget refusal).
+    /// HTTP 503 or gRPC RESOURCE_EXHAUSTED: unavailable (overload, or a hopbudget refusal).
     Unavailable,
     /// DEADLINE_EXCEEDED, 504, or a timeout exception: the time ran out.
     Expired,
@@ -101,6 +101,8 @@ impl Signals {
         match self.grpc {
             Some(1) => return StdOutcome::Cancelled,
             Some(4) => return StdOutcome::Expired,
+            // RESOURCE_EXHAUSTED: shed for overload, gRPC's 503.
+            Some(8) => return StdOutcome::Unavailable,
             Some(0) => return StdOutcome::Ok,
             Some(_) => return StdOutcome::Error,
             None => {}
@@ -164,6 +166,12 @@ mod tests {
         assert_eq!(
             of(|s| {
                 s.attribute("http.status_code", Some(503), None);
+            }),
+            StdOutcome::Unavailable
+        );
+        assert_eq!(
+            of(|s| {
+                s.attribute("rpc.grpc.status_code", Some(8), None);
             }),
             StdOutcome::Unavailable
         );

@@ -200,6 +200,7 @@ pub(crate) fn build(i: Inputs<'_>) -> Report {
         timing_edges: timing.edges,
         chain_depth: timing.chain_depth,
         problem_kinds: problems.kinds,
+        rollout: super::rollout::build(&acc.rollout, &acc.timing, names),
         nothing_to_judge,
     }
 }

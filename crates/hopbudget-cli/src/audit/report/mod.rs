@@ -10,8 +10,10 @@
 
 pub(crate) mod findings;
 pub(crate) mod reset_severity;
+pub(crate) mod rollout;
 pub(crate) mod timing;
 
+pub use rollout::{Forwards, RolloutRow};
 pub use timing::{ChainDepth, ServiceRow, TimingEdge};
 
 use serde::Serialize;
@@ -196,6 +198,9 @@ pub struct Report {
     pub chain_depth: Option<ChainDepth>,
     /// The problems grouped by kind, each with a count and its first examples.
     pub problem_kinds: Vec<ProblemKind>,
+    /// The rollout map: per service, the share of inbound requests that arrived with a
+    /// deadline, whether it forwards one, its refusals and its late work.
+    pub rollout: Vec<RolloutRow>,
     /// Set when nothing could be audited, saying why: no spans were read, or no span had
     /// anything to judge (no deadline attribute or header, no caller to time it against).
     /// The exit status is then 4.

@@ -1,0 +1,144 @@
+//! The rollout map: per service, how far deadline propagation has got. Adoption goes one
+//! service at a time (see the rollout guide), and what an operator watches at each step is,
+//! per service: the share of its inbound requests that arrived with a deadline, whether its
+//! outbound calls carry one, what it refuses, and what it does late.
+//!
+//! - **Inbound** are its SERVER and CONSUMER spans and its hop spans (a span with
+//!   `deadline.*` attributes, C14). One **arrived with a deadline** when its hop attributes
+//!   name a carrier (`deadline.source` other than `fallback`, `none`, `local` or `detached`)
+//!   or, on plain OpenTelemetry spans, when it captured a deadline header
+//!   (`http.request.header.*`, [`super::span`]).
+//! - **Outbound** are its CLIENT and PRODUCER spans, and, where no client span was recorded
+//!   (the library's own traces carry the context straight from a hop span), an inbound span
+//!   of another service directly below one of its spans. A call **carried a deadline** when
+//!   the client span captured a deadline header or the callee's inbound span arrived with one.
+//! - **Refused**: inbound spans answered 503 or RESOURCE_EXHAUSTED ([`super::status`]) or with
+//!   `deadline.outcome = refused` (C3).
+//! - **Late**: inbound spans that ended more than the late-work tolerance after the client
+//!   span that called them or the trace's root, or after their deadline
+//!   (`deadline.overrun_ms`).
+//!
+//! Memory is per service, never per trace.
+
+use std::collections::HashMap;
+
+use super::span::{Interner, Outcome, Span, Sym};
+use super::status::StdOutcome;
+
+const SERVER: u8 = 2;
+const CLIENT: u8 = 3;
+const PRODUCER: u8 = 4;
+const CONSUMER: u8 = 5;
+/// Distinct services kept; past it, new ones are not mapped.
+const MAX_SERVICES: usize = 10_000;
+
+/// One service's step in the rollout.
+#[derive(Debug, Default)]
+pub(crate) struct ServiceRollout {
+    pub(crate) inbound: u64,
+    pub(crate) inbound_with_deadline: u64,
+    pub(crate) calls_out: u64,
+    pub(crate) calls_out_with_deadline: u64,
+    pub(crate) refused: u64,
+    pub(crate) late: u64,
+}
+
+/// The rollout map, across traces.
+#[derive(Debug, Default)]
+pub(crate) struct RolloutAcc {
+    pub(crate) services: HashMap<Sym, ServiceRollout>,
+}
+
+fn inbound(s: &Span) -> bool {
+    s.kind == SERVER || s.kind == CONSUMER || (s.hop.is_some() && s.kind != CLIENT)
+}
+
+fn outbound(s: &Span) -> bool {
+    s.kind == CLIENT || s.kind == PRODUCER
+}
+
+/// The source names that mean "no deadline arrived".
+pub(crate) struct NoCarrier([Option<Sym>; 4]);
+
+impl NoCarrier {
+    pub(crate) fn new(names: &Interner) -> Self {
+        Self(["fallback", "none", "local", "detached"].map(|n| names.lookup(n)))
+    }
+}
+
+fn arrived_with_deadline(s: &Span, no_carrier: &NoCarrier) -> bool {
+    match s.hop {
+        Some(h) => h
+            .source
+            .is_some_and(|src| !no_carrier.0.contains(&Some(src))),
+        None => s.deadline_header,
+    }
+}
+
+fn ms_later(end_ns: u64, than_ns: u64) -> i64 {
+    ((i128::from(end_ns) - i128::from(than_ns)) / 1_000_000) as i64
+}
+
+impl RolloutAcc {
+    fn entry(&mut self, service: Sym) -> Option<&mut ServiceRollout> {
+        if self.services.len() >= MAX_SERVICES && !self.services.contains_key(&service) {
+            return None;
+        }
+        Some(self.services.entry(service).or_default())
+    }
+
+    /// Map one finished trace; `index` maps span ids to their place in `spans`.
+    pub(crate) fn trace(
+        &mut self,
+        spans: &[Span],
+        index: &HashMap<u64, usize>,
+        late_tolerance_ms: i64,
+        no_carrier: &NoCarrier,
+    ) {
+        let root = spans.iter().find(|s| s.parent == 0);
+        // Client span id -> the callee's inbound span arrived with a deadline.
+        let mut callee_had: HashMap<u64, bool> = HashMap::new();
+        for s in spans.iter().filter(|s| inbound(s)) {
+            let with = arrived_with_deadline(s, no_carrier);
+            let parent = index.get(&s.parent).map(|&j| &spans[j]);
+            let refused = matches!(s.std, StdOutcome::Unavailable)
+                || s.hop.is_some_and(|h| h.outcome == Outcome::Refused);
+            let after_caller = parent
+                .filter(|p| outbound(p))
+                .is_some_and(|c| ms_later(s.end_ns, c.end_ns) > late_tolerance_ms);
+            let after_root = root
+                .filter(|r| r.id != s.id)
+                .is_some_and(|r| ms_later(s.end_ns, r.end_ns) > late_tolerance_ms);
+            let overrun = s
+                .hop
+                .and_then(|h| h.overrun_ms)
+                .is_some_and(|o| o > late_tolerance_ms.max(0));
+            if let Some(r) = self.entry(s.service) {
+                r.inbound += 1;
+                r.inbound_with_deadline += u64::from(with);
+                r.refused += u64::from(refused);
+                r.late += u64::from(after_caller || after_root || overrun);
+            }
+            match parent {
+                Some(p) if outbound(p) => {
+                    *callee_had.entry(p.id).or_default() |= with;
+                }
+                // Called straight from another service's span: no client span recorded.
+                Some(p) if p.service != s.service => {
+                    if let Some(r) = self.entry(p.service) {
+                        r.calls_out += 1;
+                        r.calls_out_with_deadline += u64::from(with);
+                    }
+                }
+                _ => {}
+            }
+        }
+        for c in spans.iter().filter(|s| outbound(s)) {
+            let with = c.deadline_header || callee_had.get(&c.id).copied().unwrap_or(false);
+            if let Some(r) = self.entry(c.service) {
+                r.calls_out += 1;
+                r.calls_out_with_deadline += u64::from(with);
+            }
+        }
+    }
+}
