@@ -18,13 +18,24 @@ use super::{AuditOptions, render};
     judge (an empty input, no span that could be read, or no span with a deadline attribute or \
     header or a caller to time it against: the report says which); else 3 \
     when some input could not be read (grouped by kind, with a count and the first examples); \
-    else 0. 2 is a usage error."
+    else 0. 2 is a usage error.\n\nWith --listen ADDR it is an OTLP/HTTP receiver (POST \
+    /v1/traces, application/x-protobuf or application/json, gzip or not): point an SDK's or a \
+    Collector's otlphttp exporter at http://ADDR/v1/traces; it reports on SIGINT or SIGTERM \
+    (and every --interval seconds) with the same exit status."
 )]
 pub struct AuditArgs {
     /// OTLP JSON trace files (one export request per line; gzip is detected); `-` reads
     /// standard input.
-    #[arg(required = true)]
+    #[arg(required_unless_present = "listen", conflicts_with = "listen")]
     files: Vec<PathBuf>,
+    /// Instead of files, receive spans over OTLP/HTTP at this address (`POST /v1/traces`,
+    /// protobuf or JSON, gzip or not: what an OpenTelemetry SDK's or Collector's `otlphttp`
+    /// exporter sends) and report when stopped (SIGINT, SIGTERM).
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<std::net::SocketAddr>,
+    /// With --listen, also report every this many seconds (the traces finished so far).
+    #[arg(long, value_name = "SECS", requires = "listen", value_parser = seconds)]
+    interval: Option<std::time::Duration>,
     /// Print the report as JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -62,6 +73,16 @@ pub struct AuditArgs {
     /// Print throughput (spans per second) on standard error.
     #[arg(long)]
     stats: bool,
+}
+
+/// A whole number of seconds, at least 1.
+fn seconds(s: &str) -> Result<std::time::Duration, String> {
+    match s.parse::<u64>() {
+        Ok(n) if n >= 1 => Ok(std::time::Duration::from_secs(n)),
+        _ => Err(format!(
+            "expected a whole number of seconds, at least 1, got {s:?}"
+        )),
+    }
 }
 
 /// A percentage from 0 to 100.
@@ -108,6 +129,9 @@ pub fn audit_to(args: &AuditArgs, out: &mut dyn Write) -> u8 {
         reset_error_percent: args.reset_error_percent,
         ..AuditOptions::default()
     };
+    if let Some(addr) = args.listen {
+        return listen(args, &opts, addr, out);
+    }
     let began = Instant::now();
     let report = super::run(&args.files, &opts);
     let took = began.elapsed();
@@ -120,20 +144,76 @@ pub fn audit_to(args: &AuditArgs, out: &mut dyn Write) -> u8 {
             report.grouping.peak_open_spans
         );
     }
+    print_report(args, &report, out)
+}
+
+/// Print the table or JSON to `out`, write the page; the exit status.
+fn print_report(args: &AuditArgs, report: &super::Report, out: &mut dyn Write) -> u8 {
     let text = if args.json {
-        render::json(&report) + "\n"
+        render::json(report) + "\n"
     } else {
-        render::table(&report)
+        render::table(report)
     };
     // A closed pipe (`| head`) is not an audit failure.
     let _ = out.write_all(text.as_bytes());
+    let _ = out.flush();
     if let Some(path) = &args.html
-        && let Err(e) = std::fs::write(path, render::html(&report))
+        && let Err(e) = std::fs::write(path, render::html(report))
     {
         eprintln!("hopbudget: cannot write {}: {e}", path.display());
         return 2;
     }
     report.exit_status()
+}
+
+/// `hopbudget audit --listen ADDR`: serve until SIGINT or SIGTERM, reporting at the
+/// interval (to `out`, each report as the file path prints it) and when stopped.
+fn listen(
+    args: &AuditArgs,
+    opts: &AuditOptions,
+    addr: std::net::SocketAddr,
+    out: &mut dyn Write,
+) -> u8 {
+    let listen = super::listen::ListenOptions {
+        addr,
+        interval: args.interval,
+    };
+    let began = Instant::now();
+    let served = super::listen::serve(
+        opts,
+        &listen,
+        |bound| eprintln!("hopbudget audit: listening on http://{bound}/v1/traces (OTLP/HTTP)"),
+        |report| {
+            eprintln!(
+                "hopbudget audit: report after {:.0} s ({} export requests, {} spans so far; \
+                 open traces not yet audited)",
+                began.elapsed().as_secs_f64(),
+                report.input.requests,
+                report.input.spans
+            );
+            let _ = print_report(args, report, out);
+        },
+    );
+    match served {
+        Ok((report, stopped)) => {
+            eprintln!(
+                "hopbudget audit: stopped by {} after {:.0} s: final report ({} export \
+                 requests, {} spans)",
+                match stopped {
+                    super::listen::Stopped::Interrupt => "SIGINT",
+                    super::listen::Stopped::Terminate => "SIGTERM",
+                },
+                began.elapsed().as_secs_f64(),
+                report.input.requests,
+                report.input.spans
+            );
+            print_report(args, &report, out)
+        }
+        Err(e) => {
+            eprintln!("hopbudget: cannot listen on {addr}: {e}");
+            2
+        }
+    }
 }
 
 /// Run `hopbudget gen-traces`.

@@ -3,8 +3,9 @@
 //!
 //! It reads OTLP JSON traces ([`input`]: the demo's `traces-<mode>.otlp.jsonl`,
 //! `hopbudget::observe::otlp`'s files, an OpenTelemetry Collector's `file` exporter output,
-//! plain or gzip), groups spans into traces as they stream past ([`group`]), rebuilds each
-//! request's hop tree from the hop spans' `deadline.*` attributes (C14) and audits it
+//! plain or gzip; or, with `--listen`, OTLP/HTTP export requests, protobuf or JSON, from an
+//! SDK's or a Collector's exporter: [`listen`]), groups spans into traces as they stream past
+//! ([`group`]), rebuilds each request's hop tree from the hop spans' `deadline.*` attributes (C14) and audits it
 //! ([`analyze`]), then reports per hop ([`report`]): budget resets (a chain break, S13),
 //! missing deadlines (C8), latency spikes at one exact value (a default timeout firing), late
 //! work, refusals by depth ("entry budget too small for this chain depth", S6) and, for epoch
@@ -13,7 +14,7 @@
 //! its caller or the request had ended, duration spikes on client and server spans and the
 //! chain depth; and reads outcomes from the standard status attributes ([`status`]) and
 //! budget resets and drops from the deadline headers instrumentation captured
-//! ([`header_reset`]).
+//! ([`header_reset`]); and maps the rollout per service ([`rollout`]).
 //! Output is a table, JSON or an HTML page
 //! ([`render`]). The exit status is 1 when a chain break is found (from hop attributes or
 //! deadline headers) that added at least 100 ms in at least 5% of the calls (a smaller or
@@ -39,6 +40,7 @@ pub mod generate;
 pub mod group;
 pub mod header_reset;
 pub mod input;
+pub mod listen;
 pub mod render;
 pub mod report;
 pub mod rollout;
@@ -111,7 +113,7 @@ impl fmt::Display for Problem {
 
 /// Problems, the first `cap` kept in full and the rest counted; and grouped by kind, each
 /// with a count and its first three (at most `cap` kinds; past it they count as `other`).
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct Problems {
     pub(crate) shown: Vec<Problem>,
     pub(crate) total: u64,
@@ -273,6 +275,46 @@ impl Session {
                 },
             },
         }
+    }
+
+    /// One OTLP/HTTP export request's body: its spans go where a file's line's go. Returns
+    /// how many of its spans were skipped and why (the first reason), or `Err` when the body
+    /// is not a trace request at all.
+    fn request(
+        &mut self,
+        body: &[u8],
+        encoding: input::Encoding,
+        number: u64,
+    ) -> Result<(u64, Option<String>), String> {
+        let (bad_before, shown_before) = (self.stats.bad_spans, self.problems.shown.len());
+        input::read_request(
+            body,
+            encoding,
+            "POST /v1/traces",
+            number,
+            &mut self.auditor,
+            &mut self.stats,
+            &mut self.problems,
+        )?;
+        let rejected = self.stats.bad_spans - bad_before;
+        let why = self
+            .problems
+            .shown
+            .get(shown_before)
+            .map(|p| p.reason.clone());
+        Ok((rejected, why.filter(|_| rejected > 0)))
+    }
+
+    /// The report so far: the traces finished until now (open ones are left open).
+    fn snapshot(&self) -> Report {
+        report::findings::build(report::findings::Inputs {
+            acc: &self.auditor.acc,
+            names: &self.auditor.names,
+            input: self.stats.clone(),
+            grouping: self.auditor.grouper.stats,
+            problems: self.problems.clone(),
+            rules: self.rules,
+        })
     }
 
     fn finish(self) -> Report {

@@ -21,15 +21,17 @@ fn severity(s: Severity) -> &'static str {
 /// The plain-text report: summary, findings, per-hop table, refusals by depth, problems.
 pub fn table(r: &Report) -> String {
     let mut out = String::new();
+    let source = if r.input.requests > 0 {
+        format!("{} OTLP/HTTP export requests", r.input.requests)
+    } else {
+        format!("{} lines of {} file(s)", r.input.lines, r.input.files)
+    };
     let _ = writeln!(
         out,
-        "read {} spans ({} hop spans) in {} traces from {} lines of {} file(s); {} complete, \
-         {} partial",
+        "read {} spans ({} hop spans) in {} traces from {source}; {} complete, {} partial",
         r.input.spans,
         r.traces.hop_spans,
         r.traces.complete + r.traces.partial,
-        r.input.lines,
-        r.input.files,
         r.traces.complete,
         r.traces.partial
     );

@@ -10,9 +10,11 @@
 //! to; each span is handed on as soon as its line is decoded.
 //!
 //! Reading (files, gzip, lines and their cap) is here; decoding a line is `otlp_json.rs`;
-//! what decoded spans are handed to is `sink.rs`.
+//! what decoded spans are handed to is `sink.rs`. An OTLP/HTTP export request's body
+//! (`--listen`) is decoded whole by `read_request`, as JSON or protobuf (`otlp_proto.rs`).
 
 mod otlp_json;
+mod otlp_proto;
 mod sink;
 
 use std::fs::File;
@@ -28,6 +30,44 @@ use super::{Problem, Problems};
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct ReadLimits {
     pub(crate) max_line_bytes: usize,
+}
+
+/// How an OTLP/HTTP export request's body is encoded (its `Content-Type`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Encoding {
+    /// `application/json`: OTLP JSON.
+    Json,
+    /// `application/x-protobuf`.
+    Protobuf,
+}
+
+/// Decode one export request's body (already decompressed), hand its spans to `sink` and
+/// end the batch; `label` and `number` name the request in problems. `Err` (also recorded as
+/// a problem) when the body is not a trace request at all; spans that cannot be used are
+/// problems and skipped, as in a file.
+pub(crate) fn read_request(
+    body: &[u8],
+    encoding: Encoding,
+    label: &str,
+    number: u64,
+    sink: &mut dyn SpanSink,
+    stats: &mut InputStats,
+    problems: &mut Problems,
+) -> Result<(), String> {
+    stats.requests += 1;
+    stats.lines += 1;
+    let read = match encoding {
+        Encoding::Json => otlp_json::decode_line(body, label, number, sink, stats, problems),
+        Encoding::Protobuf => {
+            otlp_proto::decode_request(body, label, number, sink, stats, problems)
+        }
+    };
+    if let Err(e) = &read {
+        stats.bad_lines += 1;
+        problems.push(Problem::new(label, Some(number), e.clone()));
+    }
+    sink.line_end();
+    read
 }
 
 /// Read `path` (`-` is standard input) and hand every span to `sink`.

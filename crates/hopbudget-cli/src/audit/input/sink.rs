@@ -21,6 +21,8 @@ pub struct InputStats {
     pub lines: u64,
     /// Lines that could not be decoded (each is a problem).
     pub bad_lines: u64,
+    /// OTLP/HTTP export requests received (`--listen`); each counts as a line too.
+    pub requests: u64,
     /// Spans decoded.
     pub spans: u64,
     /// Spans skipped because a field was missing or invalid (each is a problem).

@@ -210,6 +210,8 @@ fn nothing_to_judge(acc: &Accumulated, input: &InputStats, problems: u64) -> Opt
     if input.spans == 0 {
         let why = if problems > 0 {
             "no spans could be read (see the problems below)"
+        } else if input.files == 0 && input.requests == 0 {
+            "no export request was received (--listen)"
         } else if input.lines == 0 {
             "the input is empty"
         } else {
