@@ -13,8 +13,10 @@
 //! Spans go to the same audit as a file's ([`super::run`]): grouped by trace id as they
 //! arrive, a trace audited once its root came and enough later spans passed, memory bounded
 //! by `--max-open-spans`. One thread owns the audit and takes the decoded requests in order
-//! (the connections only read and answer), so a burst waits in a short queue, which the
-//! exporters' retry and backoff absorb, instead of growing memory. A report is made on
+//! (the connections only read and answer). At most [`BODIES_HELD`] request bodies are held at
+//! once, read or queued (so at most that many times `--max-line-bytes`); further requests wait
+//! before their body is read, which the exporters' timeouts, retries and backoff absorb,
+//! instead of growing memory. A report is made on
 //! SIGINT or SIGTERM (the final one: every open trace audited) and, with `--interval`,
 //! every that many seconds (the traces finished so far).
 
@@ -36,6 +38,9 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::input::Encoding;
 use super::{AuditOptions, Report, Session};
+
+/// Request bodies held at once, being read, queued for the audit or being audited.
+pub const BODIES_HELD: usize = 8;
 
 /// Where to listen and how often to report.
 #[derive(Clone, Debug)]
@@ -107,7 +112,8 @@ pub fn serve(
         .worker_threads(2)
         .enable_all()
         .build()?;
-    let (tx, rx) = mpsc::channel::<Ask>(64);
+    let (tx, rx) = mpsc::channel::<Ask>(BODIES_HELD);
+    let bodies = std::sync::Arc::new(tokio::sync::Semaphore::new(BODIES_HELD));
     let auditing = {
         let opts = opts.clone();
         std::thread::Builder::new()
@@ -132,7 +138,7 @@ pub fn serve(
                     // A failed accept (out of descriptors) is the connection's, not the
                     // receiver's: go on listening.
                     if let Ok((stream, _)) = accepted {
-                        tokio::spawn(connection(stream, tx.clone(), max_body));
+                        tokio::spawn(connection(stream, tx.clone(), bodies.clone(), max_body));
                     }
                 }
                 () = async { tick.as_mut().unwrap().tick().await; }, if tick.is_some() => {
@@ -162,10 +168,21 @@ pub fn serve(
     Ok((report, stopped))
 }
 
-async fn connection(stream: tokio::net::TcpStream, asks: mpsc::Sender<Ask>, max_body: usize) {
+async fn connection(
+    stream: tokio::net::TcpStream,
+    asks: mpsc::Sender<Ask>,
+    bodies: std::sync::Arc<tokio::sync::Semaphore>,
+    max_body: usize,
+) {
     let service = hyper::service::service_fn(move |req| {
-        let asks = asks.clone();
-        async move { Ok::<_, Infallible>(handle(req, &asks, max_body).await) }
+        let (asks, bodies) = (asks.clone(), bodies.clone());
+        async move {
+            // Held from before the body is read until it has been audited.
+            let Ok(_held) = bodies.acquire().await else {
+                return Ok(plain(StatusCode::SERVICE_UNAVAILABLE, "stopping".into()));
+            };
+            Ok::<_, Infallible>(handle(req, &asks, max_body).await)
+        }
     });
     // A peer that goes away mid-request is its own problem, not the audit's.
     let _ = hyper::server::conn::http1::Builder::new()
