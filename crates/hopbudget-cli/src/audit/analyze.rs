@@ -20,8 +20,9 @@ pub(crate) type HopKey = (Sym, Sym);
 
 /// Counts of values, exact to the millisecond below 10 s and to three significant digits
 /// above, so its size is bounded whatever the values.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Histogram {
+    #[serde(with = "super::merge::pairs")]
     counts: HashMap<u64, u64>,
     n: u64,
 }
@@ -41,6 +42,14 @@ impl Histogram {
     pub(crate) fn add(&mut self, v: u64) {
         *self.counts.entry(Self::bucket(v)).or_default() += 1;
         self.n += 1;
+    }
+
+    /// Add another histogram's counts: exact, as the buckets are fixed (`audit --merge`).
+    pub(crate) fn merge(&mut self, other: Histogram) {
+        for (v, c) in other.counts {
+            *self.counts.entry(v).or_default() += c;
+        }
+        self.n += other.n;
     }
 
     pub(crate) fn len(&self) -> u64 {
@@ -71,7 +80,7 @@ impl Histogram {
 }
 
 /// What is known about one hop (service and route) across traces.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
 pub(crate) struct HopAcc {
     pub(crate) spans: u64,
     /// completed, refused, expired, cancelled, unknown.
@@ -81,6 +90,7 @@ pub(crate) struct HopAcc {
     /// Durations of the spans that did not last their own budget: a spike among these is a
     /// timeout other than the deadline (a default firing), never the deadline itself.
     pub(crate) spike_durations: Histogram,
+    #[serde(with = "super::merge::pairs")]
     pub(crate) sources: HashMap<Sym, u64>,
     /// Arrived without a deadline at the edge of the trace (C8: the client sent none).
     pub(crate) missing_at_root: u64,
@@ -96,29 +106,33 @@ pub(crate) struct HopAcc {
     pub(crate) reset_gain_max: i64,
     /// How much each reset added (ms): its median sets the finding's severity.
     pub(crate) reset_gains: Histogram,
+    #[serde(with = "super::merge::pairs")]
     pub(crate) reset_from: HashMap<HopKey, u64>,
+    #[serde(with = "super::merge::pairs")]
     pub(crate) reset_below: HashMap<HopKey, u64>,
+    #[serde(with = "super::merge::hex_id")]
     pub(crate) reset_example: Option<u128>,
     pub(crate) min_depth: Option<u32>,
 }
 
 /// One caller-to-callee edge of the hop tree, summed over traces.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub(crate) struct EdgeAcc {
     pub(crate) calls: u64,
     pub(crate) resets: u64,
 }
 
 /// Hops and refusals at one depth of the hop tree (the entry hop is depth 0).
-#[derive(Debug, Default)]
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
 pub(crate) struct DepthAcc {
     pub(crate) hops: u64,
     pub(crate) refused: u64,
+    #[serde(with = "super::merge::pairs")]
     pub(crate) refused_by_hop: HashMap<HopKey, u64>,
 }
 
 /// Clock offset samples between two services that carry the deadline as an epoch instant.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
 pub(crate) struct OffsetAcc {
     pub(crate) samples: u64,
     pub(crate) min: Option<i64>,
@@ -126,7 +140,7 @@ pub(crate) struct OffsetAcc {
 }
 
 /// Settings of the analysis.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub(crate) struct AnalyzeSettings {
     /// How much more than its caller had left a hop may start with before it counts as a
     /// reset: absorbs millisecond rounding (and skew, if a proxy's span sits between).
@@ -139,17 +153,21 @@ pub(crate) struct AnalyzeSettings {
 }
 
 /// Everything kept across traces.
-#[derive(Debug)]
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Accumulated {
     pub(crate) settings: AnalyzeSettings,
+    #[serde(with = "super::merge::pairs")]
     pub(crate) hops: HashMap<HopKey, HopAcc>,
     pub(crate) hops_overflowed: u64,
+    #[serde(with = "super::merge::pairs")]
     pub(crate) edges: HashMap<(HopKey, HopKey), EdgeAcc>,
+    #[serde(with = "super::merge::pairs")]
     pub(crate) roots: HashMap<HopKey, u64>,
     pub(crate) depths: Vec<DepthAcc>,
     pub(crate) entry_budget: Histogram,
     /// `required - remaining` of refused hops: how much more they needed.
     pub(crate) shortfall: Histogram,
+    #[serde(with = "super::merge::pairs")]
     pub(crate) offsets: HashMap<(Sym, Sym), OffsetAcc>,
     pub(crate) traces_complete: u64,
     pub(crate) traces_partial: u64,

@@ -21,20 +21,63 @@ use super::{AuditOptions, render};
     else 0. 2 is a usage error.\n\nWith --listen ADDR it is an OTLP/HTTP receiver (POST \
     /v1/traces, application/x-protobuf or application/json, gzip or not): point an SDK's or a \
     Collector's otlphttp exporter at http://ADDR/v1/traces; it reports on SIGINT or SIGTERM \
-    (and every --interval seconds) with the same exit status."
+    (and every --interval seconds) with the same exit status.\n\nWith --kafka BROKERS --topic T \
+    --group G it consumes the topic an OpenTelemetry Collector's Kafka exporter writes \
+    (encoding otlp_proto or otlp_json; set partition_traces_by_id: true so each trace stays on \
+    one partition): run N instances in one group, each with --json, and merge their reports \
+    with --merge A.json B.json ...; it reports on SIGINT or SIGTERM (and every --interval \
+    seconds). Offsets are committed every second and on stopping, for records already in the \
+    audit. Needs a build with the `kafka` feature.\n\nWith --merge the FILES are `--json` \
+    reports of this hopbudget version; the merged report (table, --json, --html, exit status) \
+    is exactly the one a single audit of all their spans gives."
 )]
+#[command(group(clap::ArgGroup::new("live").args(["listen", "kafka"])))]
 pub struct AuditArgs {
     /// OTLP JSON trace files (one export request per line; gzip is detected); `-` reads
     /// standard input.
-    #[arg(required_unless_present = "listen", conflicts_with = "listen")]
+    #[arg(
+        required_unless_present_any = ["listen", "kafka"],
+        conflicts_with_all = ["listen", "kafka"]
+    )]
     files: Vec<PathBuf>,
+    /// The FILES are `--json` reports of several instances (`--kafka` consumers in one group,
+    /// shards): merge them into one report, exactly as one audit of all their spans.
+    #[arg(long)]
+    merge: bool,
     /// Instead of files, receive spans over OTLP/HTTP at this address (`POST /v1/traces`,
     /// protobuf or JSON, gzip or not: what an OpenTelemetry SDK's or Collector's `otlphttp`
     /// exporter sends) and report when stopped (SIGINT, SIGTERM).
     #[arg(long, value_name = "ADDR")]
     listen: Option<std::net::SocketAddr>,
-    /// With --listen, also report every this many seconds (the traces finished so far).
-    #[arg(long, value_name = "SECS", requires = "listen", value_parser = seconds)]
+    /// Instead of files, consume the Kafka topic an OpenTelemetry Collector's Kafka exporter
+    /// writes (`bootstrap.servers`, `host:port[,…]`), with --topic and --group; report when
+    /// stopped (SIGINT, SIGTERM). Needs the `kafka` feature.
+    #[arg(long, value_name = "BROKERS")]
+    kafka: Option<String>,
+    /// With --kafka: the topic (the exporter's default is `otlp_spans`).
+    #[arg(
+        long,
+        value_name = "T",
+        requires = "kafka",
+        default_value = "otlp_spans"
+    )]
+    topic: String,
+    /// With --kafka: the consumer group the instances share.
+    #[arg(
+        long,
+        value_name = "G",
+        requires = "kafka",
+        default_value = "hopbudget-audit"
+    )]
+    group: String,
+    /// With --kafka: a librdkafka setting, `KEY=VALUE` (repeatable), e.g.
+    /// `auto.offset.reset=earliest` to read what the topic holds in a group that has no
+    /// offsets yet (the default, like the Collector's receiver, starts at the end).
+    #[arg(long = "kafka-config", value_name = "KEY=VALUE", requires = "kafka", value_parser = key_value)]
+    kafka_config: Vec<(String, String)>,
+    /// With --listen or --kafka, also report every this many seconds (the traces finished so
+    /// far).
+    #[arg(long, value_name = "SECS", requires = "live", value_parser = seconds)]
     interval: Option<std::time::Duration>,
     /// Print the report as JSON instead of a table.
     #[arg(long)]
@@ -85,6 +128,16 @@ fn seconds(s: &str) -> Result<std::time::Duration, String> {
     }
 }
 
+/// `KEY=VALUE`.
+fn key_value(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_owned(), v.to_owned())),
+        _ => Err(format!(
+            "expected KEY=VALUE (a librdkafka setting), got {s:?}"
+        )),
+    }
+}
+
 /// A percentage from 0 to 100.
 fn percent(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
@@ -131,6 +184,18 @@ pub fn audit_to(args: &AuditArgs, out: &mut dyn Write) -> u8 {
     };
     if let Some(addr) = args.listen {
         return listen(args, &opts, addr, out);
+    }
+    if let Some(brokers) = &args.kafka {
+        return kafka(args, &opts, brokers, out);
+    }
+    if args.merge {
+        return match super::merge::merge(&args.files, &opts) {
+            Ok(report) => print_report(args, &report, out),
+            Err(e) => {
+                eprintln!("hopbudget: audit --merge: {e}");
+                2
+            }
+        };
     }
     let began = Instant::now();
     let report = super::run(&args.files, &opts);
@@ -214,6 +279,73 @@ fn listen(
             2
         }
     }
+}
+
+/// `hopbudget audit --kafka BROKERS`: consume until SIGINT or SIGTERM, reporting at the
+/// interval and when stopped.
+#[cfg(feature = "kafka")]
+fn kafka(args: &AuditArgs, opts: &AuditOptions, brokers: &str, out: &mut dyn Write) -> u8 {
+    let kafka = super::kafka::KafkaOptions {
+        brokers: brokers.to_owned(),
+        topic: args.topic.clone(),
+        group: args.group.clone(),
+        interval: args.interval,
+        config: args.kafka_config.clone(),
+    };
+    let began = Instant::now();
+    let consumed = super::kafka::consume(
+        opts,
+        &kafka,
+        || {
+            eprintln!(
+                "hopbudget audit: consuming {} from {} in group {} (OTLP protobuf or JSON \
+                 records, as the Collector's Kafka exporter writes them)",
+                kafka.topic, kafka.brokers, kafka.group
+            );
+        },
+        |report| {
+            eprintln!(
+                "hopbudget audit: report after {:.0} s ({} records, {} spans so far; open \
+                 traces not yet audited)",
+                began.elapsed().as_secs_f64(),
+                report.input.requests,
+                report.input.spans
+            );
+            let _ = print_report(args, report, out);
+        },
+    );
+    match consumed {
+        Ok((report, stopped)) => {
+            eprintln!(
+                "hopbudget audit: stopped by {} after {:.0} s: final report ({} records, {} \
+                 spans)",
+                match stopped {
+                    super::listen::Stopped::Interrupt => "SIGINT",
+                    super::listen::Stopped::Terminate => "SIGTERM",
+                },
+                began.elapsed().as_secs_f64(),
+                report.input.requests,
+                report.input.spans
+            );
+            print_report(args, &report, out)
+        }
+        Err(e) => {
+            eprintln!("hopbudget: audit --kafka {brokers}: {e}");
+            2
+        }
+    }
+}
+
+/// Without the `kafka` feature, `--kafka` says how to get it.
+#[cfg(not(feature = "kafka"))]
+fn kafka(_: &AuditArgs, _: &AuditOptions, brokers: &str, _: &mut dyn Write) -> u8 {
+    eprintln!(
+        "hopbudget: audit --kafka {brokers}: this hopbudget was built without Kafka support; \
+         build it with the `kafka` feature (`cargo install hopbudget-cli --features kafka`, or \
+         `cargo build -p hopbudget-cli --features kafka`; it builds librdkafka, which needs a C \
+         compiler and make)"
+    );
+    2
 }
 
 /// Run `hopbudget gen-traces`.

@@ -38,7 +38,7 @@ struct OpenTrace {
 }
 
 /// Counts the grouper keeps for the report.
-#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct GroupStats {
     /// Traces finished.
     pub traces: u64,

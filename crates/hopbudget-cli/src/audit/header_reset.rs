@@ -28,7 +28,7 @@ const CLIENT: u8 = 3;
 const MAX_EDGES: usize = 10_000;
 
 /// One service's calls to one callee, compared with what the service received.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
 pub(crate) struct HeaderEdge {
     /// Calls made under a server span that received a deadline header.
     pub(crate) calls: u64,
@@ -41,13 +41,16 @@ pub(crate) struct HeaderEdge {
     pub(crate) sent: Histogram,
     /// Of which sent no deadline header.
     pub(crate) dropped: u64,
+    #[serde(with = "super::merge::hex_id")]
     pub(crate) reset_example: Option<u128>,
+    #[serde(with = "super::merge::hex_id")]
     pub(crate) drop_example: Option<u128>,
 }
 
 /// Everything kept across traces: per (service, callee), never per trace.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
 pub(crate) struct HeaderResetAcc {
+    #[serde(with = "super::merge::pairs")]
     pub(crate) edges: HashMap<(Sym, Sym), HeaderEdge>,
 }
 

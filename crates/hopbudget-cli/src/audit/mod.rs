@@ -40,7 +40,10 @@ pub mod generate;
 pub mod group;
 pub mod header_reset;
 pub mod input;
+#[cfg(feature = "kafka")]
+pub mod kafka;
 pub mod listen;
+pub mod merge;
 pub mod render;
 pub mod report;
 pub mod rollout;
@@ -51,7 +54,7 @@ pub mod timing;
 pub use report::{Finding, FindingKind, Forwards, Report, RolloutRow, Severity};
 
 /// One thing that could not be read: the file, the line (1-based) and why.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Problem {
     /// The file (`-` for standard input).
     pub file: String,
@@ -92,7 +95,7 @@ fn kind_of(reason: &str) -> String {
 }
 
 /// Problems of one kind: how many, and the first few in full.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct ProblemKind {
     /// The kind ([`Problem::kind`]).
     pub kind: String,
@@ -237,6 +240,21 @@ impl input::SpanSink for Auditor {
     }
 }
 
+/// Distinct names (services, span names, sources) kept; past it they count together.
+pub(crate) const NAMES_CAP: usize = 10_000;
+
+/// The finding thresholds of `opts`.
+pub(crate) fn rules(opts: &AuditOptions) -> report::findings::FindingRules {
+    report::findings::FindingRules {
+        spike_min: opts.spike_min,
+        depth_min: opts.depth_min,
+        resets: report::reset_severity::ResetThresholds {
+            error_ms: opts.reset_error_ms,
+            error_percent: opts.reset_error_percent,
+        },
+    }
+}
+
 /// One audit in progress: feed it inputs, then [`finish`](Self::finish) it.
 struct Session {
     auditor: Auditor,
@@ -250,7 +268,7 @@ impl Session {
     fn new(opts: &AuditOptions) -> Self {
         Self {
             auditor: Auditor {
-                names: span::Interner::new(10_000),
+                names: span::Interner::new(NAMES_CAP),
                 grouper: group::Grouper::new(group::GroupLimits {
                     settle: opts.settle_spans,
                     max_open_spans: opts.max_open_spans,
@@ -266,14 +284,7 @@ impl Session {
             limits: input::ReadLimits {
                 max_line_bytes: opts.max_line_bytes,
             },
-            rules: report::findings::FindingRules {
-                spike_min: opts.spike_min,
-                depth_min: opts.depth_min,
-                resets: report::reset_severity::ResetThresholds {
-                    error_ms: opts.reset_error_ms,
-                    error_percent: opts.reset_error_percent,
-                },
-            },
+            rules: rules(opts),
         }
     }
 
@@ -286,11 +297,23 @@ impl Session {
         encoding: input::Encoding,
         number: u64,
     ) -> Result<(u64, Option<String>), String> {
+        self.record(body, encoding, "POST /v1/traces", number)
+    }
+
+    /// One export request from anywhere (`label` and `number` name it in problems): see
+    /// [`request`](Self::request).
+    fn record(
+        &mut self,
+        body: &[u8],
+        encoding: input::Encoding,
+        label: &str,
+        number: u64,
+    ) -> Result<(u64, Option<String>), String> {
         let (bad_before, shown_before) = (self.stats.bad_spans, self.problems.shown.len());
         input::read_request(
             body,
             encoding,
-            "POST /v1/traces",
+            label,
             number,
             &mut self.auditor,
             &mut self.stats,
@@ -303,6 +326,16 @@ impl Session {
             .get(shown_before)
             .map(|p| p.reason.clone());
         Ok((rejected, why.filter(|_| rejected > 0)))
+    }
+
+    /// A record that could not be read at all.
+    #[cfg_attr(not(feature = "kafka"), allow(dead_code))]
+    fn problem(&mut self, label: &str, number: u64, reason: String) {
+        self.stats.requests += 1;
+        self.stats.lines += 1;
+        self.stats.bad_lines += 1;
+        self.problems
+            .push(Problem::new(label, Some(number), reason));
     }
 
     /// The report so far: the traces finished until now (open ones are left open).

@@ -33,7 +33,7 @@ const CONSUMER: u8 = 5;
 const MAX_SERVICES: usize = 10_000;
 
 /// One service's step in the rollout.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
 pub(crate) struct ServiceRollout {
     pub(crate) inbound: u64,
     pub(crate) inbound_with_deadline: u64,
@@ -44,8 +44,9 @@ pub(crate) struct ServiceRollout {
 }
 
 /// The rollout map, across traces.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
 pub(crate) struct RolloutAcc {
+    #[serde(with = "super::merge::pairs")]
     pub(crate) services: HashMap<Sym, ServiceRollout>,
 }
 

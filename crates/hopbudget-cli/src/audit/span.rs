@@ -7,7 +7,10 @@ use std::collections::HashMap;
 use super::status::StdOutcome;
 
 /// An interned name (service, span name, deadline source).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(transparent)]
 pub(crate) struct Sym(pub(crate) u32);
 
 /// Names seen in the input, each stored once. The table is capped so that input with
@@ -53,6 +56,11 @@ impl Interner {
     /// The symbol of `name` if it has been seen, without adding it.
     pub(crate) fn lookup(&self, name: &str) -> Option<Sym> {
         self.ids.get(name).copied()
+    }
+
+    /// Every name, by symbol number (the overflow name first).
+    pub(crate) fn all(&self) -> impl Iterator<Item = &str> {
+        self.names.iter().map(|n| &**n)
     }
 
     pub(crate) fn name(&self, sym: Sym) -> &str {

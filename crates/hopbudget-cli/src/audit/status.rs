@@ -7,7 +7,20 @@
 //! outcome table maps them (`docs/contract.md`, "Outcomes on the wire").
 
 /// What the standard attributes say about how a span ended.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
 pub(crate) enum StdOutcome {
     /// No status attribute, or nothing that tells.
     #[default]

@@ -27,7 +27,7 @@ use super::span::{Span, Sym};
 use super::status::StdOutcome;
 
 /// Work that went on after someone stopped waiting for it.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Excess {
     /// Spans compared.
     pub(crate) of: u64,
@@ -37,6 +37,7 @@ pub(crate) struct Excess {
     pub(crate) excess: Histogram,
     /// The sum of it (ms): time spent for nobody.
     pub(crate) total_ms: u64,
+    #[serde(with = "super::merge::hex_id")]
     pub(crate) example: Option<u128>,
 }
 
@@ -53,7 +54,7 @@ impl Excess {
 }
 
 /// One service's server spans, timed.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
 pub(crate) struct ServiceTiming {
     pub(crate) server_spans: u64,
     /// Compared with the CLIENT span that called it.
@@ -61,9 +62,12 @@ pub(crate) struct ServiceTiming {
     /// Compared with the trace's root span.
     pub(crate) after_root: Excess,
     /// Its callers (services) whose client span ended first, and how often.
+    #[serde(with = "super::merge::pairs")]
     pub(crate) late_for: HashMap<Sym, u64>,
     /// Server and client spans by their standard outcome ([`StdOutcome`] order).
+    #[serde(with = "super::merge::pairs")]
     pub(crate) server_outcomes: HashMap<StdOutcome, u64>,
+    #[serde(with = "super::merge::pairs")]
     pub(crate) client_outcomes: HashMap<StdOutcome, u64>,
     /// Client spans that recorded a timeout exception: this service gave up on its own
     /// timeout.
@@ -73,7 +77,7 @@ pub(crate) struct ServiceTiming {
 }
 
 /// A span name of one service and kind: its durations, for spikes.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
 pub(crate) struct SpanTiming {
     pub(crate) durations: Histogram,
     /// Durations of the spans whose own timeout fired (a timeout exception on them).
@@ -86,12 +90,15 @@ pub(crate) struct SpanTiming {
 }
 
 /// Everything timing keeps across traces.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
 pub(crate) struct TimingAcc {
+    #[serde(with = "super::merge::pairs")]
     pub(crate) services: HashMap<Sym, ServiceTiming>,
     /// (caller service, server service): the server span compared with the caller's span.
+    #[serde(with = "super::merge::pairs")]
     pub(crate) edges: HashMap<(Sym, Sym), Excess>,
     /// (service, span name, kind 2 server or 3 client).
+    #[serde(with = "super::merge::pairs")]
     pub(crate) spans: HashMap<(Sym, Sym, u8), SpanTiming>,
     /// Per trace, the most SERVER spans on one path.
     pub(crate) depth: Histogram,

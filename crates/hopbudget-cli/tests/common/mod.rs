@@ -52,3 +52,87 @@ pub(crate) fn num(v: &Value) -> i128 {
 pub(crate) fn to_text(lines: &[Value]) -> String {
     lines.iter().map(|l| l.to_string() + "\n").collect()
 }
+
+/// Run the `hopbudget` binary: its exit status, standard output and standard error.
+pub(crate) fn hopbudget(args: &[&str]) -> (Option<i32>, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hopbudget"))
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    (out.status.code(), stdout, stderr)
+}
+
+/// What a merged report must share with one audit of the same spans: every finding (but
+/// the trace it names as an example, the first instance's), the rollout map, the per-hop,
+/// per-service and per-edge tables, the hop tree, chain depth and the span and trace counts.
+pub(crate) fn comparable(report: &Value) -> Value {
+    let mut findings = report["findings"].clone();
+    for f in findings.as_array_mut().unwrap() {
+        f.as_object_mut().unwrap().remove("example_trace");
+    }
+    serde_json::json!({
+        "findings": findings,
+        "rollout": report["rollout"],
+        "services": report["services"],
+        "timing_edges": report["timing_edges"],
+        "chain_depth": report["chain_depth"],
+        "hops": report["hops"],
+        "depths": report["depths"],
+        "roots": report["roots"],
+        "tree": report["tree"],
+        "traces": report["traces"],
+        "spans": report["input"]["spans"],
+        "nothing_to_judge": report["nothing_to_judge"],
+    })
+}
+
+/// The trace ids of an export request line, hex.
+pub(crate) fn trace_of(span: &Value) -> String {
+    span["traceId"].as_str().unwrap().to_owned()
+}
+
+/// Each export request split into one request per trace, as the Collector's Kafka exporter
+/// with `partition_traces_by_id: true` writes it: (trace id, request).
+pub(crate) fn per_trace(lines: &[Value]) -> Vec<(String, Value)> {
+    let mut out = Vec::new();
+    for line in lines {
+        let mut ids: Vec<String> = Vec::new();
+        for rs in line["resourceSpans"].as_array().unwrap() {
+            for ss in rs["scopeSpans"].as_array().unwrap() {
+                for s in ss["spans"].as_array().unwrap() {
+                    let t = trace_of(s);
+                    if !ids.contains(&t) {
+                        ids.push(t);
+                    }
+                }
+            }
+        }
+        for id in ids {
+            let mut req = line.clone();
+            for rs in req["resourceSpans"].as_array_mut().unwrap() {
+                for ss in rs["scopeSpans"].as_array_mut().unwrap() {
+                    ss["spans"]
+                        .as_array_mut()
+                        .unwrap()
+                        .retain(|s| trace_of(s) == id);
+                }
+                rs["scopeSpans"]
+                    .as_array_mut()
+                    .unwrap()
+                    .retain(|ss| !ss["spans"].as_array().unwrap().is_empty());
+            }
+            req["resourceSpans"]
+                .as_array_mut()
+                .unwrap()
+                .retain(|rs| !rs["scopeSpans"].as_array().unwrap().is_empty());
+            out.push((id, req));
+        }
+    }
+    out
+}

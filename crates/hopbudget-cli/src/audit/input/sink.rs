@@ -13,7 +13,7 @@ pub(crate) trait SpanSink {
 }
 
 /// Counts of what was read.
-#[derive(Clone, Debug, Default, serde::Serialize)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct InputStats {
     /// Files opened.
     pub files: u64,

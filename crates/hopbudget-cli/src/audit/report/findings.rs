@@ -61,6 +61,7 @@ pub(crate) fn build(i: Inputs<'_>) -> Report {
         problems,
         rules,
     } = i;
+    let grouping_read = grouping;
     let mut findings = Vec::new();
     let mut keys: Vec<HopKey> = acc.hops.keys().copied().collect();
     keys.sort_by_key(|k| (acc.hops[k].min_depth.unwrap_or(u32::MAX), label(names, *k)));
@@ -166,6 +167,8 @@ pub(crate) fn build(i: Inputs<'_>) -> Report {
         .traces
         .max(acc.traces_complete + acc.traces_partial);
     let nothing_to_judge = nothing_to_judge(acc, &input, problems.total);
+    // Before the overflow note below, which a merge adds again.
+    let merge_state = crate::audit::merge::state(acc, names, &input, &grouping_read, &problems);
     let mut problems = problems;
     if names.overflowed > 0 || acc.hops_overflowed > 0 {
         problems.push(Problem::new(
@@ -202,6 +205,8 @@ pub(crate) fn build(i: Inputs<'_>) -> Report {
         problem_kinds: problems.kinds,
         rollout: super::rollout::build(&acc.rollout, &acc.timing, names),
         nothing_to_judge,
+        hopbudget_version: crate::audit::merge::VERSION.to_owned(),
+        merge_state,
     }
 }
 

@@ -205,6 +205,11 @@ pub struct Report {
     /// anything to judge (no deadline attribute or header, no caller to time it against).
     /// The exit status is then 4.
     pub nothing_to_judge: Option<String>,
+    /// The hopbudget version that made the report (`--merge` merges reports of one version).
+    pub hopbudget_version: String,
+    /// The counters the report was built from, so that the `--json` outputs of several
+    /// instances merge exactly (`hopbudget audit --merge`); see [`crate::audit::merge`].
+    pub merge_state: crate::audit::merge::MergeState,
 }
 
 impl Report {
