@@ -24,8 +24,9 @@ enum Command {
         #[command(subcommand)]
         command: ProfileCommand,
     },
-    /// Find where deadlines get lost, from OTLP JSON traces (exit 1 when a hop resets the
-    /// budget).
+    /// Find where deadlines get lost, from OTLP traces: files, `--listen` (OTLP/HTTP),
+    /// `--kafka` (the Collector's Kafka exporter), or `--merge` of reports (exit 1 when a hop
+    /// resets the budget).
     Audit(AuditArgs),
     /// Write synthetic OTLP JSON traces of the checkout graph (for measuring `audit`).
     #[command(hide = true)]

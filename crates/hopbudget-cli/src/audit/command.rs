@@ -42,7 +42,7 @@ pub struct AuditArgs {
     files: Vec<PathBuf>,
     /// The FILES are `--json` reports of several instances (`--kafka` consumers in one group,
     /// shards): merge them into one report, exactly as one audit of all their spans.
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["listen", "kafka"])]
     merge: bool,
     /// Instead of files, receive spans over OTLP/HTTP at this address (`POST /v1/traces`,
     /// protobuf or JSON, gzip or not: what an OpenTelemetry SDK's or Collector's `otlphttp`

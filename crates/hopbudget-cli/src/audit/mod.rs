@@ -4,7 +4,8 @@
 //! It reads OTLP JSON traces ([`input`]: the demo's `traces-<mode>.otlp.jsonl`,
 //! `hopbudget::observe::otlp`'s files, an OpenTelemetry Collector's `file` exporter output,
 //! plain or gzip; or, with `--listen`, OTLP/HTTP export requests, protobuf or JSON, from an
-//! SDK's or a Collector's exporter: [`listen`]), groups spans into traces as they stream past
+//! SDK's or a Collector's exporter: [`listen`]; with `--kafka`, the records a Collector's Kafka
+//! exporter writes), groups spans into traces as they stream past
 //! ([`group`]), rebuilds each request's hop tree from the hop spans' `deadline.*` attributes (C14) and audits it
 //! ([`analyze`]), then reports per hop ([`report`]): budget resets (a chain break, S13),
 //! missing deadlines (C8), latency spikes at one exact value (a default timeout firing), late
@@ -26,8 +27,9 @@
 //! Memory is bounded and documented: the longest line read (`--max-line-bytes`), the spans of
 //! open traces (`--max-open-spans`, about 100 bytes each) and per-hop counters (bounded by the
 //! number of distinct hops, capped). Every trace is audited on its own, so the analysis shards
-//! by trace id: run one `hopbudget audit` per shard where the spans already are, and compare
-//! the findings.
+//! by trace id: run one `hopbudget audit --json` per shard where the spans already are (or N
+//! `--kafka` consumers in one group: the `kafka` module, feature `kafka`), and merge the reports
+//! exactly with `--merge` ([`merge`]).
 
 use std::fmt;
 use std::path::PathBuf;
