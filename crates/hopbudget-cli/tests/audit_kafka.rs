@@ -339,6 +339,16 @@ async fn two_instances_in_one_group_share_the_traces_and_their_merge_equals_one_
             .unwrap_or_else(|(e, _)| panic!("producing failed: {e}"));
         partitions_used[delivered.partition as usize] += 1;
     }
+    // A record that is no trace request: a problem in its instance's report, not a stall.
+    producer
+        .send(
+            FutureRecord::to(&topic)
+                .key("garbage")
+                .payload(&b"\xff\x01 not OTLP"[..]),
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap_or_else(|(e, _)| panic!("producing failed: {e}"));
     assert!(
         partitions_used.iter().all(|&n| n > 0),
         "the keys did not spread over both partitions: {partitions_used:?}"
@@ -365,8 +375,9 @@ async fn two_instances_in_one_group_share_the_traces_and_their_merge_equals_one_
     );
     for (report, err) in [(&report_a, &err_a), (&report_b, &err_b)] {
         assert!(report["input"]["spans"].as_u64() > Some(0), "{err:?}");
-        assert_eq!(report["problems_total"], 0, "{report}");
     }
+    let problems = |r: &Value| r["problems_total"].as_u64().unwrap();
+    assert_eq!(problems(&report_a) + problems(&report_b), 1);
     let total = |r: &Value| r["input"]["requests"].as_u64().unwrap();
     eprintln!(
         "{} records on partitions {partitions_used:?}; instance a audited {} ({} spans), b {} \
@@ -379,7 +390,7 @@ async fn two_instances_in_one_group_share_the_traces_and_their_merge_equals_one_
     );
     assert_eq!(
         total(&report_a) + total(&report_b),
-        records.len() as u64,
+        records.len() as u64 + 1,
         "every record audited once, by one instance"
     );
 
@@ -399,6 +410,22 @@ async fn two_instances_in_one_group_share_the_traces_and_their_merge_equals_one_
     let one: Value = serde_json::from_str(&one).unwrap();
     assert_eq!(comparable(&merged), comparable(&one));
     assert_eq!(merged_status, one_status);
+    // The bad record is named by topic, partition and offset, in the merge too.
+    let problem = &merged["problems"][0];
+    assert!(
+        problem["file"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("{topic}[")),
+        "{problem}"
+    );
+    assert!(
+        problem["reason"]
+            .as_str()
+            .unwrap()
+            .contains("not an OTLP protobuf trace request"),
+        "{problem}"
+    );
     // The instances' exit statuses are their own shares' (a reset seen by either is 1).
     assert!(
         status_a == Some(1) || status_b == Some(1),

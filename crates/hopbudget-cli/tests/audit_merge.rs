@@ -82,6 +82,63 @@ fn merged_shard_reports_equal_one_audit_of_all_the_spans() {
     }
 }
 
+/// The same with hop spans (`deadline.*` attributes, C14), from `gen-traces` with a service
+/// that ignores inbound deadlines: the per-hop rows, the hop tree, the depths and the chain
+/// break (S13) with its median merge exactly too.
+#[test]
+fn merged_shards_of_hop_spans_equal_one_audit_of_them() {
+    let d = dir();
+    let whole = d.join("gen.jsonl").display().to_string();
+    let (status, _, err) = hopbudget(&[
+        "gen-traces",
+        &whole,
+        "--spans",
+        "4000",
+        "--forgetful",
+        "pricing",
+    ]);
+    assert_eq!(status, Some(0), "{err}");
+    let lines: Vec<Value> = std::fs::read_to_string(&whole)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let mut shards = vec![Vec::new(); 2];
+    let mut seen: Vec<String> = Vec::new();
+    for (trace, req) in per_trace(&lines) {
+        let i = seen.iter().position(|t| *t == trace).unwrap_or_else(|| {
+            seen.push(trace);
+            seen.len() - 1
+        });
+        shards[i % 2].push(req);
+    }
+    let reports: Vec<String> = shards
+        .iter()
+        .enumerate()
+        .map(|(i, reqs)| {
+            let spans = write(&d, &format!("gen{i}.jsonl"), &to_text(reqs));
+            let (_, json, _) = hopbudget(&["audit", "--json", &spans]);
+            write(&d, &format!("gen{i}.json"), &json)
+        })
+        .collect();
+    let (one_status, one, _) = hopbudget(&["audit", "--json", &whole]);
+    let one: Value = serde_json::from_str(&one).unwrap();
+    assert!(
+        one["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["kind"] == "chain_break"),
+        "{one}"
+    );
+    assert!(!one["hops"].as_array().unwrap().is_empty());
+    let (merged_status, merged, err) =
+        hopbudget(&["audit", "--merge", "--json", &reports[0], &reports[1]]);
+    let merged: Value = serde_json::from_str(&merged).unwrap_or_else(|e| panic!("{e}: {err}"));
+    assert_eq!(comparable(&merged), comparable(&one));
+    assert_eq!(merged_status, one_status);
+}
+
 /// The table and the page of a merge are a normal audit's.
 #[test]
 fn a_merge_prints_the_table_and_writes_the_page() {
