@@ -41,10 +41,12 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// The counters a report was built from, as `--json` writes them (`merge_state`), so that the
 /// reports of several instances merge exactly (`hopbudget audit --merge`). Its layout is
-/// versioned by [`STATE_FORMAT`] and is not meant to be read otherwise.
+/// versioned by [`STATE_FORMAT`] and is not meant to be read otherwise. It is written compact
+/// (on one line) even in the pretty-printed report: it is for `--merge`, not for reading, and
+/// pretty-printed its lists of pairs would be eight times as long.
 #[derive(Clone, Debug, Serialize)]
 #[serde(transparent)]
-pub struct MergeState(serde_json::Value);
+pub struct MergeState(Box<serde_json::value::RawValue>);
 
 /// Serialize a map with keys that are not strings as a list of `[key, value]` pairs, sorted by
 /// key so that the output is the same from run to run.
@@ -154,7 +156,11 @@ pub(crate) fn state(
             kinds: &problems.kinds,
         },
     };
-    MergeState(serde_json::to_value(state).unwrap_or(serde_json::Value::Null))
+    // Serializing counters, strings and sorted pairs cannot fail; were it to, the report says
+    // `null` and `--merge` refuses it, naming the file.
+    MergeState(serde_json::value::to_raw_value(&state).unwrap_or_else(|_| {
+        serde_json::value::RawValue::from_string("null".to_owned()).unwrap_or_default()
+    }))
 }
 
 /// The head of a report, read first to tell what the file is.
