@@ -164,13 +164,14 @@ struct Instance {
 }
 
 impl Instance {
-    fn start(brokers: &str, topic: &str, group: &str) -> Self {
+    fn start(brokers: &str, topic: &str, group: &str, extra: &[&str]) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_hopbudget"))
             .args(["audit", "--json", "--kafka", brokers, "--topic", topic])
             .args(["--group", group])
             // The group has no offsets yet: read the partitions from their start.
             .args(["--kafka-config", "auto.offset.reset=earliest"])
             .args(["--kafka-config", "session.timeout.ms=6000"])
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -199,8 +200,20 @@ impl Instance {
         })
     }
 
-    /// SIGTERM; the exit status, its JSON report and its standard error.
-    fn stop(mut self) -> (Option<i32>, Value, Vec<String>) {
+    /// Wait until standard error has a line containing `what`.
+    fn wait_for(&mut self, what: &str) {
+        let until = Instant::now() + Duration::from_secs(60);
+        while !self.seen.iter().any(|l| l.contains(what)) {
+            assert!(Instant::now() < until, "no {what:?} in {:?}", self.seen);
+            if let Ok(l) = self.stderr.recv_timeout(Duration::from_millis(100)) {
+                self.seen.push(l);
+            }
+        }
+    }
+
+    /// SIGTERM; the exit status, its JSON reports (periodic ones first, the final one last)
+    /// and its standard error.
+    fn stop(mut self) -> (Option<i32>, Vec<Value>, Vec<String>) {
         let pid = self.child.id().to_string();
         assert!(
             Command::new("kill")
@@ -225,9 +238,12 @@ impl Instance {
             "{:?}",
             self.seen
         );
-        let report = serde_json::from_str(&out)
+        let reports = serde_json::Deserializer::from_str(&out)
+            .into_iter::<Value>()
+            .collect::<Result<Vec<_>, _>>()
             .unwrap_or_else(|e| panic!("{e}: {out:?}; stderr {:?}", self.seen));
-        (status.code(), report, self.seen)
+        assert!(!reports.is_empty(), "no report; stderr {:?}", self.seen);
+        (status.code(), reports, self.seen)
     }
 }
 
@@ -293,13 +309,14 @@ async fn two_instances_in_one_group_share_the_traces_and_their_merge_equals_one_
     create_topic(&brokers, &topic, PARTITIONS).await;
 
     // Both instances join; wait until the group has dealt one partition to each.
-    let mut a = Instance::start(&brokers, &topic, &group);
+    // `a` also reports every second.
+    let mut a = Instance::start(&brokers, &topic, &group, &["--interval", "1"]);
     let until = Instant::now() + Duration::from_secs(60);
     while a.assigned().is_none_or(|p| p == "none") {
         assert!(Instant::now() < until, "a was never assigned: {:?}", a.seen);
         std::thread::sleep(Duration::from_millis(100));
     }
-    let mut b = Instance::start(&brokers, &topic, &group);
+    let mut b = Instance::start(&brokers, &topic, &group, &[]);
     loop {
         let (pa, pb) = (a.assigned(), b.assigned());
         if let (Some(pa), Some(pb)) = (&pa, &pb)
@@ -367,29 +384,36 @@ async fn two_instances_in_one_group_share_the_traces_and_their_merge_equals_one_
         );
         std::thread::sleep(Duration::from_millis(200));
     }
-    let (status_a, report_a, err_a) = a.stop();
-    let (status_b, report_b, err_b) = b.stop();
+    a.wait_for("hopbudget audit: report after");
+    let (status_a, reports_a, err_a) = a.stop();
+    let (status_b, reports_b, err_b) = b.stop();
+    assert!(
+        reports_a.len() >= 2,
+        "a periodic report, then the final one"
+    );
+    assert_eq!(reports_b.len(), 1, "no --interval: the final report only");
+    let (report_a, report_b) = (reports_a.last().unwrap(), &reports_b[0]);
     assert!(
         err_a.iter().any(|l| l.contains("stopped by SIGTERM")),
         "{err_a:?}"
     );
-    for (report, err) in [(&report_a, &err_a), (&report_b, &err_b)] {
+    for (report, err) in [(report_a, &err_a), (report_b, &err_b)] {
         assert!(report["input"]["spans"].as_u64() > Some(0), "{err:?}");
     }
     let problems = |r: &Value| r["problems_total"].as_u64().unwrap();
-    assert_eq!(problems(&report_a) + problems(&report_b), 1);
+    assert_eq!(problems(report_a) + problems(report_b), 1);
     let total = |r: &Value| r["input"]["requests"].as_u64().unwrap();
     eprintln!(
         "{} records on partitions {partitions_used:?}; instance a audited {} ({} spans), b {} \
          ({} spans)",
         records.len(),
-        total(&report_a),
+        total(report_a),
         report_a["input"]["spans"],
-        total(&report_b),
+        total(report_b),
         report_b["input"]["spans"]
     );
     assert_eq!(
-        total(&report_a) + total(&report_b),
+        total(report_a) + total(report_b),
         records.len() as u64 + 1,
         "every record audited once, by one instance"
     );
