@@ -7,9 +7,10 @@ use clap::{Parser, Subcommand};
 
 use crate::audit::command::{self, AuditArgs, GenTracesArgs};
 use crate::profile_cmd;
+use crate::proxy::{self, ProxyArgs};
 
 /// End-to-end deadline propagation across service hops, for operators: check adoption
-/// profiles, audit traces for lost deadlines.
+/// profiles, audit traces for lost deadlines, run a sidecar that keeps them for any service.
 #[derive(Debug, Parser)]
 #[command(name = "hopbudget", version, about)]
 pub struct Cli {
@@ -31,6 +32,10 @@ enum Command {
     /// Write synthetic OTLP JSON traces of the checkout graph (for measuring `audit`).
     #[command(hide = true)]
     GenTraces(GenTracesArgs),
+    /// Run a sidecar in front of a service in any language: read, refuse, restate and enforce
+    /// its deadlines (HTTP/1.1, h2c, gRPC).
+    #[command(long_about = crate::proxy::options::HELP)]
+    Proxy(ProxyArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -50,6 +55,7 @@ pub fn main() -> ExitCode {
             command: ProfileCommand::Check { file },
         } => profile_cmd::check(&file),
         Command::Audit(args) => command::audit(&args),
+        Command::Proxy(args) => proxy::run(&args),
         Command::GenTraces(args) => match command::gen_traces(&args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

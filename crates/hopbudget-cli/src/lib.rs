@@ -4,6 +4,8 @@
 //! - `hopbudget profile check FILE`: validate an adoption profile ([`profile_cmd`]).
 //! - `hopbudget audit FILE…`: find chain breaks and other deadline trouble in OTLP JSON
 //!   traces ([`audit`]).
+//! - `hopbudget proxy --listen ADDR --upstream ADDR --profile FILE`: a sidecar that keeps the
+//!   deadline contract for a service in any language ([`proxy`]).
 //!
 //! The demo harness (`demo`, `serve`, `soak`) is the workspace's unpublished `hopbudget-demo`
 //! crate: `cargo run --release -- demo` from a checkout.
@@ -11,3 +13,4 @@
 pub mod audit;
 pub mod cli;
 pub mod profile_cmd;
+pub mod proxy;

@@ -1,0 +1,66 @@
+//! The answers the proxy makes when the call to the service fails: the deadline outcomes in
+//! the profile's spelling (C10), anything else as the gateway error it is.
+//!
+//! The client layer fails a call with a [`BudgetError`]: refused before it left (C3), the
+//! budget spent while waiting (C4), or the request cancelled. Those are answered as a
+//! hopbudget server answers them, marked with `x-deadline-outcome`, so the server layer above
+//! records that outcome for the hop (C17). A service that cannot be reached is 502 Bad
+//! Gateway, or UNAVAILABLE for a gRPC caller: the deadline contract held, the service did not.
+
+use bytes::Bytes;
+use hopbudget::{BudgetError, Profile};
+use http::{HeaderValue, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+use tower::BoxError;
+
+use super::ProxyBody;
+
+/// The answer to a failed call to the service.
+pub(crate) fn failure(error: &BoxError, profile: &Profile, grpc: bool) -> Response<ProxyBody> {
+    match BudgetError::find(&**error) {
+        Some(budget) if grpc => {
+            let status = hopbudget::grpc::budget_status(budget, profile.grpc_status());
+            let (parts, ()) = status.into_http::<()>().into_parts();
+            Response::from_parts(parts, empty())
+        }
+        Some(budget) => hopbudget::http::budget_response(budget, profile.http_status()).map(full),
+        None => {
+            tracing::warn!(error = %error, "upstream call failed");
+            if grpc {
+                grpc_unavailable()
+            } else {
+                let mut res = Response::new(full(Bytes::from(format!(
+                    "hopbudget proxy: the service behind the proxy could not be reached: {error}\n"
+                ))));
+                *res.status_mut() = StatusCode::BAD_GATEWAY;
+                res
+            }
+        }
+    }
+}
+
+/// A trailers-only gRPC answer: UNAVAILABLE (14), the status a gRPC client retries on.
+fn grpc_unavailable() -> Response<ProxyBody> {
+    let mut res = Response::new(empty());
+    let headers = res.headers_mut();
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/grpc"),
+    );
+    headers.insert("grpc-status", HeaderValue::from_static("14"));
+    headers.insert(
+        "grpc-message",
+        HeaderValue::from_static("the service behind the proxy could not be reached"),
+    );
+    res
+}
+
+pub(crate) fn full(bytes: Bytes) -> ProxyBody {
+    Full::new(bytes)
+        .map_err(|never| match never {})
+        .boxed_unsync()
+}
+
+fn empty() -> ProxyBody {
+    full(Bytes::new())
+}

@@ -1,0 +1,178 @@
+//! One request through the proxy: the library's server layer in front, the library's client
+//! layer behind, the service's own address at the end.
+//!
+//! ```text
+//! caller ─> ServerBudget | GrpcServer ─> forward ─> ClientBudget ─> restate ─> hyper-util ─> service
+//!           carriers read, clamped (C9)   carriers   forward budget  one carrier
+//!           malformed/expired/refused     stripped   refuse (C3)     for the service
+//!           answered here (C3, C18)                  wait bounded (C2, S4)
+//!           deadline: 504 / DEADLINE_EXCEEDED, the call below dropped (C4, C7)
+//!           caller gone: cancelled, the call below dropped (C5)
+//!           one outcome per hop, recorded by the hop guard (C14, C17)
+//! ```
+//!
+//! gRPC calls (`content-type: application/grpc…`) go through the gRPC server layer, so they
+//! are answered in gRPC's spelling (trailers-only, `grpc-status`) and the outcome is read from
+//! the service's `grpc-status`; everything else through the HTTP layer.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use hopbudget::SharedProfile;
+use hopbudget::clock::{SystemClock, WallClock};
+use hopbudget::grpc::server::GrpcServerLayer;
+use hopbudget::http::client::ClientBudgetLayer;
+use hopbudget::http::server::ServerBudgetLayer;
+use http::{Request, Response};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use tower::util::{BoxCloneService, MapRequest, Oneshot};
+use tower::{Layer, Service, ServiceBuilder, ServiceExt};
+
+use super::ProxyBody;
+use super::answer;
+use super::options::UpstreamCarrier;
+use super::restate;
+use super::upstream::{Upstream, strip_hop_by_hop};
+
+type Stack = BoxCloneService<Request<Incoming>, Response<ProxyBody>, Infallible>;
+
+/// The service hyper runs for every request the proxy accepts.
+#[derive(Clone)]
+pub(crate) struct Ingress {
+    http: Stack,
+    grpc: Stack,
+}
+
+impl std::fmt::Debug for Ingress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ingress").finish_non_exhaustive()
+    }
+}
+
+/// What forwarding one request needs, shared by every request.
+#[derive(Debug)]
+struct Forwarder {
+    profile: SharedProfile,
+    upstream: Upstream,
+    carrier: UpstreamCarrier,
+    // The service behind a sidecar is internal by definition: the budget always goes to it
+    // (C19's trust list is for the service's own outbound calls).
+    client: ClientBudgetLayer,
+}
+
+impl Ingress {
+    pub(crate) fn new(
+        profile: SharedProfile,
+        upstream: Upstream,
+        carrier: UpstreamCarrier,
+    ) -> Self {
+        let forwarder = Arc::new(Forwarder {
+            client: ClientBudgetLayer::new(profile.clone()).trust_all(),
+            profile: profile.clone(),
+            upstream,
+            carrier,
+        });
+        let to = |grpc: bool| {
+            let forwarder = forwarder.clone();
+            tower::service_fn(move |req| forward(forwarder.clone(), req, grpc))
+        };
+        let http = ServiceBuilder::new()
+            .map_response(|res: Response<_>| res.map(BodyExt::boxed_unsync))
+            .layer(ServerBudgetLayer::new(profile.clone()))
+            .service(to(false));
+        let grpc = ServiceBuilder::new()
+            .map_response(|res: Response<_>| res.map(BodyExt::boxed_unsync))
+            .layer(GrpcServerLayer::new(profile))
+            .service(to(true));
+        Self {
+            http: BoxCloneService::new(http),
+            grpc: BoxCloneService::new(grpc),
+        }
+    }
+}
+
+impl Service<Request<Incoming>> for Ingress {
+    type Response = Response<ProxyBody>;
+    type Error = Infallible;
+    type Future = Oneshot<Stack, Request<Incoming>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<Incoming>) -> Self::Future {
+        let stack = if is_grpc(&req) {
+            &self.grpc
+        } else {
+            &self.http
+        };
+        stack.clone().oneshot(req)
+    }
+}
+
+/// gRPC over HTTP/2 (`application/grpc`, `application/grpc+proto`, ...); gRPC-Web is HTTP
+/// with its trailers in the body and takes the HTTP path.
+fn is_grpc<B>(req: &Request<B>) -> bool {
+    req.headers()
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| {
+            ct.starts_with("application/grpc") && !ct.starts_with("application/grpc-web")
+        })
+}
+
+/// Pass an admitted request on to the service; its budget is in the request's extensions,
+/// where the server layer put it.
+async fn forward(
+    forwarder: Arc<Forwarder>,
+    mut req: Request<Incoming>,
+    grpc: bool,
+) -> Result<Response<ProxyBody>, Infallible> {
+    let profile = forwarder.profile.current();
+    restate::strip_carriers(req.headers_mut(), &profile);
+    let client = forwarder.upstream.prepare(&mut req, grpc);
+    let target = forwarder.carrier.for_request(grpc);
+    let spell = {
+        let profile = profile.clone();
+        move |mut req: Request<Incoming>| {
+            restate::restate(req.headers_mut(), &profile, target, || {
+                SystemClock.now_unix_ms()
+            });
+            req
+        }
+    };
+    let call = forwarder.client.layer(MapRequest::new(client, spell));
+    // Dropping this future (the deadline passed, or the caller left) drops hyper's: the
+    // stream is reset or the connection closed, and the service's handler is cancelled.
+    match call.oneshot(req).await {
+        Ok(mut res) => {
+            if !grpc {
+                strip_hop_by_hop(res.headers_mut(), false);
+            }
+            Ok(res.map(BodyExt::boxed_unsync))
+        }
+        Err(error) => Ok(answer::failure(&error, &profile, grpc)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grpc_is_told_by_its_content_type() {
+        let req = |ct: &str| {
+            Request::builder()
+                .header("content-type", ct)
+                .body(())
+                .unwrap()
+        };
+        assert!(is_grpc(&req("application/grpc")));
+        assert!(is_grpc(&req("application/grpc+proto")));
+        assert!(!is_grpc(&req("application/grpc-web+proto")));
+        assert!(!is_grpc(&req("application/json")));
+        assert!(!is_grpc(&Request::new(())));
+    }
+}

@@ -1,0 +1,157 @@
+//! `hopbudget proxy`: a sidecar that keeps the deadline contract for a service written in any
+//! language (rule C25, issue #37).
+//!
+//! It composes the library's own layers: [`ServerBudgetLayer`](hopbudget::http::server::ServerBudgetLayer)
+//! (or the gRPC server layer for gRPC calls) in front, [`ClientBudgetLayer`](hopbudget::http::client::ClientBudgetLayer)
+//! behind, over hyper-util's client to the service. So the proxy reads, refuses, restates and
+//! records exactly as a Rust service on the layers does:
+//!
+//! - the inbound carriers, the tightest wins, clamped to the profile's maximum (C9); a
+//!   malformed header is a 400 naming it (INVALID_ARGUMENT for gRPC), a spent budget a 504
+//!   (DEADLINE_EXCEEDED), a budget below the route's minimum a 503 with the required and
+//!   remaining budgets, all without touching the service (C3); over HTTP/1.1 these answers
+//!   reach a client still writing its body (C18);
+//! - the request goes on with every inbound deadline header removed and the forward budget
+//!   (remaining minus margin, C2) restated in the carrier the service's stack reads
+//!   ([`options::UpstreamCarrier`]);
+//! - at the deadline the caller gets 504 / DEADLINE_EXCEEDED and the call to the service is
+//!   dropped, which resets its HTTP/2 stream or closes its HTTP/1.1 connection, so Go's
+//!   `r.Context()` or a gRPC server's context is cancelled (C4, C7); a caller that leaves
+//!   first is the same, recorded `cancelled` (C5);
+//! - every request admitted ends with one outcome: `hopbudget_hops_total{outcome}` on the
+//!   admin port's `/metrics`, and one `hop ended` line on stderr (C14, C17).
+//!
+//! Files: [`options`] (the command line), `ingress` (the per-request stack), `restate` (the
+//! carriers), `upstream` (the client), `answer` (failed calls), `serve` (accepting and the
+//! clean stop), `admin` (`/metrics`).
+//!
+//! Not yet: the service's outbound calls through the proxy (egress, issue #37 item 2), TLS,
+//! reloading the profile while running.
+
+mod admin;
+mod answer;
+mod ingress;
+pub mod options;
+mod restate;
+mod serve;
+mod upstream;
+
+use std::io::Write;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use bytes::Bytes;
+use hopbudget::{Profile, SharedProfile};
+use http_body_util::combinators::UnsyncBoxBody;
+use tower::BoxError;
+
+pub use options::ProxyArgs;
+
+/// The body of every answer the proxy sends: the service's, or one of its own.
+pub(crate) type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
+
+/// How long requests in flight get after the stop signal, beyond the largest budget the
+/// profile admits: the answer still has to be written.
+const DRAIN_SLACK: Duration = Duration::from_secs(1);
+
+/// Run the proxy until SIGTERM or Ctrl-C. Exit status 2 for a bad profile or an address that
+/// cannot be bound, 1 when requests were still running after the drain bound.
+pub fn run(args: &ProxyArgs) -> ExitCode {
+    let profile = match load_profile(args) {
+        Ok(profile) => profile,
+        Err(message) => {
+            eprintln!("hopbudget proxy: {message}");
+            return ExitCode::from(2);
+        }
+    };
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .with_max_level(tracing::Level::INFO)
+        .try_init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("hopbudget proxy: cannot start the runtime: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    runtime.block_on(run_async(args, profile))
+}
+
+fn load_profile(args: &ProxyArgs) -> Result<Profile, String> {
+    let profile = match &args.profile {
+        Some(path) => Profile::load(path).map_err(|e| e.to_string())?,
+        None => Profile::default(),
+    };
+    if args.no_hop_log || profile.spec().log.hops {
+        return Ok(profile);
+    }
+    // A sidecar's log is its hops: one line each unless told otherwise.
+    let mut spec = profile.spec().clone();
+    spec.log.hops = true;
+    Profile::from_spec(spec).map_err(|issues| format!("{issues:?}"))
+}
+
+async fn run_async(args: &ProxyArgs, profile: Profile) -> ExitCode {
+    let drain = profile.max() + DRAIN_SLACK;
+    let listener = match tokio::net::TcpListener::bind(args.listen).await {
+        Ok(listener) => listener,
+        Err(error) => {
+            eprintln!("hopbudget proxy: cannot listen on {}: {error}", args.listen);
+            return ExitCode::from(2);
+        }
+    };
+    let mut out = std::io::stdout().lock();
+    if let Some(admin) = args.admin {
+        match start_admin(admin).await {
+            Ok(bound) => {
+                let _ = writeln!(out, "admin on {bound}");
+            }
+            Err(message) => {
+                eprintln!("hopbudget proxy: {message}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    let shared = SharedProfile::new(profile);
+    let upstream = upstream::Upstream::new(args.upstream.clone(), args.upstream_protocol);
+    let ingress = ingress::Ingress::new(shared, upstream, args.upstream_carrier);
+    if let Ok(addr) = listener.local_addr() {
+        let _ = writeln!(out, "listening on {addr}, upstream {}", args.upstream);
+    }
+    let _ = out.flush();
+    drop(out);
+    if serve::serve(listener, ingress, serve::stop_signal(), drain).await {
+        tracing::info!("stopped; every request in flight ended");
+        ExitCode::SUCCESS
+    } else {
+        tracing::warn!("stopped with requests still running after the drain bound");
+        ExitCode::from(1)
+    }
+}
+
+/// Install the Prometheus recorder and serve it; the bound address.
+async fn start_admin(addr: std::net::SocketAddr) -> Result<std::net::SocketAddr, String> {
+    let handle = hopbudget::observe::prometheus::builder()
+        .and_then(|b| b.install_recorder())
+        .map_err(|e| format!("cannot install the metrics recorder: {e}"))?;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| format!("cannot listen on {addr} (--admin): {e}"))?;
+    let bound = listener.local_addr().map_err(|e| e.to_string())?;
+    let upkeep = handle.clone();
+    tokio::spawn(async move {
+        // Histograms are folded into their buckets here, not on the request path.
+        let mut tick = tokio::time::interval(Duration::from_secs(5));
+        loop {
+            tick.tick().await;
+            upkeep.run_upkeep();
+        }
+    });
+    tokio::spawn(admin::serve(listener, handle));
+    Ok(bound)
+}

@@ -1,0 +1,178 @@
+//! What `hopbudget proxy` is told on its command line: where to listen, the service behind it,
+//! the profile, and how the service's own stack wants its deadline spelled.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, ValueEnum};
+use hopbudget::codec::Carrier;
+use http::uri::Authority;
+
+/// The options of `hopbudget proxy`; what it reads and writes is in [`HELP`].
+#[derive(Debug, Clone, Args)]
+pub struct ProxyArgs {
+    /// Address callers connect to: HTTP/1.1 and HTTP/2 without TLS (h2c, so gRPC too).
+    /// Port 0 picks a free port; the address is printed on stdout.
+    #[arg(long, value_name = "ADDR")]
+    pub listen: SocketAddr,
+
+    /// The service behind the proxy: HOST:PORT or http://HOST:PORT.
+    #[arg(long, value_name = "ADDR", value_parser = parse_upstream)]
+    pub upstream: Authority,
+
+    /// The adoption profile (YAML, as for the library's layers): carriers read, `max_ms`,
+    /// `edge_total_ms`, margins, route minimums, status codes. Built-in defaults without it.
+    #[arg(long, value_name = "FILE")]
+    pub profile: Option<PathBuf>,
+
+    /// The carrier the service's stack reads. `auto`: `grpc-timeout` for gRPC requests (grpc-go,
+    /// grpc-java, grpcio put it in the handler's context), `x-request-timeout-ms` for the rest.
+    #[arg(long, value_enum, value_name = "CARRIER", default_value_t = UpstreamCarrier::Auto)]
+    pub upstream_carrier: UpstreamCarrier,
+
+    /// How to reach the service. `auto`: gRPC requests over h2c, the rest over HTTP/1.1.
+    #[arg(long, value_enum, value_name = "PROTOCOL", default_value_t = UpstreamProtocol::Auto)]
+    pub upstream_protocol: UpstreamProtocol,
+
+    /// Serve `GET /metrics` (Prometheus text) and `GET /healthz` on this address.
+    #[arg(long, value_name = "ADDR")]
+    pub admin: Option<SocketAddr>,
+
+    /// Do not log a line per hop (the proxy turns the profile's `log.hops` on otherwise).
+    #[arg(long)]
+    pub no_hop_log: bool,
+}
+
+/// What `hopbudget proxy --help` says the proxy reads and writes.
+pub const HELP: &str = "\
+Run a sidecar that keeps the deadline contract (rule C25) for a service in any language.
+
+Reads, per request: the deadline headers the profile enables (grpc-timeout,
+x-request-timeout-ms, x-request-deadline, connect-timeout-ms, x-envoy-expected-rq-timeout-ms;
+the tightest wins, capped at the profile's max_ms; none: the profile's edge_total_ms).
+
+Answers itself, without calling the service: a malformed deadline header (400 naming the
+header; gRPC INVALID_ARGUMENT), a budget already spent (504; DEADLINE_EXCEEDED), a budget
+below the route's min_budget_ms (503 with x-deadline-required-ms; the profile's gRPC status).
+
+Writes to the service: the request with every inbound deadline header removed and the
+remaining budget minus the hop margin in one carrier (--upstream-carrier). At the deadline it
+answers 504 / DEADLINE_EXCEEDED and ends the service's request (HTTP/2 stream reset, HTTP/1.1
+connection closed) so the service's framework cancels its handler; a caller that leaves
+first ends it the same way, recorded as cancelled.
+
+Writes for the operator: `listening on ADDR` (and `admin on ADDR`) on stdout once ready; one
+`hop ended` line per request on stderr; Prometheus metrics (hopbudget_hops_total by outcome,
+...) on --admin at /metrics. SIGTERM or Ctrl-C: stops accepting, lets requests in flight
+finish within their budgets, exits 0 (1 if some were still running after max_ms + 1 s).";
+
+/// The carrier the budget is restated in for the service.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum UpstreamCarrier {
+    /// `grpc-timeout` for gRPC requests, `x-request-timeout-ms` for the others.
+    Auto,
+    /// `grpc-timeout: 294m`.
+    #[value(name = "grpc-timeout")]
+    GrpcTimeout,
+    /// `x-request-timeout-ms: 294`.
+    #[value(name = "x-request-timeout-ms")]
+    RequestTimeoutMs,
+    /// `x-request-deadline`: Unix epoch milliseconds (the service's clock must be trusted).
+    Epoch,
+    /// `x-envoy-expected-rq-timeout-ms: 294`, for a stack that reads Envoy's header.
+    Envoy,
+}
+
+impl UpstreamCarrier {
+    /// The carrier for one request.
+    pub fn for_request(self, grpc: bool) -> Carrier {
+        match self {
+            UpstreamCarrier::Auto if grpc => Carrier::GrpcTimeout,
+            UpstreamCarrier::Auto | UpstreamCarrier::RequestTimeoutMs => Carrier::RelativeMs,
+            UpstreamCarrier::GrpcTimeout => Carrier::GrpcTimeout,
+            UpstreamCarrier::Epoch => Carrier::EpochMs,
+            UpstreamCarrier::Envoy => Carrier::Envoy,
+        }
+    }
+}
+
+/// The protocol spoken to the service.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum UpstreamProtocol {
+    /// gRPC requests over h2c, the rest over HTTP/1.1.
+    Auto,
+    /// HTTP/1.1 for everything.
+    Http1,
+    /// HTTP/2 with prior knowledge (no TLS) for everything.
+    H2c,
+}
+
+impl UpstreamProtocol {
+    /// Whether one request goes over HTTP/2.
+    pub fn http2(self, grpc: bool) -> bool {
+        match self {
+            UpstreamProtocol::Auto => grpc,
+            UpstreamProtocol::Http1 => false,
+            UpstreamProtocol::H2c => true,
+        }
+    }
+}
+
+/// `HOST:PORT` or `http://HOST:PORT`; a path or another scheme is a mistake worth naming.
+fn parse_upstream(text: &str) -> Result<Authority, String> {
+    let rest = match text.split_once("://") {
+        Some(("http", rest)) => rest,
+        Some((scheme, _)) => {
+            return Err(format!(
+                "`{scheme}://` is not supported; the service is reached over plain HTTP (http://HOST:PORT or HOST:PORT)"
+            ));
+        }
+        None => text,
+    };
+    let rest = rest.strip_suffix('/').unwrap_or(rest);
+    if rest.contains('/') {
+        return Err(format!(
+            "`{text}` has a path; give only HOST:PORT (requests keep their own paths)"
+        ));
+    }
+    let authority: Authority = rest
+        .parse()
+        .map_err(|e| format!("`{text}` is not HOST:PORT: {e}"))?;
+    if authority.port_u16().is_none() {
+        return Err(format!("`{text}` names no port; give HOST:PORT"));
+    }
+    Ok(authority)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn upstream_addresses_are_host_and_port_or_say_what_is_wrong() {
+        assert_eq!(parse_upstream("127.0.0.1:8080").unwrap(), "127.0.0.1:8080");
+        assert_eq!(parse_upstream("http://svc:9/").unwrap(), "svc:9");
+        assert!(
+            parse_upstream("https://svc:9")
+                .unwrap_err()
+                .contains("https")
+        );
+        assert!(parse_upstream("svc:9/api").unwrap_err().contains("path"));
+        assert!(parse_upstream("svc").unwrap_err().contains("port"));
+    }
+
+    #[test]
+    fn auto_picks_grpc_timeout_and_h2c_for_grpc_only() {
+        assert_eq!(
+            UpstreamCarrier::Auto.for_request(true),
+            Carrier::GrpcTimeout
+        );
+        assert_eq!(
+            UpstreamCarrier::Auto.for_request(false),
+            Carrier::RelativeMs
+        );
+        assert_eq!(UpstreamCarrier::Envoy.for_request(true), Carrier::Envoy);
+        assert!(UpstreamProtocol::Auto.http2(true) && !UpstreamProtocol::Auto.http2(false));
+        assert!(UpstreamProtocol::H2c.http2(false) && !UpstreamProtocol::Http1.http2(true));
+    }
+}

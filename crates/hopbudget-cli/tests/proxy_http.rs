@@ -1,0 +1,334 @@
+//! `hopbudget proxy` in front of a real axum service, over loopback (C25, issue #37 item 1):
+//! the proxy is the real binary in its own process, the service is axum on hyper, the
+//! callers are raw HTTP/1.1 sockets, so nothing in between hides a reset.
+//!
+//! Each test starts its own service and proxy, so the counts it reads are its own.
+
+#[path = "proxy_support/mod.rs"]
+mod support;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::routing::{any, get};
+use support::{PATIENCE, Proxy, get as http_get, read_answer, send_head};
+use tokio::io::AsyncWriteExt;
+use tokio::sync::mpsc;
+
+/// The service behind the proxy: counts the calls that reach it, and reports what its
+/// `/hang` handler lives through.
+#[derive(Clone)]
+struct Service {
+    calls: Arc<AtomicUsize>,
+    events: mpsc::UnboundedSender<&'static str>,
+}
+
+/// Sends `dropped` when the handler's future is dropped: hyper drops it when the proxy
+/// resets the stream or closes the connection.
+struct DropGuard(mpsc::UnboundedSender<&'static str>);
+
+impl Drop for DropGuard {
+    fn drop(&mut self) {
+        let _ = self.0.send("dropped");
+    }
+}
+
+async fn upstream() -> (
+    SocketAddr,
+    Arc<AtomicUsize>,
+    mpsc::UnboundedReceiver<&'static str>,
+) {
+    let (events, rx) = mpsc::unbounded_channel();
+    let service = Service {
+        calls: Arc::new(AtomicUsize::new(0)),
+        events,
+    };
+    let calls = service.calls.clone();
+    let router = Router::new()
+        // The headers the service saw, one `name: value` line each.
+        .route(
+            "/echo",
+            any(|State(s): State<Service>, headers: HeaderMap| async move {
+                s.calls.fetch_add(1, Ordering::SeqCst);
+                let mut text = String::new();
+                for (name, value) in &headers {
+                    text.push_str(&format!("{name}: {}\n", value.to_str().unwrap_or("?")));
+                }
+                text
+            }),
+        )
+        .route(
+            "/tax",
+            any(|State(s): State<Service>| async move {
+                s.calls.fetch_add(1, Ordering::SeqCst);
+                "taxed"
+            }),
+        )
+        .route(
+            "/hang",
+            get(|State(s): State<Service>| async move {
+                s.calls.fetch_add(1, Ordering::SeqCst);
+                let _guard = DropGuard(s.events.clone());
+                let _ = s.events.send("entered");
+                std::future::pending::<()>().await;
+                "never"
+            }),
+        )
+        .route(
+            "/slow",
+            get(|State(s): State<Service>| async move {
+                s.calls.fetch_add(1, Ordering::SeqCst);
+                let _ = s.events.send("entered");
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                "slow done"
+            }),
+        )
+        .with_state(service);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    (addr, calls, rx)
+}
+
+async fn next_event(events: &mut mpsc::UnboundedReceiver<&'static str>) -> &'static str {
+    tokio::time::timeout(PATIENCE, events.recv())
+        .await
+        .expect("the service reports in time")
+        .expect("the service is running")
+}
+
+/// A header value the service reported seeing on `/echo`.
+fn seen<'a>(body: &'a str, name: &str) -> Option<&'a str> {
+    body.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(": "))
+}
+
+#[tokio::test]
+async fn the_budget_reaches_the_service_minus_the_margin_in_the_carrier_it_reads() {
+    let (service, _, _) = upstream().await;
+    // The caller's looser carriers are read (the tightest, 2000 ms, wins, C9) and removed.
+    let caller = [
+        ("x-request-timeout-ms", "2000"),
+        ("grpc-timeout", "1H"),
+        ("x-envoy-expected-rq-timeout-ms", "5000"),
+    ];
+
+    let proxy = Proxy::start(service, None, &[]).await;
+    let answer = http_get(proxy.addr, "/echo", &caller).await.unwrap();
+    assert_eq!(answer.status, 200, "{answer:?}");
+    let told: u64 = seen(&answer.body, "x-request-timeout-ms")
+        .expect("x-request-timeout-ms restated")
+        .parse()
+        .unwrap();
+    // 2000 minus the 5 ms hop margin and 1 ms transit (C2), minus the moments in between.
+    assert!(told <= 1994 && told > 1000, "told {told}");
+    assert_eq!(seen(&answer.body, "grpc-timeout"), None, "{}", answer.body);
+    assert_eq!(seen(&answer.body, "x-envoy-expected-rq-timeout-ms"), None);
+
+    let grpc = Proxy::start(service, None, &["--upstream-carrier", "grpc-timeout"]).await;
+    let answer = http_get(grpc.addr, "/echo", &caller).await.unwrap();
+    let told = seen(&answer.body, "grpc-timeout").expect("grpc-timeout restated");
+    let ms = support::grpc_timeout_ms(told);
+    assert!(ms <= 1994 && ms > 1000, "told {told}");
+    assert_eq!(
+        seen(&answer.body, "x-request-timeout-ms"),
+        None,
+        "{}",
+        answer.body
+    );
+
+    let epoch = Proxy::start(service, None, &["--upstream-carrier", "epoch"]).await;
+    let answer = http_get(epoch.addr, "/echo", &caller).await.unwrap();
+    let at: u64 = seen(&answer.body, "x-request-deadline")
+        .expect("x-request-deadline restated")
+        .parse()
+        .unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    assert!(
+        at <= now + 1994 && at + 10_000 > now,
+        "deadline {at}, now {now}"
+    );
+}
+
+#[tokio::test]
+async fn a_malformed_header_is_a_400_naming_it_and_the_service_is_never_called() {
+    let (service, calls, _) = upstream().await;
+    let proxy = Proxy::start(service, None, &[]).await;
+    let answer = http_get(proxy.addr, "/tax", &[("x-request-timeout-ms", "soon")])
+        .await
+        .unwrap();
+    assert_eq!(answer.status, 400, "{answer:?}");
+    assert!(
+        answer.body.contains("x-request-timeout-ms"),
+        "{}",
+        answer.body
+    );
+    assert_eq!(answer.header("x-deadline-outcome"), Some("malformed"));
+    let answer = http_get(proxy.addr, "/tax", &[("grpc-timeout", "10s")])
+        .await
+        .unwrap();
+    assert_eq!(answer.status, 400, "{answer:?}");
+    assert!(answer.body.contains("grpc-timeout"), "{}", answer.body);
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn a_spent_budget_is_a_504_and_the_service_is_never_called() {
+    let (service, calls, _) = upstream().await;
+    let proxy = Proxy::start(service, None, &[]).await;
+    let answer = http_get(proxy.addr, "/tax", &[("x-request-timeout-ms", "0")])
+        .await
+        .unwrap();
+    assert_eq!(answer.status, 504, "{answer:?}");
+    assert_eq!(answer.header("x-deadline-outcome"), Some("expired"));
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn a_budget_below_the_routes_minimum_is_refused_per_the_profile() {
+    let (service, calls, _) = upstream().await;
+    let profile = "service: tax-sidecar\nroutes: [{path: /tax, min_budget_ms: 200}]";
+    let proxy = Proxy::start(service, Some(profile), &[]).await;
+    let answer = http_get(proxy.addr, "/tax", &[("x-request-timeout-ms", "120")])
+        .await
+        .unwrap();
+    assert_eq!(answer.status, 503, "{answer:?}");
+    assert_eq!(answer.header("x-deadline-required-ms"), Some("200"));
+    assert_eq!(answer.header("retry-after"), Some("0"));
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        0,
+        "refused before the service (C3)"
+    );
+
+    let answer = http_get(proxy.addr, "/tax", &[("x-request-timeout-ms", "900")])
+        .await
+        .unwrap();
+    assert_eq!((answer.status, answer.body.as_str()), (200, "taxed"));
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    let metrics = proxy.await_outcome("refused", 1).await;
+    assert_eq!(support::hops(&metrics, "completed"), 1, "{metrics}");
+}
+
+#[tokio::test]
+async fn at_the_deadline_the_caller_gets_504_and_the_services_request_is_ended() {
+    let (service, _, mut events) = upstream().await;
+    let mut proxy = Proxy::start(service, None, &[]).await;
+    let answer = http_get(proxy.addr, "/hang", &[("x-request-timeout-ms", "300")])
+        .await
+        .unwrap();
+    assert_eq!(answer.status, 504, "{answer:?}");
+    assert_eq!(answer.header("x-deadline-outcome"), Some("expired"));
+    assert_eq!(next_event(&mut events).await, "entered");
+    // The proxy dropped its call: hyper closed the connection, axum dropped the handler.
+    assert_eq!(next_event(&mut events).await, "dropped");
+    let metrics = proxy.await_outcome("expired", 1).await;
+    assert_eq!(support::hops(&metrics, "cancelled"), 0, "{metrics}");
+    // And one line for the hop, with its outcome (C14).
+    proxy
+        .await_log(&[
+            "hop ended",
+            "route=other",
+            "outcome=\"expired\"",
+            "budget_ms=300",
+        ])
+        .await;
+}
+
+#[tokio::test]
+async fn a_caller_who_leaves_ends_the_services_request_recorded_as_cancelled() {
+    let (service, _, mut events) = upstream().await;
+    let mut proxy = Proxy::start(service, None, &[]).await;
+    let stream = send_head(
+        proxy.addr,
+        "GET",
+        "/hang",
+        &[("x-request-timeout-ms", "20000")],
+    )
+    .await
+    .unwrap();
+    assert_eq!(next_event(&mut events).await, "entered");
+    drop(stream);
+    assert_eq!(next_event(&mut events).await, "dropped");
+    let metrics = proxy.await_outcome("cancelled", 1).await;
+    assert_eq!(support::hops(&metrics, "expired"), 0, "{metrics}");
+    proxy
+        .await_log(&["hop ended", "outcome=\"cancelled\""])
+        .await;
+}
+
+#[tokio::test]
+async fn a_refusal_reaches_an_http1_client_still_writing_its_body() {
+    const BODY_LEN: usize = 1 << 20;
+    let (service, calls, _) = upstream().await;
+    let profile = "routes: [{path: /tax, min_budget_ms: 200}]";
+    let proxy = Proxy::start(service, Some(profile), &[]).await;
+    for round in 0..10 {
+        let len = BODY_LEN.to_string();
+        let mut stream = send_head(
+            proxy.addr,
+            "POST",
+            "/tax",
+            &[
+                ("x-request-timeout-ms", "120"),
+                ("content-length", &len),
+                ("connection", "keep-alive"),
+            ],
+        )
+        .await
+        .unwrap();
+        // The answer arrives before any body byte was written (C18, S14)...
+        let mut probe = [0u8; 1];
+        tokio::time::timeout(PATIENCE, stream.peek(&mut probe))
+            .await
+            .expect("an early answer")
+            .unwrap();
+        // ...and the body written after it does not turn into a reset.
+        let chunk = vec![b'x'; 64 * 1024];
+        for written in (0..BODY_LEN).step_by(chunk.len()) {
+            if let Err(e) = stream.write_all(&chunk).await {
+                panic!("round {round}: writing the body after {written} bytes: {e}");
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let answer = read_answer(&mut stream).await.unwrap();
+        assert_eq!(answer.status, 503, "round {round}: {answer:?}");
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn sigterm_drains_the_requests_in_flight_then_exits_cleanly() {
+    let (service, _, mut events) = upstream().await;
+    let mut proxy = Proxy::start(service, None, &[]).await;
+    let addr = proxy.addr;
+    let in_flight =
+        tokio::spawn(
+            async move { http_get(addr, "/slow", &[("x-request-timeout-ms", "5000")]).await },
+        );
+    assert_eq!(next_event(&mut events).await, "entered");
+    let pid = proxy.child.id().unwrap().to_string();
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let answer = in_flight.await.unwrap().unwrap();
+    assert_eq!((answer.status, answer.body.as_str()), (200, "slow done"));
+    let status = tokio::time::timeout(PATIENCE, proxy.child.wait())
+        .await
+        .expect("the proxy exits once drained")
+        .unwrap();
+    assert!(status.success(), "{status:?}");
+    // Stopped: no new callers.
+    assert!(tokio::net::TcpStream::connect(addr).await.is_err());
+}

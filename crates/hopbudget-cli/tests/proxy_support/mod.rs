@@ -1,0 +1,287 @@
+//! Shared by the `proxy_*` tests: the `hopbudget proxy` binary as a real process, a raw
+//! HTTP/1.1 client that hides nothing (a reset is reported as one), and `/metrics` reading.
+#![allow(dead_code, unreachable_pub)]
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+use tokio::process::{Child, Command};
+
+/// A bound on waiting for something that must happen; reaching it fails the test. Not a
+/// timing assertion: everything here happens in milliseconds.
+pub const PATIENCE: Duration = Duration::from_secs(10);
+
+/// A running proxy; killed when dropped.
+pub struct Proxy {
+    pub child: Child,
+    pub addr: SocketAddr,
+    pub admin: SocketAddr,
+    pub stderr: Option<tokio::process::ChildStderr>,
+}
+
+impl Proxy {
+    /// `hopbudget proxy --listen 127.0.0.1:0 --admin 127.0.0.1:0 --upstream UPSTREAM` plus
+    /// `extra` arguments; `profile`, when given, is written to a file and passed.
+    pub async fn start(upstream: SocketAddr, profile: Option<&str>, extra: &[&str]) -> Self {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_hopbudget"));
+        command
+            .args(["proxy", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"])
+            .args(["--upstream", &upstream.to_string()])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        if let Some(yaml) = profile {
+            command.arg("--profile").arg(profile_file(yaml));
+        }
+        let mut child = command.spawn().expect("the hopbudget binary runs");
+        let stdout = child.stdout.take().expect("piped");
+        let mut lines = BufReader::new(stdout).lines();
+        let (mut addr, mut admin) = (None, None);
+        while addr.is_none() {
+            let line = tokio::time::timeout(PATIENCE, lines.next_line())
+                .await
+                .expect("the proxy says where it listens")
+                .unwrap()
+                .unwrap_or_else(|| panic!("the proxy exited: {:?}", child.try_wait()));
+            let word = |prefix: &str| {
+                line.strip_prefix(prefix)
+                    .map(|rest| rest.split([',', ' ']).next().unwrap().parse().unwrap())
+            };
+            admin = admin.or(word("admin on "));
+            addr = addr.or(word("listening on "));
+        }
+        let stderr = child.stderr.take();
+        Proxy {
+            child,
+            addr: addr.unwrap(),
+            admin: admin.expect("admin line before the listening line"),
+            stderr,
+        }
+    }
+
+    /// Read the proxy's stderr until a line holds every one of `needles`; that line.
+    pub async fn await_log(&mut self, needles: &[&str]) -> String {
+        let stderr = self.stderr.take().expect("stderr is read once");
+        let mut lines = BufReader::new(stderr).lines();
+        let found = tokio::time::timeout(PATIENCE, async {
+            while let Ok(Some(line)) = lines.next_line().await {
+                if needles.iter().all(|n| line.contains(n)) {
+                    return Some(line);
+                }
+            }
+            None
+        })
+        .await;
+        match found {
+            Ok(Some(line)) => line,
+            _ => panic!("no log line with {needles:?}"),
+        }
+    }
+
+    /// The admin port's `/metrics`.
+    pub async fn metrics(&self) -> String {
+        get(self.admin, "/metrics", &[]).await.unwrap().body
+    }
+
+    /// Wait until `/metrics` shows `hopbudget_hops_total{..outcome="OUTCOME"..} COUNT`, then
+    /// return the text; fails after [`PATIENCE`] with what it showed.
+    pub async fn await_outcome(&self, outcome: &str, count: u64) -> String {
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        loop {
+            let text = self.metrics().await;
+            if hops(&text, outcome) == count {
+                return text;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no hopbudget_hops_total{{outcome=\"{outcome}\"}} {count} in:\n{text}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// The sum of `hopbudget_hops_total` for `outcome` in a Prometheus text.
+pub fn hops(metrics: &str, outcome: &str) -> u64 {
+    let label = format!("outcome=\"{outcome}\"");
+    metrics
+        .lines()
+        .filter(|l| l.starts_with("hopbudget_hops_total{") && l.contains(&label))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+fn profile_file(yaml: &str) -> PathBuf {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let path = std::env::temp_dir().join(format!(
+        "hopbudget-proxy-test-{}-{}.yaml",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::write(&path, yaml).unwrap();
+    path
+}
+
+/// One parsed HTTP/1.1 response.
+#[derive(Debug)]
+pub struct Answer {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+impl Answer {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// `GET path` with `headers` on a fresh connection; the whole answer.
+pub async fn get(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> Result<Answer, String> {
+    let mut stream = send_head(addr, "GET", path, headers).await?;
+    read_answer(&mut stream).await
+}
+
+/// Connect and write a request head (`connection: close` unless `headers` say otherwise).
+pub async fn send_head(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> Result<TcpStream, String> {
+    let mut stream = TcpStream::connect(addr)
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
+    let mut head = format!("{method} {path} HTTP/1.1\r\nhost: {addr}\r\n");
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    if !headers
+        .iter()
+        .any(|(n, _)| n.eq_ignore_ascii_case("connection"))
+    {
+        head.push_str("connection: close\r\n");
+    }
+    head.push_str("\r\n");
+    stream
+        .write_all(head.as_bytes())
+        .await
+        .map_err(|e| format!("writing the head: {e}"))?;
+    Ok(stream)
+}
+
+/// Read one complete answer (a `content-length` or chunked body, or to the close).
+pub async fn read_answer(stream: &mut TcpStream) -> Result<Answer, String> {
+    let mut raw = Vec::new();
+    let read = tokio::time::timeout(PATIENCE, async {
+        let mut buf = [0u8; 8192];
+        loop {
+            let n = match stream.read(&mut buf).await {
+                Ok(n) => n,
+                Err(e) => return Err(format!("reading the answer: {e} after {raw:?}")),
+            };
+            if n > 0 {
+                raw.extend_from_slice(&buf[..n]);
+            }
+            if let Some(answer) = parse(&raw, n == 0)? {
+                return Ok(answer);
+            }
+            if n == 0 {
+                return Err(format!("connection closed mid-answer after {raw:?}"));
+            }
+        }
+    })
+    .await;
+    read.unwrap_or_else(|_| Err("no complete answer in time".into()))
+}
+
+/// A complete response in `raw`, `None` while more bytes are needed.
+fn parse(raw: &[u8], closed: bool) -> Result<Option<Answer>, String> {
+    let Some(end) = raw.windows(4).position(|w| w == b"\r\n\r\n") else {
+        return Ok(None);
+    };
+    let head = std::str::from_utf8(&raw[..end]).map_err(|e| format!("head not UTF-8: {e}"))?;
+    let mut lines = head.split("\r\n");
+    let status_line = lines.next().unwrap_or_default();
+    let status = status_line
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| format!("bad status line {status_line:?}"))?;
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_owned(), v.trim().to_owned()))
+        .collect();
+    let find = |name: &str| {
+        headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.clone())
+    };
+    let body = &raw[end + 4..];
+    let body = if let Some(len) = find("content-length").and_then(|v| v.parse::<usize>().ok()) {
+        if body.len() < len {
+            return Ok(None);
+        }
+        body[..len].to_vec()
+    } else if find("transfer-encoding").is_some_and(|v| v.contains("chunked")) {
+        match dechunk(body) {
+            Some(body) => body,
+            None => return Ok(None),
+        }
+    } else if closed {
+        body.to_vec()
+    } else {
+        return Ok(None);
+    };
+    Ok(Some(Answer {
+        status,
+        headers,
+        body: String::from_utf8_lossy(&body).into_owned(),
+    }))
+}
+
+/// A complete chunked body, or `None` while its last chunk has not arrived.
+fn dechunk(mut raw: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    loop {
+        let line = raw.windows(2).position(|w| w == b"\r\n")?;
+        let size =
+            usize::from_str_radix(std::str::from_utf8(&raw[..line]).ok()?.trim(), 16).ok()?;
+        raw = &raw[line + 2..];
+        if size == 0 {
+            return Some(out);
+        }
+        if raw.len() < size + 2 {
+            return None;
+        }
+        out.extend_from_slice(&raw[..size]);
+        raw = &raw[size + 2..];
+    }
+}
+
+/// A `grpc-timeout` value in whole milliseconds (rounded down), for the tests' checks.
+pub fn grpc_timeout_ms(value: &str) -> u64 {
+    let (digits, unit) = value.split_at(value.len() - 1);
+    let n: u64 = digits
+        .parse()
+        .unwrap_or_else(|_| panic!("grpc-timeout {value:?}"));
+    match unit {
+        "H" => n * 3_600_000,
+        "M" => n * 60_000,
+        "S" => n * 1000,
+        "m" => n,
+        "u" => n / 1000,
+        "n" => n / 1_000_000,
+        _ => panic!("grpc-timeout {value:?}"),
+    }
+}
