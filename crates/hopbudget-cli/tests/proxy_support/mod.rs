@@ -2,6 +2,8 @@
 //! HTTP/1.1 client that hides nothing (a reset is reported as one), and `/metrics` reading.
 #![allow(dead_code, unreachable_pub)]
 
+pub mod go;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::Stdio;

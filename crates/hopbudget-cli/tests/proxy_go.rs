@@ -1,0 +1,185 @@
+//! `hopbudget proxy` in front of services written in Go, over loopback (C25, issue #37 item
+//! 3): a `net/http` service whose handler must see `r.Context()` cancelled at the deadline,
+//! and a grpc-go service whose `ctx.Deadline()` must be what the proxy forwarded (the
+//! caller's budget minus the margin) and whose context must end at the deadline, or when the
+//! caller leaves.
+//!
+//! Needs Go and Debian's grpc-go (`apt-get install golang-go golang-google-grpc-dev`); the
+//! tests build `interop/go_http_service` and `interop/grpcgo_service` into the target dir.
+//! Without them each test says so and passes, unless `HOPBUDGET_REQUIRE_SERVICES=1`, where it
+//! fails. By hand: `cargo test -p hopbudget-cli --test proxy_go`.
+
+#[path = "proxy_support/mod.rs"]
+mod support;
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use support::go::{GoService, build, skip_unless_built};
+use support::{PATIENCE, Proxy, get as http_get, send_head};
+
+fn http_service() -> Option<PathBuf> {
+    static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    skip_unless_built(BUILT.get_or_init(|| build("go_http_service", "")))
+}
+
+fn grpc_service() -> Option<PathBuf> {
+    static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    skip_unless_built(BUILT.get_or_init(|| build("grpcgo_service", "golang-google-grpc-dev")))
+}
+
+/// `key=value` from a line the Go service printed.
+fn field<'a>(line: &'a str, key: &str) -> &'a str {
+    line.split(' ')
+        .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
+        .unwrap_or_else(|| panic!("no {key} in {line:?}"))
+}
+
+/// One unary gRPC call over h2c with an empty message and `headers`: the `grpc-status` (from
+/// the headers of a trailers-only answer, else the trailers) and the connection's sender,
+/// kept alive by the caller as long as it wants the call to stay.
+async fn grpc_call(
+    addr: std::net::SocketAddr,
+    method: &str,
+    headers: &[(&str, &str)],
+) -> Result<(String, String), String> {
+    let stream = tokio::net::TcpStream::connect(addr)
+        .await
+        .map_err(|e| e.to_string())?;
+    let (mut sender, connection) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+            .await
+            .map_err(|e| e.to_string())?;
+    tokio::spawn(connection);
+    let mut req = http::Request::post(format!("http://{addr}{method}"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers");
+    for (name, value) in headers {
+        req = req.header(*name, *value);
+    }
+    let req = req
+        .body(Full::new(Bytes::from_static(&[0, 0, 0, 0, 0])))
+        .unwrap();
+    let res = sender.send_request(req).await.map_err(|e| e.to_string())?;
+    let head = res.headers().clone();
+    let body = res.into_body().collect().await.map_err(|e| e.to_string())?;
+    let trailers = body.trailers().cloned().unwrap_or_default();
+    let pick = |name: &str| {
+        head.get(name)
+            .or_else(|| trailers.get(name))
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned()
+    };
+    Ok((pick("grpc-status"), pick("grpc-message")))
+}
+
+#[tokio::test]
+async fn a_go_handlers_request_context_is_cancelled_at_the_deadline() {
+    let Some(program) = http_service() else { return };
+    let mut service = GoService::start(&program).await;
+    let proxy = Proxy::start(service.addr, None, &[]).await;
+
+    let answer = http_get(proxy.addr, "/wait", &[("x-request-timeout-ms", "400")])
+        .await
+        .unwrap();
+    assert_eq!(answer.status, 504, "{answer:?}");
+    assert_eq!(answer.header("x-deadline-outcome"), Some("expired"));
+
+    let arrived = service.next_line().await;
+    let told: u64 = field(&arrived, "x-request-timeout-ms").parse().unwrap();
+    assert!(told <= 394 && told > 0, "the service was told {told} ms");
+    // The proxy closed the connection the request was on: Go cancelled the handler's context.
+    assert_eq!(service.next_line().await, "cancelled err=context canceled");
+    proxy.await_outcome("expired", 1).await;
+}
+
+#[tokio::test]
+async fn a_go_handlers_request_context_is_cancelled_when_the_caller_leaves() {
+    let Some(program) = http_service() else { return };
+    let mut service = GoService::start(&program).await;
+    let proxy = Proxy::start(service.addr, None, &[]).await;
+
+    let caller = send_head(proxy.addr, "GET", "/wait", &[("x-request-timeout-ms", "20000")])
+        .await
+        .unwrap();
+    assert!(service.next_line().await.starts_with("arrived"));
+    drop(caller);
+    assert_eq!(service.next_line().await, "cancelled err=context canceled");
+    proxy.await_outcome("cancelled", 1).await;
+}
+
+#[tokio::test]
+async fn grpc_go_gets_the_forwarded_deadline_and_its_context_ends_at_it() {
+    let Some(program) = grpc_service() else { return };
+    let mut service = GoService::start(&program).await;
+    let proxy = Proxy::start(service.addr, None, &[]).await;
+
+    let (code, message) = grpc_call(proxy.addr, "/proxy.Test/Wait", &[("grpc-timeout", "400m")])
+        .await
+        .unwrap();
+    assert_eq!(code, "4", "DEADLINE_EXCEEDED, got {code} {message:?}");
+
+    let arrived = service.next_line().await;
+    assert!(arrived.starts_with("arrived /proxy.Test/Wait"), "{arrived}");
+    // grpc-go's own ctx.Deadline(), from the grpc-timeout the proxy restated: the caller's
+    // 400 ms minus the 6 ms margin and transit (C2), less what the trip took.
+    let left: i64 = field(&arrived, "deadline_ms").parse().unwrap();
+    assert!(left <= 394 && left > 0, "ctx.Deadline() left {left} ms");
+    let ended = service.next_line().await;
+    assert!(
+        ended == "cancelled err=context deadline exceeded"
+            || ended == "cancelled err=context canceled",
+        "{ended}"
+    );
+    proxy.await_outcome("expired", 1).await;
+}
+
+#[tokio::test]
+async fn grpc_go_is_answered_by_the_proxy_for_malformed_and_refused_calls() {
+    let Some(program) = grpc_service() else { return };
+    let mut service = GoService::start(&program).await;
+    let profile = "routes: [{path: /proxy.Test/Echo, min_budget_ms: 200}]";
+    let proxy = Proxy::start(service.addr, Some(profile), &[]).await;
+
+    let (code, message) = grpc_call(proxy.addr, "/proxy.Test/Echo", &[("grpc-timeout", "10s")])
+        .await
+        .unwrap();
+    assert_eq!(code, "3", "INVALID_ARGUMENT, got {code} {message:?}");
+    assert!(message.contains("grpc-timeout"), "{message}");
+    let (code, _) = grpc_call(proxy.addr, "/proxy.Test/Echo", &[("grpc-timeout", "120m")])
+        .await
+        .unwrap();
+    assert_eq!(code, "4", "refused as DEADLINE_EXCEEDED");
+    let (code, _) = grpc_call(proxy.addr, "/proxy.Test/Echo", &[("grpc-timeout", "2S")])
+        .await
+        .unwrap();
+    assert_eq!(code, "0");
+    // Only the third call reached the service.
+    let arrived = service.next_line().await;
+    let left: i64 = field(&arrived, "deadline_ms").parse().unwrap();
+    assert!(left <= 1994 && left > 1000, "{arrived}");
+    proxy.await_outcome("refused", 1).await;
+}
+
+#[tokio::test]
+async fn grpc_gos_context_is_cancelled_when_the_caller_leaves() {
+    let Some(program) = grpc_service() else { return };
+    let mut service = GoService::start(&program).await;
+    let proxy = Proxy::start(service.addr, None, &[]).await;
+
+    let addr = proxy.addr;
+    let call = tokio::spawn(async move {
+        grpc_call(addr, "/proxy.Test/Wait", &[("grpc-timeout", "20S")]).await
+    });
+    assert!(service.next_line().await.starts_with("arrived"));
+    // The caller goes away: its connection, and with it the call, is gone.
+    call.abort();
+    assert_eq!(service.next_line().await, "cancelled err=context canceled");
+    tokio::time::timeout(PATIENCE, proxy.await_outcome("cancelled", 1))
+        .await
+        .unwrap();
+}
