@@ -79,7 +79,9 @@ async fn grpc_call(
 
 #[tokio::test]
 async fn a_go_handlers_request_context_is_cancelled_at_the_deadline() {
-    let Some(program) = http_service() else { return };
+    let Some(program) = http_service() else {
+        return;
+    };
     let mut service = GoService::start(&program).await;
     let proxy = Proxy::start(service.addr, None, &[]).await;
 
@@ -99,13 +101,20 @@ async fn a_go_handlers_request_context_is_cancelled_at_the_deadline() {
 
 #[tokio::test]
 async fn a_go_handlers_request_context_is_cancelled_when_the_caller_leaves() {
-    let Some(program) = http_service() else { return };
+    let Some(program) = http_service() else {
+        return;
+    };
     let mut service = GoService::start(&program).await;
     let proxy = Proxy::start(service.addr, None, &[]).await;
 
-    let caller = send_head(proxy.addr, "GET", "/wait", &[("x-request-timeout-ms", "20000")])
-        .await
-        .unwrap();
+    let caller = send_head(
+        proxy.addr,
+        "GET",
+        "/wait",
+        &[("x-request-timeout-ms", "20000")],
+    )
+    .await
+    .unwrap();
     assert!(service.next_line().await.starts_with("arrived"));
     drop(caller);
     assert_eq!(service.next_line().await, "cancelled err=context canceled");
@@ -114,7 +123,9 @@ async fn a_go_handlers_request_context_is_cancelled_when_the_caller_leaves() {
 
 #[tokio::test]
 async fn grpc_go_gets_the_forwarded_deadline_and_its_context_ends_at_it() {
-    let Some(program) = grpc_service() else { return };
+    let Some(program) = grpc_service() else {
+        return;
+    };
     let mut service = GoService::start(&program).await;
     let proxy = Proxy::start(service.addr, None, &[]).await;
 
@@ -140,7 +151,9 @@ async fn grpc_go_gets_the_forwarded_deadline_and_its_context_ends_at_it() {
 
 #[tokio::test]
 async fn grpc_go_is_answered_by_the_proxy_for_malformed_and_refused_calls() {
-    let Some(program) = grpc_service() else { return };
+    let Some(program) = grpc_service() else {
+        return;
+    };
     let mut service = GoService::start(&program).await;
     let profile = "routes: [{path: /proxy.Test/Echo, min_budget_ms: 200}]";
     let proxy = Proxy::start(service.addr, Some(profile), &[]).await;
@@ -167,7 +180,9 @@ async fn grpc_go_is_answered_by_the_proxy_for_malformed_and_refused_calls() {
 
 #[tokio::test]
 async fn grpc_gos_context_is_cancelled_when_the_caller_leaves() {
-    let Some(program) = grpc_service() else { return };
+    let Some(program) = grpc_service() else {
+        return;
+    };
     let mut service = GoService::start(&program).await;
     let proxy = Proxy::start(service.addr, None, &[]).await;
 

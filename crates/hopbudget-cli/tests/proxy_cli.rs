@@ -1,0 +1,62 @@
+//! `hopbudget proxy` as an operator meets it before any request: `--help` says what it reads
+//! and writes, and bad input is a clear error naming what was wrong, with exit status 2, never
+//! a panic (C15, #37 item 4).
+
+use std::process::Command;
+
+fn proxy(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_hopbudget"))
+        .arg("proxy")
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn help_says_what_the_proxy_reads_and_writes() {
+    let out = proxy(&["--help"]);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    for needle in [
+        "Reads, per request",
+        "grpc-timeout",
+        "x-request-timeout-ms",
+        "Writes to the service",
+        "/metrics",
+        "SIGTERM",
+        "--upstream-carrier",
+        "--admin",
+    ] {
+        assert!(text.contains(needle), "--help lacks {needle:?}:\n{text}");
+    }
+}
+
+#[test]
+fn a_bad_profile_is_refused_at_start_naming_the_file_and_field() {
+    let path =
+        std::env::temp_dir().join(format!("hopbudget-proxy-bad-{}.yaml", std::process::id()));
+    std::fs::write(&path, "hop_margin_ms: lots\n").unwrap();
+    let path_text = path.to_str().unwrap();
+    let out = proxy(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream",
+        "127.0.0.1:9",
+        "--profile",
+        path_text,
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.contains(path_text) && err.contains("hop_margin_ms"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_bad_upstream_address_is_named() {
+    let out = proxy(&["--listen", "127.0.0.1:0", "--upstream", "https://svc:443"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("https"), "{err}");
+}
