@@ -19,7 +19,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use hopbudget::SharedProfile;
+use hopbudget::{RequestBudget, SharedProfile};
 use hopbudget::clock::{SystemClock, WallClock};
 use hopbudget::grpc::server::GrpcServerLayer;
 use hopbudget::http::client::ClientBudgetLayer;
@@ -33,6 +33,7 @@ use tower::{Layer, Service, ServiceBuilder, ServiceExt};
 use super::ProxyBody;
 use super::answer;
 use super::options::UpstreamCarrier;
+use super::registry::Registry;
 use super::restate;
 use super::upstream::{Upstream, strip_hop_by_hop};
 
@@ -60,6 +61,9 @@ struct Forwarder {
     // The service behind a sidecar is internal by definition: the budget always goes to it
     // (C19's trust list is for the service's own outbound calls).
     client: ClientBudgetLayer,
+    // Set when the service's outbound calls come back through the proxy (egress): admitted
+    // requests are findable by their trace context while their answer is being sent.
+    registry: Option<Arc<Registry>>,
 }
 
 impl Ingress {
@@ -67,12 +71,14 @@ impl Ingress {
         profile: SharedProfile,
         upstream: Upstream,
         carrier: UpstreamCarrier,
+        registry: Option<Arc<Registry>>,
     ) -> Self {
         let forwarder = Arc::new(Forwarder {
             client: ClientBudgetLayer::new(profile.clone()).trust_all(),
             profile: profile.clone(),
             upstream,
             carrier,
+            registry,
         });
         let to = |grpc: bool| {
             let forwarder = forwarder.clone();
@@ -114,7 +120,7 @@ impl Service<Request<Incoming>> for Ingress {
 
 /// gRPC over HTTP/2 (`application/grpc`, `application/grpc+proto`, ...); gRPC-Web is HTTP
 /// with its trailers in the body and takes the HTTP path.
-fn is_grpc<B>(req: &Request<B>) -> bool {
+pub(crate) fn is_grpc<B>(req: &Request<B>) -> bool {
     req.headers()
         .get(http::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -131,6 +137,15 @@ async fn forward(
     grpc: bool,
 ) -> Result<Response<ProxyBody>, Infallible> {
     let profile = forwarder.profile.current();
+    // The service's own calls are made under what the service is told, the forward budget,
+    // so each hop below is told less again (C2): not under the proxy's larger remainder.
+    let registration = match (&forwarder.registry, req.extensions().get::<RequestBudget>()) {
+        (Some(registry), Some(budget)) => {
+            let told = budget.deadline().saturating_sub(budget.policy().reserve());
+            registry.register(req.headers(), &budget.child_until(told))
+        }
+        _ => None,
+    };
     restate::strip_carriers(req.headers_mut(), &profile);
     let client = forwarder.upstream.prepare(&mut req, grpc);
     let target = forwarder.carrier.for_request(grpc);
@@ -151,7 +166,14 @@ async fn forward(
             if !grpc {
                 strip_hop_by_hop(res.headers_mut(), false);
             }
-            Ok(res.map(BodyExt::boxed_unsync))
+            // Findable until the answer is out: a service may call out while it streams.
+            Ok(res.map(|body| {
+                body.map_frame(move |frame| {
+                    let _ = &registration;
+                    frame
+                })
+                .boxed_unsync()
+            }))
         }
         Err(error) => Ok(answer::failure(&error, &profile, grpc)),
     }

@@ -30,8 +30,10 @@
 
 mod admin;
 mod answer;
+mod egress;
 mod ingress;
 pub mod options;
+mod registry;
 mod restate;
 mod serve;
 mod upstream;
@@ -118,20 +120,84 @@ async fn run_async(args: &ProxyArgs, profile: Profile) -> ExitCode {
         }
     }
     let shared = SharedProfile::new(profile);
+    let egress_wanted = args.egress.is_some() || !args.egress_to.is_empty();
+    let registry = egress_wanted.then(|| registry::Registry::new(args.request_id_header.clone()));
     let upstream = upstream::Upstream::new(args.upstream.clone(), args.upstream_protocol);
-    let ingress = ingress::Ingress::new(shared, upstream, args.upstream_carrier);
+    let ingress = ingress::Ingress::new(
+        shared.clone(),
+        upstream,
+        args.upstream_carrier,
+        registry.clone(),
+    );
+    let mut egress_listeners = Vec::new();
+    if let Some(registry) = registry {
+        match bind_egress(args, shared, registry, &mut out).await {
+            Ok(listeners) => egress_listeners = listeners,
+            Err(message) => {
+                eprintln!("hopbudget proxy: {message}");
+                return ExitCode::from(2);
+            }
+        }
+    }
     if let Ok(addr) = listener.local_addr() {
         let _ = writeln!(out, "listening on {addr}, upstream {}", args.upstream);
     }
     let _ = out.flush();
     drop(out);
-    if serve::serve(listener, ingress, serve::stop_signal(), drain).await {
+    // The egress listeners stop after the ingress has drained: a request in flight may still
+    // call out while it finishes.
+    let (stop_egress, stopped) = tokio::sync::watch::channel(false);
+    let mut egress = tokio::task::JoinSet::new();
+    for (listener, service) in egress_listeners {
+        let mut stopped = stopped.clone();
+        let stop = async move {
+            let _ = stopped.wait_for(|stop| *stop).await;
+        };
+        egress.spawn(serve::serve(listener, service, stop, drain));
+    }
+    let mut drained = serve::serve(listener, ingress, serve::stop_signal(), drain).await;
+    let _ = stop_egress.send(true);
+    while let Some(done) = egress.join_next().await {
+        drained &= done.unwrap_or(false);
+    }
+    if drained {
         tracing::info!("stopped; every request in flight ended");
         ExitCode::SUCCESS
     } else {
         tracing::warn!("stopped with requests still running after the drain bound");
         ExitCode::from(1)
     }
+}
+
+/// Bind `--egress` and every `--egress-to`, saying where on stdout.
+async fn bind_egress(
+    args: &ProxyArgs,
+    shared: SharedProfile,
+    registry: std::sync::Arc<registry::Registry>,
+    out: &mut impl Write,
+) -> Result<Vec<(tokio::net::TcpListener, egress::Egress)>, String> {
+    // Each destination gets the carrier its own stack reads: `grpc-timeout` for gRPC.
+    let egress = egress::Egress::new(shared, registry, options::UpstreamCarrier::Auto);
+    let mut listeners = Vec::new();
+    let bind = |addr: std::net::SocketAddr| async move {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| format!("cannot listen on {addr} (egress): {e}"))?;
+        let bound = listener.local_addr().map_err(|e| e.to_string())?;
+        Ok::<_, String>((listener, bound))
+    };
+    if let Some(addr) = args.egress {
+        let (listener, bound) = bind(addr).await?;
+        let _ = writeln!(out, "egress on {bound}");
+        listeners.push((listener, egress.clone()));
+    }
+    for (addr, to) in &args.egress_to {
+        let (listener, bound) = bind(*addr).await?;
+        let _ = writeln!(out, "egress to {to} on {bound}");
+        let upstream = upstream::Upstream::new(to.clone(), options::UpstreamProtocol::Auto);
+        listeners.push((listener, egress.to(egress::Destination::Fixed(upstream))));
+    }
+    Ok(listeners)
 }
 
 /// Install the Prometheus recorder and serve it; the bound address.

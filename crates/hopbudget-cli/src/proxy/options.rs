@@ -38,6 +38,22 @@ pub struct ProxyArgs {
     #[arg(long, value_name = "ADDR")]
     pub admin: Option<SocketAddr>,
 
+    /// Egress: an HTTP proxy for the service's outbound HTTP/1.1 calls (point its
+    /// `HTTP_PROXY` here). Each call gets the remaining budget of the inbound request it
+    /// belongs to, found by the `traceparent` (or `--request-id-header`) it carries.
+    #[arg(long, value_name = "ADDR")]
+    pub egress: Option<SocketAddr>,
+
+    /// Egress to one destination: the service dials LISTEN for HOST:PORT (h2c and gRPC, or
+    /// HTTP/1.1). Repeatable.
+    #[arg(long = "egress-to", value_name = "LISTEN=HOST:PORT", value_parser = parse_egress_to)]
+    pub egress_to: Vec<(SocketAddr, Authority)>,
+
+    /// A request-id header the service forwards on its outbound calls, to find the inbound
+    /// request a call belongs to (besides `traceparent`).
+    #[arg(long, value_name = "NAME")]
+    pub request_id_header: Option<http::HeaderName>,
+
     /// Do not log a line per hop (the proxy turns the profile's `log.hops` on otherwise).
     #[arg(long)]
     pub no_hop_log: bool,
@@ -118,6 +134,17 @@ impl UpstreamProtocol {
     }
 }
 
+/// `LISTEN=HOST:PORT`.
+fn parse_egress_to(text: &str) -> Result<(SocketAddr, Authority), String> {
+    let (listen, to) = text
+        .split_once('=')
+        .ok_or_else(|| format!("`{text}` is not LISTEN=HOST:PORT"))?;
+    let listen = listen
+        .parse()
+        .map_err(|e| format!("`{listen}` is not an address to listen on: {e}"))?;
+    Ok((listen, parse_upstream(to)?))
+}
+
 /// `HOST:PORT` or `http://HOST:PORT`; a path or another scheme is a mistake worth naming.
 fn parse_upstream(text: &str) -> Result<Authority, String> {
     let rest = match text.split_once("://") {
@@ -159,6 +186,9 @@ mod tests {
         );
         assert!(parse_upstream("svc:9/api").unwrap_err().contains("path"));
         assert!(parse_upstream("svc").unwrap_err().contains("port"));
+        let (listen, to) = parse_egress_to("127.0.0.1:7001=pricing:50051").unwrap();
+        assert_eq!((listen.port(), to.as_str()), (7001, "pricing:50051"));
+        assert!(parse_egress_to("pricing:50051").unwrap_err().contains("LISTEN="));
     }
 
     #[test]

@@ -60,7 +60,11 @@ pub(crate) fn restate(
     );
 }
 
-fn encode(carrier: Carrier, forward: Duration, now_unix_ms: impl Fn() -> u64) -> http::HeaderValue {
+pub(crate) fn encode(
+    carrier: Carrier,
+    forward: Duration,
+    now_unix_ms: impl Fn() -> u64,
+) -> http::HeaderValue {
     match carrier {
         Carrier::GrpcTimeout => grpc_timeout::encode(forward),
         Carrier::EpochMs | Carrier::Queue => epoch::encode(forward, now_unix_ms()),

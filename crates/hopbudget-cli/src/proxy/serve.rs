@@ -11,16 +11,28 @@ use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 
-use super::ingress::Ingress;
+use std::convert::Infallible;
 
-/// Serve `ingress` on `listener` until `stop` resolves, then drain for at most `drain`.
+use http::{Request, Response};
+use hyper::body::Incoming;
+
+use super::ProxyBody;
+
+/// Serve `service` on `listener` until `stop` resolves, then drain for at most `drain`.
 /// Returns whether every connection ended within it.
-pub(crate) async fn serve(
+pub(crate) async fn serve<S>(
     listener: TcpListener,
-    ingress: Ingress,
+    service: S,
     stop: impl Future<Output = ()>,
     drain: Duration,
-) -> bool {
+) -> bool
+where
+    S: tower::Service<Request<Incoming>, Response = Response<ProxyBody>, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
     // HTTP/1.1 and HTTP/2 with prior knowledge (h2c) on one port: gRPC callers need no TLS.
     let builder = auto::Builder::new(TokioExecutor::new());
     let graceful = GracefulShutdown::new();
@@ -38,7 +50,7 @@ pub(crate) async fn serve(
                     }
                 };
                 let _ = stream.set_nodelay(true);
-                let service = TowerToHyperService::new(ingress.clone());
+                let service = TowerToHyperService::new(service.clone());
                 let connection = builder
                     .serve_connection(TokioIo::new(stream), service)
                     .into_owned();

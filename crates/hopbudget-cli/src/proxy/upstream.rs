@@ -31,19 +31,20 @@ pub(crate) struct Upstream {
 
 impl Upstream {
     pub(crate) fn new(authority: Authority, protocol: UpstreamProtocol) -> Self {
-        let mut connector = HttpConnector::new();
-        // Loopback sidecar traffic: small writes must not wait for Nagle.
-        connector.set_nodelay(true);
-        let http1 = Client::builder(TokioExecutor::new()).build(connector.clone());
         let h2c = Client::builder(TokioExecutor::new())
             .http2_only(true)
-            .build(connector);
+            .build(connector());
         Self {
             authority,
             protocol,
-            http1,
+            http1: http1_client(),
             h2c,
         }
+    }
+
+    /// The service's address.
+    pub(crate) fn authority(&self) -> &Authority {
+        &self.authority
     }
 
     /// The client for one request, after making the request fit it: the service's address in
@@ -71,6 +72,18 @@ impl Upstream {
             self.http1.clone()
         }
     }
+}
+
+/// A pooled HTTP/1.1 client.
+pub(crate) fn http1_client() -> UpstreamClient {
+    Client::builder(TokioExecutor::new()).build(connector())
+}
+
+fn connector() -> HttpConnector {
+    let mut connector = HttpConnector::new();
+    // Loopback sidecar traffic: small writes must not wait for Nagle.
+    connector.set_nodelay(true);
+    connector
 }
 
 /// Headers that describe one connection, not the message (RFC 9110 §7.6.1): a proxy removes

@@ -22,6 +22,10 @@ pub struct Proxy {
     pub child: Child,
     pub addr: SocketAddr,
     pub admin: SocketAddr,
+    /// `--egress`, when asked for.
+    pub egress: Option<SocketAddr>,
+    /// Each `--egress-to`, in order.
+    pub egress_to: Vec<SocketAddr>,
     pub stderr: Option<tokio::process::ChildStderr>,
 }
 
@@ -43,7 +47,7 @@ impl Proxy {
         let mut child = command.spawn().expect("the hopbudget binary runs");
         let stdout = child.stdout.take().expect("piped");
         let mut lines = BufReader::new(stdout).lines();
-        let (mut addr, mut admin) = (None, None);
+        let (mut addr, mut admin, mut egress, mut egress_to) = (None, None, None, Vec::new());
         while addr.is_none() {
             let line = tokio::time::timeout(PATIENCE, lines.next_line())
                 .await
@@ -55,6 +59,11 @@ impl Proxy {
                     .map(|rest| rest.split([',', ' ']).next().unwrap().parse().unwrap())
             };
             admin = admin.or(word("admin on "));
+            egress = egress.or(word("egress on "));
+            if line.starts_with("egress to ") {
+                let at = line.rsplit(' ').next().unwrap();
+                egress_to.push(at.parse().unwrap());
+            }
             addr = addr.or(word("listening on "));
         }
         let stderr = child.stderr.take();
@@ -62,6 +71,8 @@ impl Proxy {
             child,
             addr: addr.unwrap(),
             admin: admin.expect("admin line before the listening line"),
+            egress,
+            egress_to,
             stderr,
         }
     }
