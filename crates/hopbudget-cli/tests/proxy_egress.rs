@@ -72,9 +72,7 @@ async fn service(ways: Ways) -> SocketAddr {
         .route(
             "/call",
             get(
-                |State(ways): State<Ways>,
-                 uri: axum::http::Uri,
-                 headers: HeaderMap| async move {
+                |State(ways): State<Ways>, uri: axum::http::Uri, headers: HeaderMap| async move {
                     let q: HashMap<String, String> = uri
                         .query()
                         .unwrap_or_default()
@@ -94,7 +92,10 @@ async fn service(ways: Ways) -> SocketAddr {
                     let (addr, target) = if q.get("via").map(String::as_str) == Some("to") {
                         (*ways.egress_to.get().unwrap(), "/echo".to_owned())
                     } else {
-                        (*ways.egress.get().unwrap(), format!("http://{destination}/echo"))
+                        (
+                            *ways.egress.get().unwrap(),
+                            format!("http://{destination}/echo"),
+                        )
                     };
                     let mut head = format!("GET {target} HTTP/1.1\r\nhost: {destination}\r\n");
                     if q.get("trace").map(String::as_str) != Some("no") {
@@ -181,7 +182,9 @@ async fn an_outbound_call_gets_the_remaining_budget_of_its_request_by_trace_cont
 async fn a_call_matching_no_request_gets_the_edge_total_and_is_counted_missing() {
     let (proxy, _) = setup(None).await;
     let caller = [("x-request-timeout-ms", "20000"), ("traceparent", TRACE)];
-    let answer = http_get(proxy.addr, "/call?trace=no", &caller).await.unwrap();
+    let answer = http_get(proxy.addr, "/call?trace=no", &caller)
+        .await
+        .unwrap();
     let body = &answer.body;
     assert_eq!(line(body, "status="), Some("200"), "{body}");
     // The default profile's edge total is 1000 ms, far below the caller's 20 s (C8).
@@ -189,9 +192,11 @@ async fn a_call_matching_no_request_gets_the_edge_total_and_is_counted_missing()
     assert!(told <= 994, "{body}");
     let metrics = proxy.metrics().await;
     assert!(
-        metrics.lines().any(|l| l.starts_with("hopbudget_deadline_missing_total{")
-            && l.contains("route=\"(outbound)\"")
-            && l.ends_with(" 1")),
+        metrics
+            .lines()
+            .any(|l| l.starts_with("hopbudget_deadline_missing_total{")
+                && l.contains("route=\"(outbound)\"")
+                && l.ends_with(" 1")),
         "{metrics}"
     );
 }
@@ -202,10 +207,16 @@ async fn a_call_with_too_little_left_is_refused_before_it_leaves() {
     // cover the 500 ms threshold, and the proxy refuses without calling the destination (C3).
     let (proxy, calls) = setup(Some("refuse_below_ms: 500")).await;
     let caller = [("x-request-timeout-ms", "1200"), ("traceparent", TRACE)];
-    let answer = http_get(proxy.addr, "/call?sleep=1000", &caller).await.unwrap();
+    let answer = http_get(proxy.addr, "/call?sleep=1000", &caller)
+        .await
+        .unwrap();
     let body = &answer.body;
     assert_eq!(line(body, "status="), Some("503"), "{body}");
-    assert_eq!(line(body, "answer x-deadline-required-ms: "), Some("500"), "{body}");
+    assert_eq!(
+        line(body, "answer x-deadline-required-ms: "),
+        Some("500"),
+        "{body}"
+    );
     assert_eq!(calls.load(Ordering::SeqCst), 0);
 }
 
@@ -213,7 +224,9 @@ async fn a_call_with_too_little_left_is_refused_before_it_leaves() {
 async fn the_services_own_tighter_deadline_on_a_call_wins() {
     let (proxy, _) = setup(None).await;
     let caller = [("x-request-timeout-ms", "5000"), ("traceparent", TRACE)];
-    let answer = http_get(proxy.addr, "/call?own=300", &caller).await.unwrap();
+    let answer = http_get(proxy.addr, "/call?own=300", &caller)
+        .await
+        .unwrap();
     let told = ms(&answer.body, "x-request-timeout-ms: ");
     assert!(told <= 294 && told > 0, "{}", answer.body);
 }

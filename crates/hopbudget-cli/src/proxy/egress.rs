@@ -43,9 +43,9 @@ use super::upstream::{Upstream, UpstreamClient, http1_client, strip_hop_by_hop};
 #[derive(Debug)]
 pub(crate) enum Destination {
     /// An HTTP proxy: the request's absolute URI names the destination.
-    Named(UpstreamClient),
+    Named(Box<UpstreamClient>),
     /// One fixed destination.
-    Fixed(Upstream),
+    Fixed(Box<Upstream>),
 }
 
 /// The service an egress listener runs.
@@ -79,7 +79,7 @@ impl Egress {
                 carrier,
                 client,
             }),
-            destination: Arc::new(Destination::Named(http1_client())),
+            destination: Arc::new(Destination::Named(Box::new(http1_client()))),
         }
     }
 
@@ -117,10 +117,15 @@ async fn call(
     // C16: a deadline the service put on the call itself narrows the budget, never widens
     // it. Handed to the client layer in the profile's outbound carrier, which it reads as
     // the call's own timeout; every other deadline header goes.
-    let own = read_inbound(req.headers(), profile.inbound(), profile.max(), &SystemClock)
-        .ok()
-        .flatten()
-        .map(|inbound| inbound.budget);
+    let own = read_inbound(
+        req.headers(),
+        profile.inbound(),
+        profile.max(),
+        &SystemClock,
+    )
+    .ok()
+    .flatten()
+    .map(|inbound| inbound.budget);
     restate::strip_carriers(req.headers_mut(), &profile);
     if let Some(own) = own {
         let (carrier, name) = profile.outbound_http();
@@ -158,7 +163,7 @@ async fn call(
             }
             strip_hop_by_hop(req.headers_mut(), grpc);
             *req.version_mut() = Version::HTTP_11;
-            client.clone()
+            (**client).clone()
         }
     };
     let destination_host = req.uri().authority().map(ToString::to_string);

@@ -19,11 +19,11 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use hopbudget::{RequestBudget, SharedProfile};
 use hopbudget::clock::{SystemClock, WallClock};
 use hopbudget::grpc::server::GrpcServerLayer;
 use hopbudget::http::client::ClientBudgetLayer;
 use hopbudget::http::server::ServerBudgetLayer;
+use hopbudget::{RequestBudget, SharedProfile};
 use http::{Request, Response};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;

@@ -188,7 +188,11 @@ mod tests {
         assert!(parse_upstream("svc").unwrap_err().contains("port"));
         let (listen, to) = parse_egress_to("127.0.0.1:7001=pricing:50051").unwrap();
         assert_eq!((listen.port(), to.as_str()), (7001, "pricing:50051"));
-        assert!(parse_egress_to("pricing:50051").unwrap_err().contains("LISTEN="));
+        assert!(
+            parse_egress_to("pricing:50051")
+                .unwrap_err()
+                .contains("LISTEN=")
+        );
     }
 
     #[test]

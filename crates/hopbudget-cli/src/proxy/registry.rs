@@ -118,7 +118,8 @@ impl Drop for Registration {
 /// value that is not one: version `ff`, an all-zero id, wrong lengths or characters.
 fn trace_id(value: &str) -> Option<&str> {
     let mut parts = value.trim().split('-');
-    let (version, trace, span, flags) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    let (version, trace, span, flags) =
+        (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
     let hex = |s: &str, len: usize| s.len() == len && s.bytes().all(|b| b.is_ascii_hexdigit());
     let valid = hex(version, 2)
         && version != "ff"
@@ -146,7 +147,10 @@ mod tests {
     }
 
     fn budget(ms: u64) -> RequestBudget {
-        RequestBudget::local(Duration::from_millis(ms), hopbudget::Profile::default().policy())
+        RequestBudget::local(
+            Duration::from_millis(ms),
+            hopbudget::Profile::default().policy(),
+        )
     }
 
     #[test]
@@ -159,7 +163,11 @@ mod tests {
         let found = registry.find(&headers(&[("traceparent", T1_CHILD)]));
         assert_eq!(found.map(|b| b.deadline()), Some(inbound.deadline()));
         drop(registration);
-        assert!(registry.find(&headers(&[("traceparent", T1_CHILD)])).is_none());
+        assert!(
+            registry
+                .find(&headers(&[("traceparent", T1_CHILD)]))
+                .is_none()
+        );
     }
 
     #[test]
@@ -167,8 +175,14 @@ mod tests {
         let registry = Registry::new(Some(HeaderName::from_static("x-request-id")));
         let outer = budget(900);
         let inner = budget(300);
-        let _a = registry.register(&headers(&[("traceparent", T1), ("x-request-id", "a")]), &outer);
-        let _b = registry.register(&headers(&[("traceparent", T1), ("x-request-id", "b")]), &inner);
+        let _a = registry.register(
+            &headers(&[("traceparent", T1), ("x-request-id", "a")]),
+            &outer,
+        );
+        let _b = registry.register(
+            &headers(&[("traceparent", T1), ("x-request-id", "b")]),
+            &inner,
+        );
         let by_id = registry.find(&headers(&[("x-request-id", "a"), ("traceparent", T1)]));
         assert_eq!(by_id.map(|b| b.deadline()), Some(outer.deadline()));
         let by_trace = registry.find(&headers(&[("traceparent", T1)]));
@@ -189,6 +203,10 @@ mod tests {
         }
         let registry = Registry::new(None);
         assert!(registry.register(&HeaderMap::new(), &budget(100)).is_none());
-        assert!(registry.find(&headers(&[("traceparent", "junk")])).is_none());
+        assert!(
+            registry
+                .find(&headers(&[("traceparent", "junk")]))
+                .is_none()
+        );
     }
 }
