@@ -21,12 +21,16 @@
 //! - every request admitted ends with one outcome: `hopbudget_hops_total{outcome}` on the
 //!   admin port's `/metrics`, and one `hop ended` line on stderr (C14, C17).
 //!
-//! Files: [`options`] (the command line), `ingress` (the per-request stack), `restate` (the
-//! carriers), `upstream` (the client), `answer` (failed calls), `serve` (accepting and the
-//! clean stop), `admin` (`/metrics`).
+//! - the service's outbound calls through the proxy (`--egress`, `--egress-to`) get the
+//!   remaining budget of the request they belong to, found by the `traceparent` the service
+//!   forwards, minus the margin (C2, C3, C8, C19).
 //!
-//! Not yet: the service's outbound calls through the proxy (egress, issue #37 item 2), TLS,
-//! reloading the profile while running.
+//! Files: [`options`] (the command line), `ingress` (the per-request stack), `restate` (the
+//! carriers), `upstream` (the client), `answer` (failed calls), `registry` (requests in
+//! flight by trace context), `egress` (outbound calls), `serve` (accepting and the clean
+//! stop), `admin` (`/metrics`).
+//!
+//! Not yet: TLS, reloading the profile while running.
 
 mod admin;
 mod answer;

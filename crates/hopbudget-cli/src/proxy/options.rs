@@ -77,7 +77,13 @@ answers 504 / DEADLINE_EXCEEDED and ends the service's request (HTTP/2 stream re
 connection closed) so the service's framework cancels its handler; a caller that leaves
 first ends it the same way, recorded as cancelled.
 
-Writes for the operator: `listening on ADDR` (and `admin on ADDR`) on stdout once ready; one
+Egress (--egress, --egress-to): the service's outbound calls through the proxy get the
+remaining budget of the inbound request they belong to, found by their traceparent (or
+--request-id-header), minus the margin; refused below refuse_below_ms; no deadline header to
+a host outbound.trusted_hosts does not trust; no match: the edge total, counted as missing.
+
+Writes for the operator: `listening on ADDR` (and `admin on ADDR`, `egress on ADDR`) on stdout once
+ready; one
 `hop ended` line per request on stderr; Prometheus metrics (hopbudget_hops_total by outcome,
 ...) on --admin at /metrics. SIGTERM or Ctrl-C: stops accepting, lets requests in flight
 finish within their budgets, exits 0 (1 if some were still running after max_ms + 1 s).";
