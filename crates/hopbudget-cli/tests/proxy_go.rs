@@ -198,3 +198,72 @@ async fn grpc_gos_context_is_cancelled_when_the_caller_leaves() {
         .await
         .unwrap();
 }
+
+/// Percent-encode `url` to put it in a query parameter.
+fn query_encode(url: &str) -> String {
+    url.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+/// The `x-request-timeout-ms` a Go service printed on arrival.
+fn told(line: &str) -> u64 {
+    assert!(line.starts_with("arrived"), "{line}");
+    field(line, "x-request-timeout-ms")
+        .parse()
+        .unwrap_or_else(|_| panic!("no budget told in {line:?}"))
+}
+
+/// S23 with Go services: A keeps its deadline and calls B, B forgets it and calls C, each
+/// behind its own proxy, the calls out through the proxies' egress. The budget still shrinks
+/// by at least two margins a hop (the egress's and the next ingress's, C2), and the deepest
+/// service's work is stopped at its deadline.
+#[tokio::test]
+async fn s23_a_chain_of_go_services_with_a_forgetful_hop_shrinks_and_stops_at_the_deadline() {
+    let Some(program) = http_service() else {
+        return;
+    };
+    let trace = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    // A small edge total, so a budget that was lost (and replaced by it) shows.
+    let profile = Some("edge_total_ms: 100");
+    let mut c = GoService::start(&program).await;
+    let pc = Proxy::start(c.addr, profile, &[]).await;
+    let mut b = GoService::start(&program).await;
+    let to_c = format!("127.0.0.1:0={}", pc.addr);
+    let pb = Proxy::start(b.addr, profile, &["--egress-to", &to_c]).await;
+    let mut a = GoService::start(&program).await;
+    let to_b = format!("127.0.0.1:0={}", pb.addr);
+    let pa = Proxy::start(a.addr, profile, &["--egress-to", &to_b]).await;
+
+    let c_url = format!("http://{}/wait", pb.egress_to[0]);
+    let b_url = format!(
+        "http://{}/forward?to={}",
+        pa.egress_to[0],
+        query_encode(&c_url)
+    );
+    let path = format!("/forward?keep=1&to={}", query_encode(&b_url));
+    let caller = [("x-request-timeout-ms", "1500"), ("traceparent", trace)];
+    let answer = http_get(pa.addr, &path, &caller).await.unwrap();
+    assert_eq!(answer.status, 504, "{answer:?}");
+
+    let (ta, tb, tc) = (
+        told(&a.next_line().await),
+        told(&b.next_line().await),
+        told(&c.next_line().await),
+    );
+    assert!(ta <= 1494, "A was told {ta}");
+    assert!(tb + 12 <= ta, "B was told {tb} after A's {ta}");
+    assert!(tc + 12 <= tb, "C was told {tc} after B's {tb}");
+    assert!(
+        tc > 1000,
+        "C was told {tc}: B forgot the deadline, its proxy must not have"
+    );
+    assert_eq!(c.next_line().await, "cancelled err=context canceled");
+    pc.await_outcome("expired", 1).await;
+}

@@ -199,7 +199,10 @@ async fn bind_egress(
         let (listener, bound) = bind(*addr).await?;
         let _ = writeln!(out, "egress to {to} on {bound}");
         let upstream = upstream::Upstream::new(to.clone(), options::UpstreamProtocol::Auto);
-        listeners.push((listener, egress.to(egress::Destination::Fixed(Box::new(upstream)))));
+        listeners.push((
+            listener,
+            egress.to(egress::Destination::Fixed(Box::new(upstream))),
+        ));
     }
     Ok(listeners)
 }
