@@ -70,12 +70,9 @@ pub fn run(args: &ProxyArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let _ = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(false)
-        .with_max_level(tracing::Level::INFO)
-        .try_init();
+    init_logging();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(args.threads.get())
         .enable_all()
         .build()
     {
@@ -86,6 +83,27 @@ pub fn run(args: &ProxyArgs) -> ExitCode {
         }
     };
     runtime.block_on(run_async(args, profile))
+}
+
+/// INFO lines on stderr. The hop's span (target `hopbudget::observe::hop`) is left out: its
+/// fields are all on the `hop ended` line, and a subscriber that formats every span's fields
+/// on creation costs the proxy a good part of its time per request.
+fn init_logging() {
+    use tracing_subscriber::filter::Targets;
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let filter = Targets::new()
+        .with_default(tracing::Level::INFO)
+        .with_target(
+            "hopbudget::observe::hop",
+            tracing::level_filters::LevelFilter::OFF,
+        );
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .finish()
+        .with(filter)
+        .try_init();
 }
 
 fn load_profile(args: &ProxyArgs) -> Result<Profile, String> {
