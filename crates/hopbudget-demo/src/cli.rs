@@ -116,6 +116,13 @@ struct DemoArgs {
     /// Seconds of arrivals per sweep point and mode.
     #[arg(long, default_value_t = 4.0)]
     sweep_duration: f64,
+    /// Instead of the side-by-side run, step the offered load from capacity to 2x and to 3x
+    /// at once and back (S22), every mode, and report how each settled (step.txt, step.json).
+    #[arg(long, conflicts_with_all = ["sweep", "forgetful", "traces"])]
+    step: bool,
+    /// Seconds of each phase of the step (steady, overloaded, steady again).
+    #[arg(long, default_value_t = 3.0)]
+    step_phase: f64,
     /// This service ignores inbound deadlines and uses its own default timeout (a broken
     /// chain); traces are written as OTLP JSON, for `hopbudget audit` (crate hopbudget-cli).
     #[arg(long, value_name = "SERVICE")]
@@ -225,6 +232,9 @@ fn run_demo(args: DemoArgs) -> Result<(), String> {
         std::fs::create_dir_all(&args.out)
             .map_err(|e| format!("cannot create {}: {e}", args.out.display()))?;
     }
+    if args.step {
+        return run_step(&opts, args.step_phase, &args.out);
+    }
     let (results, _raw) = demo::run(&opts)?;
     print!("{}", demo::report::table(&results));
     let mut written = demo::report::write_all(&results, &args.out)?;
@@ -234,6 +244,26 @@ fn run_demo(args: DemoArgs) -> Result<(), String> {
     println!();
     for p in written {
         println!("wrote {}", p.display());
+    }
+    Ok(())
+}
+
+/// `demo --step`: the step to overload, printed and written as step.txt and step.json.
+fn run_step(opts: &DemoOptions, phase: f64, out: &std::path::Path) -> Result<(), String> {
+    if !(phase.is_finite() && (1.0..=600.0).contains(&phase)) {
+        return Err(format!(
+            "--step-phase must be at least 1 and at most 600 seconds (got {phase})"
+        ));
+    }
+    let runs = demo::step::run(opts, Duration::from_secs_f64(phase))?;
+    let text = demo::step::text(&runs);
+    print!("{text}");
+    std::fs::create_dir_all(out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
+    let json = serde_json::to_string_pretty(&runs).map_err(|e| e.to_string())?;
+    for (name, body) in [("step.txt", text), ("step.json", json)] {
+        let path = out.join(name);
+        std::fs::write(&path, body).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        println!("wrote {}", path.display());
     }
     Ok(())
 }

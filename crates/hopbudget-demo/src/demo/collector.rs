@@ -137,7 +137,21 @@ pub struct Collector {
     spans: Mutex<Vec<SpanRec>>,
     in_flight: AtomicUsize,
     working: AtomicUsize,
+    /// Hops waiting for a work slot of the service's own semaphore.
+    queued: AtomicUsize,
+    /// Queues the collector cannot count itself: a leaf's admission layer.
+    gauges: Mutex<Vec<QueueGauge>>,
     background: Mutex<BackgroundCounts>,
+}
+
+/// A queue length the collector reads when asked (an admission layer's waiters, which wait
+/// before the hop's handler, so no handler can count them).
+pub struct QueueGauge(Box<dyn Fn() -> usize + Send + Sync>);
+
+impl std::fmt::Debug for QueueGauge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("QueueGauge")
+    }
 }
 
 impl Collector {
@@ -154,6 +168,8 @@ impl Collector {
             spans: Mutex::new(Vec::new()),
             in_flight: AtomicUsize::new(0),
             working: AtomicUsize::new(0),
+            queued: AtomicUsize::new(0),
+            gauges: Mutex::new(Vec::new()),
             background: Mutex::new(BackgroundCounts::default()),
         }
     }
@@ -275,6 +291,26 @@ impl Collector {
             id,
             start: Instant::now(),
         }
+    }
+
+    /// A hop starts waiting for one of its service's work slots; it stops when the guard is
+    /// dropped (granted, or the hop went away).
+    pub fn queue_wait(self: &Arc<Self>) -> QueueWait {
+        self.queued.fetch_add(1, Ordering::AcqRel);
+        QueueWait {
+            collector: Arc::clone(self),
+        }
+    }
+
+    /// Count `waiting` in [`queued`](Self::queued) too: a queue outside the handlers.
+    pub fn watch_queue(&self, waiting: impl Fn() -> usize + Send + Sync + 'static) {
+        lock(&self.gauges).push(QueueGauge(Box::new(waiting)));
+    }
+
+    /// Hops waiting for a work slot right now, at every service: the graph's queues.
+    pub fn queued(&self) -> usize {
+        self.queued.load(Ordering::Acquire)
+            + lock(&self.gauges).iter().map(|g| (g.0)()).sum::<usize>()
     }
 
     /// Background work for request `id` was handed to the queue.
@@ -425,6 +461,18 @@ impl Drop for HopGuard {
             .and_then(RequestBudget::end_cause)
             .map_or(Outcome::Cancelled, Outcome::from);
         self.close(outcome, false);
+    }
+}
+
+/// A hop waiting for a work slot; see [`Collector::queue_wait`].
+#[derive(Debug)]
+pub struct QueueWait {
+    collector: Arc<Collector>,
+}
+
+impl Drop for QueueWait {
+    fn drop(&mut self) {
+        self.collector.queued.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

@@ -14,6 +14,8 @@
 //! - [`runner`]: one mode's run: services up, open-loop arrivals, drain, stop.
 //! - [`collector`], [`results`]: what is measured and how it is summarised.
 //! - [`sweep`]: the load sweep (0.5x to 3x capacity) and its table.
+//! - [`step`]: the step to overload (1x to 2x or 3x capacity at once, and back) and how long
+//!   each mode takes to settle.
 //! - [`report`]: the side-by-side table, the HTML report with charts, the JSON.
 //! - [`traces`]: each mode's spans exported by the library as OTLP JSON, trace context on
 //!   the wire.
@@ -33,6 +35,7 @@ pub mod results;
 pub mod runner;
 pub mod server;
 pub mod services;
+pub mod step;
 pub mod sweep;
 pub mod table;
 pub mod timeline;
@@ -169,6 +172,7 @@ pub fn run(opts: &DemoOptions) -> Result<(DemoResults, Vec<runner::RunData>), St
             progress: opts.progress,
             label: format!("{} mode", mode.as_str()),
             broker: opts.broker.clone(),
+            arrivals: None,
         };
         let trace_file = opts.traces.as_deref().map(|d| traces::path_for(d, mode));
         let data = runner::run_traced(topo, &spec, trace_file.as_deref())?;

@@ -49,7 +49,24 @@ pub struct RunSpec {
     pub label: String,
     /// The NATS server carrying the background queue (`nats://…`); `None`: in process.
     pub broker: Option<String>,
+    /// Arrival offsets to replay instead of the seeded Poisson schedule at `rate_per_s` for
+    /// `duration` (the step to overload, [`step`](super::step), gives its own).
+    pub arrivals: Option<Arc<[Duration]>>,
 }
+
+/// The graph's state at one instant of a run, sampled every [`SAMPLE_EVERY`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sample {
+    /// Since arrivals started.
+    pub at: Duration,
+    /// Hops waiting for a work slot, every service summed ([`Collector::queued`]).
+    pub queued: usize,
+    /// Handlers alive, every service summed ([`Collector::in_flight`]).
+    pub in_flight: usize,
+}
+
+/// How often a run samples its queues.
+pub const SAMPLE_EVERY: Duration = Duration::from_millis(50);
 
 /// What one run recorded.
 #[derive(Debug)]
@@ -64,6 +81,8 @@ pub struct RunData {
     pub cut_off: usize,
     /// Seconds the whole run took.
     pub wall_s: f64,
+    /// The queues, sampled from the first arrival to the end of the drain.
+    pub samples: Vec<Sample>,
 }
 
 /// The seeded open-loop schedule: Poisson arrivals at `rate` for `duration`, as offsets.
@@ -180,7 +199,10 @@ async fn run_async(topo: &Topology, spec: &RunSpec) -> Result<RunData, String> {
         .index_of(&topo.edge().name)
         .ok_or("the topology has no edge service")?;
     let client = EdgeClient::new(topo.edge().protocol, addrs[edge])?;
-    let arrivals = schedule(topo.client.seed, spec.rate_per_s, spec.duration);
+    let arrivals = match &spec.arrivals {
+        Some(given) => given.to_vec(),
+        None => schedule(topo.client.seed, spec.rate_per_s, spec.duration),
+    };
     let sent = arrivals.len();
     let bar = progress_bar(spec, sent as u64);
     let budget = Duration::from_millis(topo.client.budget_ms);
@@ -189,6 +211,7 @@ async fn run_async(topo: &Topology, spec: &RunSpec) -> Result<RunData, String> {
     let forward = spec.mode.behaviour(false).client_forward(budget);
     let _ = tokio::time::timeout(Duration::from_secs(2), client.call(0, forward)).await;
     let started = Instant::now();
+    let sampler = tokio::spawn(sample(collector.clone(), started, stop.clone()));
     let mut tasks = Vec::with_capacity(sent);
     for (i, at) in arrivals.into_iter().enumerate() {
         tokio::time::sleep_until(started + at).await;
@@ -229,13 +252,36 @@ async fn run_async(topo: &Topology, spec: &RunSpec) -> Result<RunData, String> {
     let cut_off = collector.working();
     bar.finish_and_clear();
     stop.cancel();
+    let samples = sampler.await.unwrap_or_default();
     Ok(RunData {
         collector,
         started,
         sent,
         cut_off,
         wall_s: 0.0,
+        samples,
     })
+}
+
+/// Sample the graph's queues every [`SAMPLE_EVERY`] from `started` until `stop`.
+async fn sample(
+    collector: Arc<Collector>,
+    started: Instant,
+    stop: CancellationToken,
+) -> Vec<Sample> {
+    let mut out = Vec::new();
+    let mut tick = tokio::time::interval_at(started, SAMPLE_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return out,
+            at = tick.tick() => out.push(Sample {
+                at: at - started,
+                queued: collector.queued(),
+                in_flight: collector.in_flight(),
+            }),
+        }
+    }
 }
 
 /// The client's connection to the edge service, in the edge's protocol.

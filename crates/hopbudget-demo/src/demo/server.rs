@@ -61,6 +61,7 @@ pub fn spawn_server(
     let admission = layered && node.behaviour.admission() && node.peers.is_empty();
     match node.spec.protocol {
         Protocol::Grpc => {
+            let collector = node.collector.clone();
             let svc = HopServer::new(GrpcNode(node));
             let incoming = accept_stream(listener);
             let mut builder = tonic::transport::Server::builder()
@@ -69,6 +70,9 @@ pub fn spawn_server(
             let admission = admission
                 .then(|| AdmissionLayer::grpc_from_profile(&profile.current()))
                 .flatten();
+            if let Some(layer) = admission.clone() {
+                collector.watch_queue(move || layer.waiting());
+            }
             tokio::spawn(async move {
                 let _ = if layered {
                     builder
@@ -88,11 +92,14 @@ pub fn spawn_server(
         Protocol::Http => {
             let mut app = axum::Router::new()
                 .route(HTTP_PATH, axum::routing::post(http_call))
-                .with_state(node);
+                .with_state(node.clone());
             if layered {
                 let admission = admission
                     .then(|| AdmissionLayer::from_profile(&profile.current()))
                     .flatten();
+                if let Some(layer) = admission.clone() {
+                    node.collector.watch_queue(move || layer.waiting());
+                }
                 app = app.layer(
                     ServiceBuilder::new()
                         .layer(ServerBudgetLayer::new(profile))

@@ -28,11 +28,13 @@ pub async fn body(node: Arc<Node>, id: u64) -> Result<u32, HopError> {
     let cost = node.work_for(id);
     let mut degraded = 0;
     {
+        let waiting = node.collector.queue_wait();
         let _permit = node
             .sem
             .acquire()
             .await
             .map_err(|_| HopError::Failed("service is shutting down".into()))?;
+        drop(waiting);
         // After queueing, check again that the work still fits (C3, S2).
         node.behaviour.before_work(&node)?;
         let _work = node.collector.work(node.idx, id);

@@ -80,6 +80,7 @@ pub fn run(opts: &DemoOptions, capacity: f64) -> Result<Vec<SweepPoint>, String>
                 progress: opts.progress,
                 label: format!("sweep {factor}x {}", mode.as_str()),
                 broker: opts.broker.clone(),
+                arrivals: None,
             };
             let data = runner::run(topo, &spec)?;
             let r = results::summarise(topo, mode, None, rate, opts.sweep_duration, &data);
