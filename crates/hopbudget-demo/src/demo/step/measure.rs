@@ -9,10 +9,10 @@
 //!   it arrives in bursts (a fan-out answers when its slowest call does), and a 250 ms
 //!   window of it varied by a third at a steady 3x. Its **steady state** in a phase is the
 //!   mean over the phase's second half. After a step the goodput has **settled** from the
-//!   first window from which its average over the next [`SMOOTH`] windows (250 ms) stays
-//!   within [`TOLERANCE`] (5%) of that steady state to the end of the phase; at a steady
-//!   33 arrivals per second a 250 ms window holds 8 or 9 of them, so the band is never
-//!   narrower than one answer per 250 ms, the resolution of the count.
+//!   first window from which its average over the next [`SMOOTH`] windows (500 ms) stays
+//!   within [`TOLERANCE`] (5%) of that steady state to the end of the phase. At a steady 33
+//!   arrivals per second 500 ms hold 16 or 17 of them, so the band is never narrower than one
+//!   answer per 500 ms, the resolution of the count.
 //! - **Admitted p99** in windows of 50 ms by arrival: the p99 of the client latency of the
 //!   requests that arrived in the window and were not refused (a request the client gave up
 //!   on counts with the time it waited).
@@ -79,6 +79,10 @@ pub struct StepFigures {
     pub up_converged_ms: Option<f64>,
     /// Time from the step down until goodput converged, ms.
     pub down_converged_ms: Option<f64>,
+    /// Time from the step down until goodput was back within the band of its steady state
+    /// before the step, and stayed there, ms (`None`: not by the end of the run): a graph
+    /// that collapsed settles after the step down too, at its collapsed level.
+    pub recovered_ms: Option<f64>,
     /// p99 client latency of the admitted requests that arrived from the step up until one
     /// budget after the step down, ms.
     pub step_p99_ms: f64,
@@ -93,8 +97,9 @@ pub struct StepFigures {
     pub queue_peak: usize,
     /// Mean of the sampled queues over the second half of the phase after the step down.
     pub queue_after: f64,
-    /// Time from the step down until the sampled queues were back to at most the largest
-    /// steady value before the step, and stayed there, ms.
+    /// Time from the step down until the sampled queues were first back to at most their
+    /// largest sample in the steady phase before the step, ms (whether they stayed there is
+    /// `queue_after`, the mean over the last phase's second half).
     pub queue_drained_ms: Option<f64>,
     /// Pieces of hop work that were still running past their request's deadline after the
     /// step down.
@@ -152,9 +157,19 @@ pub fn converged(series: &[f64], from: usize, to: usize) -> (Option<f64>, f64) {
     }
     let half = from + (to - from) / 2;
     let steady = series[half..to].iter().sum::<f64>() / (to - half) as f64;
+    (settled(series, from, to, steady), steady)
+}
+
+/// Time from window `from` until the goodput's average over the next [`SMOOTH`] windows
+/// stays within the band around `steady` up to window `to`, ms.
+pub fn settled(series: &[f64], from: usize, to: usize, steady: f64) -> Option<f64> {
+    let to = to.min(series.len());
+    if to < from + SMOOTH {
+        return None;
+    }
     let floor = 1.0 / (SMOOTH as f64 * WINDOW.as_secs_f64());
     let band = (TOLERANCE * steady).max(floor);
-    // The average of the 250 ms from `w` on; only windows whose average lies in the phase.
+    // The average of the 500 ms from `w` on; only windows whose average lies in the phase.
     let smooth = |w: usize| series[w..w + SMOOTH].iter().sum::<f64>() / SMOOTH as f64;
     let last = to - SMOOTH;
     let mut settled = None;
@@ -164,8 +179,7 @@ pub fn converged(series: &[f64], from: usize, to: usize) -> (Option<f64>, f64) {
         }
         settled = Some(w);
     }
-    let ms = settled.map(|w| (w - from) as f64 * WINDOW.as_secs_f64() * 1000.0);
-    (ms, steady)
+    settled.map(|w| (w - from) as f64 * WINDOW.as_secs_f64() * 1000.0)
 }
 
 /// Every figure of one step.
@@ -181,6 +195,7 @@ pub fn figures(
     let (_, before) = converged(&series, 0, up);
     let (up_ms, high) = converged(&series, up, down);
     let (down_ms, after) = converged(&series, down, end);
+    let recovered = settled(&series, down, end, before);
 
     // Admitted p99 from the step up until one budget after the step down: the requests the
     // overload could have delayed.
@@ -202,21 +217,7 @@ pub fn figures(
             .collect();
         v.iter().sum::<usize>() as f64 / v.len().max(1) as f64
     };
-    let steady_max = queue
-        .iter()
-        .filter(|(at, _)| *at >= phases.up / 2 && *at < phases.up)
-        .map(|(_, q)| *q)
-        .max()
-        .unwrap_or(0);
-    let after_down: Vec<&(Duration, usize)> =
-        queue.iter().filter(|(at, _)| *at >= phases.down).collect();
-    let drained = after_down
-        .iter()
-        .rposition(|(_, q)| *q > steady_max)
-        .map_or(Some(Duration::ZERO), |i| {
-            after_down.get(i + 1).map(|(at, _)| *at - phases.down)
-        })
-        .map(|d| d.as_secs_f64() * 1000.0);
+    let drained = drained(queue, phases).map(|d| d.as_secs_f64() * 1000.0);
 
     let dead: Vec<&Work> = work
         .iter()
@@ -228,6 +229,7 @@ pub fn figures(
         goodput_after_per_s: after,
         up_converged_ms: up_ms,
         down_converged_ms: down_ms,
+        recovered_ms: recovered,
         step_p99_ms: p99(&mut all).unwrap_or(0.0),
         worst_window_p99_ms: span.iter().flatten().copied().fold(0.0, f64::max),
         windows_over_budget: (
@@ -244,6 +246,20 @@ pub fn figures(
             .map(|w| (w.end - w.deadline.max(w.start).max(phases.down)).as_secs_f64() * 1000.0)
             .fold(0.0, |sum, ms| sum + ms),
     }
+}
+
+/// When, after the step down, the queues are first back to at most their largest sample in
+/// the second half of the steady phase before the step (`None`: not by the last sample).
+fn drained(queue: &[(Duration, usize)], phases: Phases) -> Option<Duration> {
+    let steady = queue
+        .iter()
+        .filter(|(at, _)| *at >= phases.up / 2 && *at < phases.up)
+        .map(|(_, q)| *q)
+        .max()?;
+    queue
+        .iter()
+        .find(|(at, q)| *at >= phases.down && *q <= steady)
+        .map(|(at, _)| *at - phases.down)
 }
 
 fn windows(end: Duration) -> usize {
