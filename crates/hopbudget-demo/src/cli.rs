@@ -120,6 +120,11 @@ struct DemoArgs {
     /// at once and back (S22), every mode, and report how each settled (step.txt, step.json).
     #[arg(long, conflicts_with_all = ["sweep", "forgetful", "traces"])]
     step: bool,
+    /// Instead of the side-by-side run, the tail (S21): the same seeded calls to a callee
+    /// whose slowest 1% take ten times its median, without and with HedgeLayer (hedge.txt,
+    /// hedge.json); --rate (default 500) and --duration (default 20) set the calls.
+    #[arg(long, conflicts_with_all = ["sweep", "forgetful", "traces", "step"])]
+    hedge: bool,
     /// Seconds of each phase of the step (steady, overloaded, steady again).
     #[arg(long, default_value_t = 3.0)]
     step_phase: f64,
@@ -235,6 +240,21 @@ fn run_demo(args: DemoArgs) -> Result<(), String> {
     if args.step {
         return run_step(&opts, args.step_phase, &args.out);
     }
+    if args.hedge {
+        let mut tail = demo::tail::TailOptions::default();
+        if let Some(rate) = args.rate {
+            if !(rate.is_finite() && rate > 0.0 && rate <= 5_000.0) {
+                return Err(format!(
+                    "--rate must be above 0 and at most 5000 with --hedge (got {rate})"
+                ));
+            }
+            tail.rate_per_s = rate;
+        }
+        if let Some(d) = opts.duration {
+            tail.duration = d;
+        }
+        return run_hedge(&tail, &args.out);
+    }
     let (results, _raw) = demo::run(&opts)?;
     print!("{}", demo::report::table(&results));
     let mut written = demo::report::write_all(&results, &args.out)?;
@@ -258,9 +278,29 @@ fn run_step(opts: &DemoOptions, phase: f64, out: &std::path::Path) -> Result<(),
     let runs = demo::step::run(opts, Duration::from_secs_f64(phase))?;
     let text = demo::step::text(&runs);
     print!("{text}");
+    write_out(out, [("step.txt", text), ("step.json", to_json(&runs)?)])
+}
+
+/// `demo --hedge`: the tail with and without hedging, printed and written as hedge.txt and
+/// hedge.json.
+fn run_hedge(opts: &demo::tail::TailOptions, out: &std::path::Path) -> Result<(), String> {
+    let runs = demo::tail::run(opts)?;
+    let text = demo::tail::text(&runs, opts);
+    print!("{text}");
+    write_out(out, [("hedge.txt", text), ("hedge.json", to_json(&runs)?)])
+}
+
+fn to_json(v: &impl serde::Serialize) -> Result<String, String> {
+    serde_json::to_string_pretty(v).map_err(|e| e.to_string())
+}
+
+/// Write each (file name, body) into `out`, saying so.
+fn write_out<const N: usize>(
+    out: &std::path::Path,
+    files: [(&str, String); N],
+) -> Result<(), String> {
     std::fs::create_dir_all(out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
-    let json = serde_json::to_string_pretty(&runs).map_err(|e| e.to_string())?;
-    for (name, body) in [("step.txt", text), ("step.json", json)] {
+    for (name, body) in files {
         let path = out.join(name);
         std::fs::write(&path, body).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
         println!("wrote {}", path.display());

@@ -14,6 +14,7 @@
 //! - [`runner`]: one mode's run: services up, open-loop arrivals, drain, stop.
 //! - [`collector`], [`results`]: what is measured and how it is summarised.
 //! - [`sweep`]: the load sweep (0.5x to 3x capacity) and its table.
+//! - [`tail`]: the heavy-tailed callee with and without hedging (S21).
 //! - [`step`]: the step to overload (1x to 2x or 3x capacity at once, and back) and how long
 //!   each mode takes to settle.
 //! - [`report`]: the side-by-side table, the HTML report with charts, the JSON.
@@ -38,6 +39,7 @@ pub mod services;
 pub mod step;
 pub mod sweep;
 pub mod table;
+pub mod tail;
 pub mod timeline;
 pub mod topology;
 pub mod traces;

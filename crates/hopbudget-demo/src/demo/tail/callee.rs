@@ -1,0 +1,131 @@
+//! The heavy-tailed callee of the tail experiment: an axum service on loopback behind
+//! hopbudget's server layer, whose attempts take 5-10 ms except 1% that take 50-100 ms (ten
+//! times the median), as in the library's `tail` bench. An attempt's latency is drawn from its
+//! call's number and its attempt number (the n-th arrival of that call), so a run with hedging
+//! and one without see exactly the same first attempts, and a hedge is an independent draw (as
+//! if a balancer had sent it to another replica).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::State;
+use axum::routing::get;
+use hopbudget::http::server::ServerBudgetLayer;
+use hopbudget::{EndCause, Profile, RequestBudget};
+use tokio_util::sync::CancellationToken;
+
+/// The seed of every latency draw.
+pub const SEED: u64 = 38;
+
+/// splitmix64: a fixed, seedable stream without a dependency.
+fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+fn uniform(seed: u64) -> f64 {
+    (mix(seed) >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// The latency of attempt `attempt` (0: the first) of call `call`.
+pub fn latency(call: u64, attempt: u32) -> Duration {
+    let key = SEED ^ (call << 8) ^ u64::from(attempt);
+    let slow = uniform(key.wrapping_mul(3)) < 0.01;
+    let (lo, hi) = if slow { (50.0, 100.0) } else { (5.0, 10.0) };
+    Duration::from_secs_f64((lo + (hi - lo) * uniform(key.wrapping_mul(5))) / 1000.0)
+}
+
+/// What the callee counted.
+#[derive(Debug, Default)]
+pub struct Counts {
+    /// Attempts that arrived.
+    pub arrived: AtomicU64,
+    /// Attempts answered.
+    pub answered: AtomicU64,
+    /// Attempts whose caller went away first (a hedge's loser): cancelled, not failed (C5).
+    pub cancelled: AtomicU64,
+    /// Attempts ended by their deadline.
+    pub expired: AtomicU64,
+    attempts: Mutex<HashMap<u64, u32>>,
+}
+
+/// The header that numbers a call (every attempt of a call carries the same).
+pub const CALL: &str = "x-call";
+
+/// Counts how an attempt ended, even when its handler is dropped.
+struct Ending {
+    counts: Arc<Counts>,
+    budget: RequestBudget,
+    answered: bool,
+}
+
+impl Drop for Ending {
+    fn drop(&mut self) {
+        let c = &self.counts;
+        if self.answered {
+            c.answered.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        match self.budget.end_cause() {
+            Some(EndCause::Expired) => c.expired.fetch_add(1, Ordering::Relaxed),
+            _ => c.cancelled.fetch_add(1, Ordering::Relaxed),
+        };
+    }
+}
+
+async fn attempt(
+    State(counts): State<Arc<Counts>>,
+    headers: http::HeaderMap,
+    budget: RequestBudget,
+) -> &'static str {
+    let call = headers
+        .get(CALL)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(u64::MAX);
+    counts.arrived.fetch_add(1, Ordering::Relaxed);
+    let n = {
+        let mut seen = counts
+            .attempts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let n = seen.entry(call).or_default();
+        *n += 1;
+        *n - 1
+    };
+    let mut ending = Ending {
+        counts: counts.clone(),
+        budget,
+        answered: false,
+    };
+    tokio::time::sleep(latency(call, n)).await;
+    ending.answered = true;
+    "answered"
+}
+
+/// Start the callee on a free loopback port; it stops with `stop`.
+pub async fn start(stop: CancellationToken) -> Result<(SocketAddr, Arc<Counts>), String> {
+    let counts = Arc::new(Counts::default());
+    let app = Router::new()
+        .route("/tail", get(attempt))
+        .with_state(counts.clone())
+        .layer(ServerBudgetLayer::new(Profile::default()));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .map_err(|e| format!("cannot bind the callee: {e}"))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| format!("cannot read the callee's address: {e}"))?;
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app)
+            .with_graceful_shutdown(stop.cancelled_owned())
+            .await;
+    });
+    Ok((addr, counts))
+}

@@ -1,0 +1,291 @@
+//! The tail over real sockets (`demo --hedge`, scenario S21): the same seeded schedule of
+//! calls to a heavy-tailed callee ([`callee`]) on loopback, once without hedging and once with
+//! hopbudget's `HedgeLayer`, and what each gave: p50, p99, p99.9, goodput, and the extra
+//! attempts hedging sent. The library's `tail` bench is the same experiment on tokio's paused
+//! clock with no network; this one has hyper's HTTP/2 client, axum and the server layer in
+//! the way, and a losing attempt really is reset on the wire.
+//!
+//! The client is the stack the guide recommends: `HedgeLayer` (at most 2 attempts, the
+//! default token bucket) above `ClientBudgetLayer` above hyper-util's HTTP/2 client, each call
+//! under a 500 ms budget. Four runs: no hedging; hedging after the p95 and after the p98 the
+//! unhedged run measured at the client (the sockets add to the callee's own 10 ms p95, and
+//! spread its ordinary calls past it); and hedging after the p95 the layer learns as it goes
+//! (`LearnedThreshold`, 8 s window, 1 ms floor).
+
+pub mod callee;
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use bytes::Bytes;
+use hdrhistogram::Histogram;
+use hopbudget::hedge::{HedgeLayer, idempotent_method};
+use hopbudget::http::client::ClientBudgetLayer;
+use hopbudget::learned::{LearnConfig, LearnedThreshold};
+use hopbudget::{Profile, RequestBudget};
+use http_body_util::Full;
+use serde::{Deserialize, Serialize};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tower::{ServiceBuilder, ServiceExt};
+
+/// What one run of the tail experiment is.
+#[derive(Clone, Debug)]
+pub struct TailOptions {
+    /// Calls per second (Poisson, seeded).
+    pub rate_per_s: f64,
+    /// Seconds of calls.
+    pub duration: Duration,
+    /// The budget of every call.
+    pub budget: Duration,
+}
+
+impl Default for TailOptions {
+    fn default() -> Self {
+        Self {
+            rate_per_s: 500.0,
+            duration: Duration::from_secs(20),
+            budget: Duration::from_millis(500),
+        }
+    }
+}
+
+/// When a run hedges.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Hedging {
+    /// Never.
+    None,
+    /// After a fixed delay.
+    Fixed(Duration),
+    /// After the callee's p95 as the layer learns it.
+    Learned,
+}
+
+/// One run: with or without hedging.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TailRun {
+    /// How it hedged.
+    pub hedging: Hedging,
+    /// The delay at the end of the run, ms (`None`: no hedging).
+    pub delay_ms: Option<f64>,
+    /// Calls made.
+    pub calls: u64,
+    /// Calls answered within the budget.
+    pub good: u64,
+    /// Client latency percentiles of answered calls, ms: p50, p99, p99.9, max.
+    pub p50_ms: f64,
+    /// p95.
+    pub p95_ms: f64,
+    /// p98.
+    pub p98_ms: f64,
+    /// p99.
+    pub p99_ms: f64,
+    /// p99.9.
+    pub p999_ms: f64,
+    /// Slowest.
+    pub max_ms: f64,
+    /// Attempts that reached the callee.
+    pub attempts: u64,
+    /// Hedges sent, as the layer counted them.
+    pub hedges: u64,
+    /// Hedges due but held back by the token bucket.
+    pub throttled: u64,
+    /// Calls answered by their hedge.
+    pub hedge_wins: u64,
+    /// Attempts the callee saw end cancelled (the losers), and expired.
+    pub cancelled: u64,
+    /// Attempts the callee saw end at their deadline.
+    pub expired: u64,
+}
+
+impl TailRun {
+    /// Attempts beyond one a call, as a share of calls.
+    pub fn extra(&self) -> f64 {
+        self.attempts.saturating_sub(self.calls) as f64 / self.calls.max(1) as f64
+    }
+}
+
+/// The four runs, without hedging first.
+pub fn run(opts: &TailOptions) -> Result<Vec<TailRun>, String> {
+    let mut out: Vec<TailRun> = Vec::new();
+    for i in 0..4 {
+        // The client-side p95 and p98 without hedging, to the next whole millisecond.
+        let at = |q: fn(&TailRun) -> f64| {
+            Hedging::Fixed(Duration::from_millis(
+                out.first().map_or(10.0, q).ceil() as u64
+            ))
+        };
+        let hedging = match i {
+            0 => Hedging::None,
+            1 => at(|r| r.p95_ms),
+            2 => at(|r| r.p98_ms),
+            _ => Hedging::Learned,
+        };
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .map_err(|e| format!("cannot start the tokio runtime: {e}"))?;
+        let result = rt.block_on(one(opts, hedging));
+        rt.shutdown_timeout(Duration::from_millis(500));
+        out.push(result?);
+    }
+    Ok(out)
+}
+
+async fn one(opts: &TailOptions, hedging: Hedging) -> Result<TailRun, String> {
+    let stop = CancellationToken::new();
+    let (addr, counts) = callee::start(stop.clone()).await?;
+    let profile = Profile::default();
+    let p95 = LearnConfig {
+        quantile: 0.95,
+        window: Duration::from_secs(8),
+        min_samples: 100,
+    };
+    let learned = Arc::new(LearnedThreshold::new(Duration::from_millis(1), p95));
+    let hedge = match hedging {
+        Hedging::None => None,
+        Hedging::Fixed(d) => Some(HedgeLayer::new(d, 2, idempotent_method::<Full<Bytes>>)),
+        Hedging::Learned => Some(
+            HedgeLayer::new(
+                Duration::from_millis(1),
+                2,
+                idempotent_method::<Full<Bytes>>,
+            )
+            .learn(learned.clone()),
+        ),
+    };
+    let client = ServiceBuilder::new()
+        .option_layer(hedge.clone())
+        .layer(ClientBudgetLayer::new(profile.clone()))
+        .service(
+            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                .http2_only(true)
+                .build_http::<Full<Bytes>>(),
+        );
+    let url = format!("http://{addr}/tail");
+    let request = |call: u64| {
+        http::Request::get(&url)
+            .header(callee::CALL, call)
+            .body(Full::new(Bytes::new()))
+            .map_err(|e| format!("cannot build a request: {e}"))
+    };
+    // One call to open the HTTP/2 connection; not measured (the callee numbers it u64::MAX
+    // - 1, out of the schedule's way).
+    let warm = RequestBudget::local(opts.budget, profile.policy());
+    let _ = warm
+        .scope(client.clone().oneshot(request(u64::MAX - 1)?))
+        .await;
+    let base = counts.arrived.load(Ordering::Relaxed);
+    let stats_base = hedge.as_ref().map(HedgeLayer::stats);
+
+    let arrivals = super::runner::schedule(callee::SEED, opts.rate_per_s, opts.duration);
+    let started = Instant::now();
+    let mut tasks = Vec::with_capacity(arrivals.len());
+    for (call, at) in arrivals.iter().enumerate() {
+        tokio::time::sleep_until(started + *at).await;
+        let (client, req) = (client.clone(), request(call as u64)?);
+        let budget = RequestBudget::local(opts.budget, profile.policy());
+        tasks.push(tokio::spawn(async move {
+            let began = Instant::now();
+            let answer = budget.scope(client.oneshot(req)).await;
+            let ok = answer.is_ok_and(|r| r.status() == 200);
+            (ok, began.elapsed())
+        }));
+    }
+    let mut latency = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)
+        .map_err(|e| format!("cannot make the latency histogram: {e}"))?;
+    let mut good = 0;
+    for t in tasks {
+        let (ok, took) = t.await.map_err(|e| format!("a call panicked: {e}"))?;
+        if ok {
+            latency.saturating_record(took.as_micros().max(1) as u64);
+            good += u64::from(took <= opts.budget);
+        }
+    }
+    // Let the losers' resets reach the callee before counting.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    stop.cancel();
+    let stats = match (hedge.as_ref().map(HedgeLayer::stats), stats_base) {
+        (Some(s), Some(b)) => (
+            s.hedges - b.hedges,
+            s.throttled - b.throttled,
+            s.hedge_wins - b.hedge_wins,
+        ),
+        _ => (0, 0, 0),
+    };
+    let ms = |q: f64| latency.value_at_quantile(q) as f64 / 1000.0;
+    Ok(TailRun {
+        hedging,
+        delay_ms: match hedging {
+            Hedging::None => None,
+            Hedging::Fixed(d) => Some(d.as_secs_f64() * 1000.0),
+            Hedging::Learned => Some(learned.threshold().as_secs_f64() * 1000.0),
+        },
+        calls: arrivals.len() as u64,
+        good,
+        p50_ms: ms(0.5),
+        p95_ms: ms(0.95),
+        p98_ms: ms(0.98),
+        p99_ms: ms(0.99),
+        p999_ms: ms(0.999),
+        max_ms: latency.max() as f64 / 1000.0,
+        attempts: counts.arrived.load(Ordering::Relaxed) - base,
+        hedges: stats.0,
+        throttled: stats.1,
+        hedge_wins: stats.2,
+        cancelled: counts.cancelled.load(Ordering::Relaxed),
+        expired: counts.expired.load(Ordering::Relaxed),
+    })
+}
+
+/// The runs as a text table with its caption.
+pub fn text(runs: &[TailRun], opts: &TailOptions) -> String {
+    let mut out = String::from(
+        "hedging                  calls  goodput  p50 ms  p95 ms  p99 ms  p99.9 ms  max ms  p99.9 lower by  extra requests  throttled  hedge wins  losers cancelled\n",
+    );
+    let unhedged = runs.first().map_or(0.0, |r| r.p999_ms);
+    for r in runs {
+        let how = match (r.hedging, r.delay_ms) {
+            (Hedging::None, _) => "none".to_owned(),
+            (Hedging::Fixed(_), Some(d)) => format!("after {d:.0} ms"),
+            (_, d) => format!("learned p95 ({:.1} ms)", d.unwrap_or(0.0)),
+        };
+        let _ = writeln!(
+            out,
+            "{how:<23}  {:>5}  {:>6.2}%  {:>6.1}  {:>6.1}  {:>6.1}  {:>8.1}  {:>6.1}  {:>14}  {:>13.2}%  {:>9}  {:>10}  {:>16}",
+            r.calls,
+            100.0 * r.good as f64 / r.calls.max(1) as f64,
+            r.p50_ms,
+            r.p95_ms,
+            r.p99_ms,
+            r.p999_ms,
+            r.max_ms,
+            if r.hedging == Hedging::None {
+                String::new()
+            } else {
+                format!("{:.1}x", unhedged / r.p999_ms.max(0.001))
+            },
+            100.0 * r.extra(),
+            r.throttled,
+            r.hedge_wins,
+            r.cancelled,
+        );
+    }
+    let _ = writeln!(
+        out,
+        "The tail over real sockets: {} calls/s for {:.0} s (seeded Poisson), each under a {} ms \
+         budget, to a callee on loopback whose attempts take 5-10 ms except 1% that take 50-100 \
+         ms; the same schedule and first attempts in every run. Hedging: HedgeLayer (2 \
+         attempts, default token bucket) above ClientBudgetLayer on hyper's HTTP/2 client, \
+         after the p95 and the p98 the unhedged run measured, or after the p95 it learns (its \
+         value at the end). Extra requests: attempts the callee received beyond one a call.",
+        opts.rate_per_s,
+        opts.duration.as_secs_f64(),
+        opts.budget.as_millis()
+    );
+    out
+}
