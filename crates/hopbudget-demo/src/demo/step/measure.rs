@@ -114,7 +114,7 @@ pub fn goodput(requests: &[Request], budget: Duration, end: Duration) -> Vec<f64
     let mut out = vec![0.0; n];
     for r in requests {
         let Some(at) = r.end else { continue };
-        if r.ok && at - r.arrival <= budget {
+        if r.ok && at.saturating_sub(r.arrival) <= budget {
             let w = index(r.arrival);
             if w < n {
                 out[w] += 1.0 / WINDOW.as_secs_f64();
@@ -132,7 +132,7 @@ pub fn admitted_p99(requests: &[Request], end: Duration) -> Vec<Option<f64>> {
         let Some(at) = r.end else { continue };
         let w = index(r.arrival);
         if !r.refused && w < n {
-            by_window[w].push((at - r.arrival).as_secs_f64() * 1000.0);
+            by_window[w].push(at.saturating_sub(r.arrival).as_secs_f64() * 1000.0);
         }
     }
     by_window.into_iter().map(|mut v| p99(&mut v)).collect()
@@ -205,7 +205,10 @@ pub fn figures(
     let mut all: Vec<f64> = requests
         .iter()
         .filter(|r| !r.refused && r.arrival >= phases.up && r.arrival < phases.down + budget)
-        .filter_map(|r| r.end.map(|e| (e - r.arrival).as_secs_f64() * 1000.0))
+        .filter_map(|r| {
+            r.end
+                .map(|e| e.saturating_sub(r.arrival).as_secs_f64() * 1000.0)
+        })
         .collect();
     let budget_ms = budget.as_secs_f64() * 1000.0;
 
@@ -243,7 +246,12 @@ pub fn figures(
         dead_after_down: dead.len(),
         dead_work_after_down_ms: dead
             .iter()
-            .map(|w| (w.end - w.deadline.max(w.start).max(phases.down)).as_secs_f64() * 1000.0)
+            .map(|w| {
+                w.end
+                    .saturating_sub(w.deadline.max(w.start).max(phases.down))
+                    .as_secs_f64()
+                    * 1000.0
+            })
             .fold(0.0, |sum, ms| sum + ms),
     }
 }
