@@ -58,16 +58,20 @@ pub struct Counts {
 /// The header that numbers a call (every attempt of a call carries the same).
 pub const CALL: &str = "x-call";
 
+/// The number of the call that opens the connection before a run: served, never counted
+/// (with a learned delay it may be hedged, and its loser arrive once the run has begun).
+pub const WARM_UP: u64 = u64::MAX - 1;
+
 /// Counts how an attempt ended, even when its handler is dropped.
 struct Ending {
-    counts: Arc<Counts>,
+    counts: Option<Arc<Counts>>,
     budget: RequestBudget,
     answered: bool,
 }
 
 impl Drop for Ending {
     fn drop(&mut self) {
-        let c = &self.counts;
+        let Some(c) = &self.counts else { return };
         if self.answered {
             c.answered.fetch_add(1, Ordering::Relaxed);
             return;
@@ -89,7 +93,10 @@ async fn attempt(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok())
         .unwrap_or(u64::MAX);
-    counts.arrived.fetch_add(1, Ordering::Relaxed);
+    let counted = call != WARM_UP;
+    if counted {
+        counts.arrived.fetch_add(1, Ordering::Relaxed);
+    }
     let n = {
         let mut seen = counts
             .attempts
@@ -100,7 +107,7 @@ async fn attempt(
         *n - 1
     };
     let mut ending = Ending {
-        counts: counts.clone(),
+        counts: counted.then(|| counts.clone()),
         budget,
         answered: false,
     };

@@ -173,13 +173,11 @@ async fn one(opts: &TailOptions, hedging: Hedging) -> Result<TailRun, String> {
             .body(Full::new(Bytes::new()))
             .map_err(|e| format!("cannot build a request: {e}"))
     };
-    // One call to open the HTTP/2 connection; not measured (the callee numbers it u64::MAX
-    // - 1, out of the schedule's way).
+    // One call to open the HTTP/2 connection, which the callee does not count.
     let warm = RequestBudget::local(opts.budget, profile.policy());
     let _ = warm
-        .scope(client.clone().oneshot(request(u64::MAX - 1)?))
+        .scope(client.clone().oneshot(request(callee::WARM_UP)?))
         .await;
-    let base = counts.arrived.load(Ordering::Relaxed);
     let stats_base = hedge.as_ref().map(HedgeLayer::stats);
 
     let arrivals = super::runner::schedule(callee::SEED, opts.rate_per_s, opts.duration);
@@ -233,7 +231,7 @@ async fn one(opts: &TailOptions, hedging: Hedging) -> Result<TailRun, String> {
         p99_ms: ms(0.99),
         p999_ms: ms(0.999),
         max_ms: latency.max() as f64 / 1000.0,
-        attempts: counts.arrived.load(Ordering::Relaxed) - base,
+        attempts: counts.arrived.load(Ordering::Relaxed),
         hedges: stats.0,
         throttled: stats.1,
         hedge_wins: stats.2,
