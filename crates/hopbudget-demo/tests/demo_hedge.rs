@@ -16,7 +16,7 @@ fn hedging_sends_extra_attempts_for_the_tail_and_the_losers_arrive_cancelled() {
         ..TailOptions::default()
     };
     let runs = tail::run(&opts).unwrap();
-    assert_eq!(runs.len(), 4);
+    assert_eq!(runs.len(), 5);
     let plain = &runs[0];
     assert_eq!(plain.hedging, Hedging::None);
     // The seeded schedule's slow first attempts (50-100 ms), the same in every run.

@@ -7,10 +7,11 @@
 //!
 //! The client is the stack the guide recommends: `HedgeLayer` (at most 2 attempts, the
 //! default token bucket) above `ClientBudgetLayer` above hyper-util's HTTP/2 client, each call
-//! under a 500 ms budget. Four runs: no hedging; hedging after the p95 and after the p98 the
+//! under a 500 ms budget. Five runs: no hedging; hedging after the p95 and after the p98 the
 //! unhedged run measured at the client (the sockets add to the callee's own 10 ms p95, and
-//! spread its ordinary calls past it); and hedging after the p95 the layer learns as it goes
-//! (`LearnedThreshold`, 8 s window, 1 ms floor).
+//! spread its ordinary calls past it); hedging after the p95 the layer learns as it goes
+//! (`LearnedThreshold`, 8 s window, 1 ms floor); and after the measured p95 again with a
+//! bucket of 100 tokens instead of 10, which a burst of due hedges does not empty.
 
 pub mod callee;
 
@@ -21,7 +22,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use hdrhistogram::Histogram;
-use hopbudget::hedge::{HedgeLayer, idempotent_method};
+use hopbudget::hedge::{HedgeLayer, HedgeThrottle, idempotent_method};
 use hopbudget::http::client::ClientBudgetLayer;
 use hopbudget::learned::{LearnConfig, LearnedThreshold};
 use hopbudget::{Profile, RequestBudget};
@@ -62,7 +63,13 @@ pub enum Hedging {
     Fixed(Duration),
     /// After the callee's p95 as the layer learns it.
     Learned,
+    /// After a fixed delay, with a token bucket of [`DEEP_BUCKET`] tokens rather than 10, so
+    /// that a burst of due hedges does not empty it.
+    DeepBucket(Duration),
 }
+
+/// Tokens of the deeper bucket (earning the default 0.05 a call).
+pub const DEEP_BUCKET: u32 = 100;
 
 /// One run: with or without hedging.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -108,10 +115,10 @@ impl TailRun {
     }
 }
 
-/// The four runs, without hedging first.
+/// The five runs, without hedging first.
 pub fn run(opts: &TailOptions) -> Result<Vec<TailRun>, String> {
     let mut out: Vec<TailRun> = Vec::new();
-    for i in 0..4 {
+    for i in 0..5 {
         // The client-side p95 and p98 without hedging, to the next whole millisecond.
         let at = |q: fn(&TailRun) -> f64| {
             Hedging::Fixed(Duration::from_millis(
@@ -122,7 +129,11 @@ pub fn run(opts: &TailOptions) -> Result<Vec<TailRun>, String> {
             0 => Hedging::None,
             1 => at(|r| r.p95_ms),
             2 => at(|r| r.p98_ms),
-            _ => Hedging::Learned,
+            3 => Hedging::Learned,
+            _ => match at(|r| r.p95_ms) {
+                Hedging::Fixed(d) => Hedging::DeepBucket(d),
+                other => other,
+            },
         };
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -156,6 +167,10 @@ async fn one(opts: &TailOptions, hedging: Hedging) -> Result<TailRun, String> {
                 idempotent_method::<Full<Bytes>>,
             )
             .learn(learned.clone()),
+        ),
+        Hedging::DeepBucket(d) => Some(
+            HedgeLayer::new(d, 2, idempotent_method::<Full<Bytes>>)
+                .throttle(Some(Arc::new(HedgeThrottle::new(DEEP_BUCKET, 0.05)))),
         ),
     };
     let client = ServiceBuilder::new()
@@ -220,7 +235,7 @@ async fn one(opts: &TailOptions, hedging: Hedging) -> Result<TailRun, String> {
         hedging,
         delay_ms: match hedging {
             Hedging::None => None,
-            Hedging::Fixed(d) => Some(d.as_secs_f64() * 1000.0),
+            Hedging::Fixed(d) | Hedging::DeepBucket(d) => Some(d.as_secs_f64() * 1000.0),
             Hedging::Learned => Some(learned.threshold().as_secs_f64() * 1000.0),
         },
         calls: arrivals.len() as u64,
@@ -243,18 +258,19 @@ async fn one(opts: &TailOptions, hedging: Hedging) -> Result<TailRun, String> {
 /// The runs as a text table with its caption.
 pub fn text(runs: &[TailRun], opts: &TailOptions) -> String {
     let mut out = String::from(
-        "hedging                  calls  goodput  p50 ms  p95 ms  p99 ms  p99.9 ms  max ms  p99.9 lower by  extra requests  throttled  hedge wins  losers cancelled\n",
+        "hedging                      calls  goodput  p50 ms  p95 ms  p99 ms  p99.9 ms  max ms  p99.9 lower by  extra requests  throttled  hedge wins  losers cancelled\n",
     );
     let unhedged = runs.first().map_or(0.0, |r| r.p999_ms);
     for r in runs {
         let how = match (r.hedging, r.delay_ms) {
             (Hedging::None, _) => "none".to_owned(),
             (Hedging::Fixed(_), Some(d)) => format!("after {d:.0} ms"),
+            (Hedging::DeepBucket(_), Some(d)) => format!("after {d:.0} ms, {DEEP_BUCKET} tokens"),
             (_, d) => format!("learned p95 ({:.1} ms)", d.unwrap_or(0.0)),
         };
         let _ = writeln!(
             out,
-            "{how:<23}  {:>5}  {:>6.2}%  {:>6.1}  {:>6.1}  {:>6.1}  {:>8.1}  {:>6.1}  {:>14}  {:>13.2}%  {:>9}  {:>10}  {:>16}",
+            "{how:<27}  {:>5}  {:>6.2}%  {:>6.1}  {:>6.1}  {:>6.1}  {:>8.1}  {:>6.1}  {:>14}  {:>13.2}%  {:>9}  {:>10}  {:>16}",
             r.calls,
             100.0 * r.good as f64 / r.calls.max(1) as f64,
             r.p50_ms,
@@ -279,8 +295,8 @@ pub fn text(runs: &[TailRun], opts: &TailOptions) -> String {
          budget, to a callee on loopback whose attempts take 5-10 ms except 1% that take 50-100 \
          ms; the same schedule and first attempts in every run. Hedging: HedgeLayer (2 \
          attempts, default token bucket) above ClientBudgetLayer on hyper's HTTP/2 client, \
-         after the p95 and the p98 the unhedged run measured, or after the p95 it learns (its \
-         value at the end). Extra requests: attempts the callee received beyond one a call.",
+         after the p95 and the p98 the unhedged run measured, after the p95 it learns (its \
+         value at the end), or after the measured p95 with a bucket of 100 tokens. Extra requests: attempts the callee received beyond one a call.",
         opts.rate_per_s,
         opts.duration.as_secs_f64(),
         opts.budget.as_millis()
