@@ -5,14 +5,11 @@
 //! `go` command, `HOPBUDGET_GOPATH` the sources; without them a test says what to install and
 //! passes, unless `HOPBUDGET_REQUIRE_SERVICES=1`, where it fails.
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::process::Stdio;
 
-use tokio::io::{AsyncBufReadExt, BufReader, Lines};
-use tokio::process::{Child, ChildStdout, Command};
-
-use super::PATIENCE;
+// Not every test file that includes this module names it.
+#[allow(unused_imports)]
+pub use super::service::Service as GoService;
 
 /// Build `interop/<name>`; `Err` says what is missing. `packages`: the Debian packages it
 /// needs beside `golang-go`.
@@ -62,42 +59,5 @@ pub fn skip_unless_built(built: &Result<PathBuf, String>) -> Option<PathBuf> {
             eprintln!("skipped: {message}");
             None
         }
-    }
-}
-
-/// A running Go service and the lines it prints; killed when dropped.
-pub struct GoService {
-    pub addr: SocketAddr,
-    lines: Lines<BufReader<ChildStdout>>,
-    _child: Child,
-}
-
-impl GoService {
-    pub async fn start(program: &PathBuf) -> Self {
-        let mut child = Command::new(program)
-            .stdout(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("the Go service starts");
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let first = lines.next_line().await.unwrap().expect("a port line");
-        let port: u16 = first
-            .strip_prefix("port ")
-            .and_then(|p| p.parse().ok())
-            .unwrap_or_else(|| panic!("not a port line: {first:?}"));
-        GoService {
-            addr: SocketAddr::from(([127, 0, 0, 1], port)),
-            lines,
-            _child: child,
-        }
-    }
-
-    /// The next line the service prints.
-    pub async fn next_line(&mut self) -> String {
-        tokio::time::timeout(PATIENCE, self.lines.next_line())
-            .await
-            .expect("the Go service reports in time")
-            .unwrap()
-            .expect("the Go service is running")
     }
 }

@@ -3,12 +3,16 @@
 #![allow(dead_code, unreachable_pub)]
 
 pub mod go;
+pub mod service;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::process::{Child, Command};
@@ -297,4 +301,71 @@ pub fn grpc_timeout_ms(value: &str) -> u64 {
         "n" => n / 1_000_000,
         _ => panic!("grpc-timeout {value:?}"),
     }
+}
+
+/// `key=value` from a line a service printed.
+pub fn field<'a>(line: &'a str, key: &str) -> &'a str {
+    line.split(' ')
+        .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
+        .unwrap_or_else(|| panic!("no {key} in {line:?}"))
+}
+
+/// One unary gRPC call over h2c with an empty message and `headers`: the `grpc-status` (from
+/// the headers of a trailers-only answer, else the trailers) and the connection's sender,
+/// kept alive by the caller as long as it wants the call to stay.
+pub async fn grpc_call(
+    addr: std::net::SocketAddr,
+    method: &str,
+    headers: &[(&str, &str)],
+) -> Result<(String, String), String> {
+    let stream = tokio::net::TcpStream::connect(addr)
+        .await
+        .map_err(|e| e.to_string())?;
+    let (mut sender, connection) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+            .await
+            .map_err(|e| e.to_string())?;
+    tokio::spawn(connection);
+    let mut req = http::Request::post(format!("http://{addr}{method}"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers");
+    for (name, value) in headers {
+        req = req.header(*name, *value);
+    }
+    let req = req
+        .body(Full::new(Bytes::from_static(&[0, 0, 0, 0, 0])))
+        .unwrap();
+    let res = sender.send_request(req).await.map_err(|e| e.to_string())?;
+    let head = res.headers().clone();
+    let body = res.into_body().collect().await.map_err(|e| e.to_string())?;
+    let trailers = body.trailers().cloned().unwrap_or_default();
+    let pick = |name: &str| {
+        head.get(name)
+            .or_else(|| trailers.get(name))
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned()
+    };
+    Ok((pick("grpc-status"), pick("grpc-message")))
+}
+
+/// Percent-encode `url` to put it in a query parameter.
+pub fn query_encode(url: &str) -> String {
+    url.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+/// The `x-request-timeout-ms` a service printed on arrival.
+pub fn told(line: &str) -> u64 {
+    assert!(line.starts_with("arrived"), "{line}");
+    field(line, "x-request-timeout-ms")
+        .parse()
+        .unwrap_or_else(|_| panic!("no budget told in {line:?}"))
 }
