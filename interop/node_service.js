@@ -33,9 +33,9 @@ const server = http.createServer((req, res) => {
     console.log('finished');
     res.end('finished\n');
   }, 30000);
-  // Since Node 16, req's 'close' fires once the request body has been read, and for a GET
-  // that is at once; the response's 'close' before it finished is what says the connection
-  // went away (the proxy closed it at the deadline, or its caller left).
+  // req and res both emit 'close' when the connection goes away (the proxy closed it at the
+  // deadline, or its caller left), but also after a normal answer: the response's 'close'
+  // before it finished is the one that means "stop".
   res.on('close', () => {
     if (!res.writableFinished) {
       clearTimeout(work);
