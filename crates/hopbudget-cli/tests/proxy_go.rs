@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use support::go::{GoService, build, skip_unless_built};
-use support::{PATIENCE, Proxy, field, get as http_get, grpc_call, query_encode, send_head, told};
+use support::{Proxy, field, get as http_get, grpc_call, query_encode, scenario, told};
 
 fn http_service() -> Option<PathBuf> {
     static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
@@ -35,19 +35,9 @@ async fn a_go_handlers_request_context_is_cancelled_at_the_deadline() {
     };
     let mut service = GoService::start(&program).await;
     let proxy = Proxy::start(service.addr, None, &[]).await;
-
-    let answer = http_get(proxy.addr, "/wait", &[("x-request-timeout-ms", "400")])
-        .await
-        .unwrap();
-    assert_eq!(answer.status, 504, "{answer:?}");
-    assert_eq!(answer.header("x-deadline-outcome"), Some("expired"));
-
-    let arrived = service.next_line().await;
-    let told: u64 = field(&arrived, "x-request-timeout-ms").parse().unwrap();
-    assert!(told <= 394 && told > 0, "the service was told {told} ms");
     // The proxy closed the connection the request was on: Go cancelled the handler's context.
-    assert_eq!(service.next_line().await, "cancelled err=context canceled");
-    proxy.await_outcome("expired", 1).await;
+    let ended = scenario::http_deadline(&mut service, &proxy).await;
+    assert_eq!(ended, "cancelled err=context canceled");
 }
 
 #[tokio::test]
@@ -57,19 +47,8 @@ async fn a_go_handlers_request_context_is_cancelled_when_the_caller_leaves() {
     };
     let mut service = GoService::start(&program).await;
     let proxy = Proxy::start(service.addr, None, &[]).await;
-
-    let caller = send_head(
-        proxy.addr,
-        "GET",
-        "/wait",
-        &[("x-request-timeout-ms", "20000")],
-    )
-    .await
-    .unwrap();
-    assert!(service.next_line().await.starts_with("arrived"));
-    drop(caller);
-    assert_eq!(service.next_line().await, "cancelled err=context canceled");
-    proxy.await_outcome("cancelled", 1).await;
+    let ended = scenario::http_caller_leaves(&mut service, &proxy).await;
+    assert_eq!(ended, "cancelled err=context canceled");
 }
 
 #[tokio::test]
@@ -79,25 +58,13 @@ async fn grpc_go_gets_the_forwarded_deadline_and_its_context_ends_at_it() {
     };
     let mut service = GoService::start(&program).await;
     let proxy = Proxy::start(service.addr, None, &[]).await;
-
-    let (code, message) = grpc_call(proxy.addr, "/proxy.Test/Wait", &[("grpc-timeout", "400m")])
-        .await
-        .unwrap();
-    assert_eq!(code, "4", "DEADLINE_EXCEEDED, got {code} {message:?}");
-
-    let arrived = service.next_line().await;
-    assert!(arrived.starts_with("arrived /proxy.Test/Wait"), "{arrived}");
-    // grpc-go's own ctx.Deadline(), from the grpc-timeout the proxy restated: the caller's
-    // 400 ms minus the 6 ms margin and transit (C2), less what the trip took.
-    let left: i64 = field(&arrived, "deadline_ms").parse().unwrap();
-    assert!(left <= 394 && left > 0, "ctx.Deadline() left {left} ms");
-    let ended = service.next_line().await;
+    // grpc-go's own ctx.Deadline(), from the grpc-timeout the proxy restated.
+    let ended = scenario::grpc_deadline(&mut service, &proxy).await;
     assert!(
         ended == "cancelled err=context deadline exceeded"
             || ended == "cancelled err=context canceled",
         "{ended}"
     );
-    proxy.await_outcome("expired", 1).await;
 }
 
 #[tokio::test]
@@ -136,18 +103,8 @@ async fn grpc_gos_context_is_cancelled_when_the_caller_leaves() {
     };
     let mut service = GoService::start(&program).await;
     let proxy = Proxy::start(service.addr, None, &[]).await;
-
-    let addr = proxy.addr;
-    let call = tokio::spawn(async move {
-        grpc_call(addr, "/proxy.Test/Wait", &[("grpc-timeout", "20S")]).await
-    });
-    assert!(service.next_line().await.starts_with("arrived"));
-    // The caller goes away: its connection, and with it the call, is gone.
-    call.abort();
-    assert_eq!(service.next_line().await, "cancelled err=context canceled");
-    tokio::time::timeout(PATIENCE, proxy.await_outcome("cancelled", 1))
-        .await
-        .unwrap();
+    let ended = scenario::grpc_caller_leaves(&mut service, &proxy).await;
+    assert_eq!(ended, "cancelled err=context canceled");
 }
 
 /// S23 with Go services: A keeps its deadline and calls B, B forgets it and calls C, each

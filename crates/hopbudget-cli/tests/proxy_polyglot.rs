@@ -20,7 +20,7 @@ use std::sync::OnceLock;
 
 use support::go::{build, skip_unless_built};
 use support::service::Service;
-use support::{PATIENCE, Proxy, field, get as http_get, grpc_call, query_encode, send_head, told};
+use support::{Proxy, get as http_get, query_encode, scenario, told};
 use tokio::process::Command;
 
 /// The program named by `var` (default `default`) if `check` runs with it; otherwise `None`
@@ -101,19 +101,9 @@ async fn a_python_http_service_is_told_the_budget_and_its_work_stops_at_the_dead
     };
     let mut service = python_service(&python, "http").await;
     let proxy = Proxy::start(service.addr, None, &[]).await;
-
-    let answer = http_get(proxy.addr, "/wait", &[("x-request-timeout-ms", "400")])
-        .await
-        .unwrap();
-    assert_eq!(answer.status, 504, "{answer:?}");
-    assert_eq!(answer.header("x-deadline-outcome"), Some("expired"));
-
-    // The caller's 400 ms minus the margin and transit (C2), restated in the header.
-    let told = told(&service.next_line().await);
-    assert!(told <= 394 && told > 0, "the service was told {told} ms");
-    let ended = service.next_line().await;
+    // The proxy closed the connection: the service's next read sees EOF or a reset.
+    let ended = scenario::http_deadline(&mut service, &proxy).await;
     assert!(ended.starts_with("cancelled by="), "{ended}");
-    proxy.await_outcome("expired", 1).await;
 }
 
 #[tokio::test]
@@ -123,20 +113,8 @@ async fn a_python_http_services_work_stops_when_the_caller_leaves() {
     };
     let mut service = python_service(&python, "http").await;
     let proxy = Proxy::start(service.addr, None, &[]).await;
-
-    let caller = send_head(
-        proxy.addr,
-        "GET",
-        "/wait",
-        &[("x-request-timeout-ms", "20000")],
-    )
-    .await
-    .unwrap();
-    assert!(service.next_line().await.starts_with("arrived"));
-    drop(caller);
-    let ended = service.next_line().await;
+    let ended = scenario::http_caller_leaves(&mut service, &proxy).await;
     assert!(ended.starts_with("cancelled by="), "{ended}");
-    proxy.await_outcome("cancelled", 1).await;
 }
 
 /// grpcio installs the `grpc-timeout` the proxy restated as the call's deadline:
@@ -149,20 +127,9 @@ async fn grpcio_gets_the_forwarded_deadline_and_is_active_turns_false_at_it() {
     };
     let mut service = python_service(&python, "grpc").await;
     let proxy = Proxy::start(service.addr, None, &[]).await;
-
-    let (code, message) = grpc_call(proxy.addr, "/proxy.Test/Wait", &[("grpc-timeout", "400m")])
-        .await
-        .unwrap();
-    assert_eq!(code, "4", "DEADLINE_EXCEEDED, got {code} {message:?}");
-
-    let arrived = service.next_line().await;
-    assert!(arrived.starts_with("arrived /proxy.Test/Wait"), "{arrived}");
-    let left: i64 = field(&arrived, "deadline_ms").parse().unwrap_or_else(|_| {
-        panic!("grpcio saw no deadline: {arrived}");
-    });
-    assert!(left <= 394 && left > 0, "time_remaining() {left} ms");
-    assert_eq!(service.next_line().await, "cancelled active=false");
-    proxy.await_outcome("expired", 1).await;
+    // grpcio's context.time_remaining(), from the grpc-timeout the proxy restated.
+    let ended = scenario::grpc_deadline(&mut service, &proxy).await;
+    assert_eq!(ended, "cancelled active=false");
 }
 
 /// With a 20 s budget, only the proxy resetting the stream can end the call early: grpcio's
@@ -174,17 +141,8 @@ async fn grpcios_call_stops_being_active_when_the_caller_leaves() {
     };
     let mut service = python_service(&python, "grpc").await;
     let proxy = Proxy::start(service.addr, None, &[]).await;
-
-    let addr = proxy.addr;
-    let call = tokio::spawn(async move {
-        grpc_call(addr, "/proxy.Test/Wait", &[("grpc-timeout", "20S")]).await
-    });
-    assert!(service.next_line().await.starts_with("arrived"));
-    call.abort();
-    assert_eq!(service.next_line().await, "cancelled active=false");
-    tokio::time::timeout(PATIENCE, proxy.await_outcome("cancelled", 1))
-        .await
-        .unwrap();
+    let ended = scenario::grpc_caller_leaves(&mut service, &proxy).await;
+    assert_eq!(ended, "cancelled active=false");
 }
 
 /// Node's `http` module fires the response's `close` before it finished when the proxy closes
@@ -196,16 +154,8 @@ async fn a_node_http_service_is_told_the_budget_and_its_response_closes_at_the_d
     };
     let mut service = node_service(&node).await;
     let proxy = Proxy::start(service.addr, None, &[]).await;
-
-    let answer = http_get(proxy.addr, "/wait", &[("x-request-timeout-ms", "400")])
-        .await
-        .unwrap();
-    assert_eq!(answer.status, 504, "{answer:?}");
-
-    let told = told(&service.next_line().await);
-    assert!(told <= 394 && told > 0, "the service was told {told} ms");
-    assert_eq!(service.next_line().await, "cancelled by=close");
-    proxy.await_outcome("expired", 1).await;
+    let ended = scenario::http_deadline(&mut service, &proxy).await;
+    assert_eq!(ended, "cancelled by=close");
 }
 
 #[tokio::test]
@@ -215,19 +165,8 @@ async fn a_node_http_services_response_closes_when_the_caller_leaves() {
     };
     let mut service = node_service(&node).await;
     let proxy = Proxy::start(service.addr, None, &[]).await;
-
-    let caller = send_head(
-        proxy.addr,
-        "GET",
-        "/wait",
-        &[("x-request-timeout-ms", "20000")],
-    )
-    .await
-    .unwrap();
-    assert!(service.next_line().await.starts_with("arrived"));
-    drop(caller);
-    assert_eq!(service.next_line().await, "cancelled by=close");
-    proxy.await_outcome("cancelled", 1).await;
+    let ended = scenario::http_caller_leaves(&mut service, &proxy).await;
+    assert_eq!(ended, "cancelled by=close");
 }
 
 /// S23: Go (A) keeps its deadline and calls Python (B), which forgets it and gives its call to

@@ -3,6 +3,7 @@
 #![allow(dead_code, unreachable_pub)]
 
 pub mod go;
+pub mod scenario;
 pub mod service;
 
 use std::net::SocketAddr;
