@@ -231,6 +231,47 @@ fn print_report(args: &AuditArgs, report: &super::Report, out: &mut dyn Write) -
     report.exit_status()
 }
 
+/// A report while the receiver (`--listen`, `--kafka`) runs: what came in so far (`unit`:
+/// what it counts the input in), the open traces not yet audited.
+fn interval_report(
+    args: &AuditArgs,
+    report: &super::Report,
+    began: Instant,
+    unit: &str,
+    out: &mut dyn Write,
+) {
+    eprintln!(
+        "hopbudget audit: report after {:.0} s ({} {unit}, {} spans so far; open traces not \
+         yet audited)",
+        began.elapsed().as_secs_f64(),
+        report.input.requests,
+        report.input.spans
+    );
+    let _ = print_report(args, report, out);
+}
+
+/// The report when the receiver was stopped, every trace audited; its exit status.
+fn final_report(
+    args: &AuditArgs,
+    report: &super::Report,
+    stopped: super::listen::Stopped,
+    began: Instant,
+    unit: &str,
+    out: &mut dyn Write,
+) -> u8 {
+    eprintln!(
+        "hopbudget audit: stopped by {} after {:.0} s: final report ({} {unit}, {} spans)",
+        match stopped {
+            super::listen::Stopped::Interrupt => "SIGINT",
+            super::listen::Stopped::Terminate => "SIGTERM",
+        },
+        began.elapsed().as_secs_f64(),
+        report.input.requests,
+        report.input.spans
+    );
+    print_report(args, report, out)
+}
+
 /// `hopbudget audit --listen ADDR`: serve until SIGINT or SIGTERM, reporting at the
 /// interval (to `out`, each report as the file path prints it) and when stopped.
 fn listen(
@@ -248,31 +289,11 @@ fn listen(
         opts,
         &listen,
         |bound| eprintln!("hopbudget audit: listening on http://{bound}/v1/traces (OTLP/HTTP)"),
-        |report| {
-            eprintln!(
-                "hopbudget audit: report after {:.0} s ({} export requests, {} spans so far; \
-                 open traces not yet audited)",
-                began.elapsed().as_secs_f64(),
-                report.input.requests,
-                report.input.spans
-            );
-            let _ = print_report(args, report, out);
-        },
+        |report| interval_report(args, report, began, "export requests", out),
     );
     match served {
         Ok((report, stopped)) => {
-            eprintln!(
-                "hopbudget audit: stopped by {} after {:.0} s: final report ({} export \
-                 requests, {} spans)",
-                match stopped {
-                    super::listen::Stopped::Interrupt => "SIGINT",
-                    super::listen::Stopped::Terminate => "SIGTERM",
-                },
-                began.elapsed().as_secs_f64(),
-                report.input.requests,
-                report.input.spans
-            );
-            print_report(args, &report, out)
+            final_report(args, &report, stopped, began, "export requests", out)
         }
         Err(e) => {
             eprintln!("hopbudget: cannot listen on {addr}: {e}");
@@ -303,32 +324,10 @@ fn kafka(args: &AuditArgs, opts: &AuditOptions, brokers: &str, out: &mut dyn Wri
                 kafka.topic, kafka.brokers, kafka.group
             );
         },
-        |report| {
-            eprintln!(
-                "hopbudget audit: report after {:.0} s ({} records, {} spans so far; open \
-                 traces not yet audited)",
-                began.elapsed().as_secs_f64(),
-                report.input.requests,
-                report.input.spans
-            );
-            let _ = print_report(args, report, out);
-        },
+        |report| interval_report(args, report, began, "records", out),
     );
     match consumed {
-        Ok((report, stopped)) => {
-            eprintln!(
-                "hopbudget audit: stopped by {} after {:.0} s: final report ({} records, {} \
-                 spans)",
-                match stopped {
-                    super::listen::Stopped::Interrupt => "SIGINT",
-                    super::listen::Stopped::Terminate => "SIGTERM",
-                },
-                began.elapsed().as_secs_f64(),
-                report.input.requests,
-                report.input.spans
-            );
-            print_report(args, &report, out)
-        }
+        Ok((report, stopped)) => final_report(args, &report, stopped, began, "records", out),
         Err(e) => {
             eprintln!("hopbudget: audit --kafka {brokers}: {e}");
             2
