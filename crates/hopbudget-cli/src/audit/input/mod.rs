@@ -250,8 +250,9 @@ fn read_capped_line(r: &mut dyn BufRead, out: &mut Vec<u8>, max: usize) -> io::R
     }
 }
 
+/// The vectorised search (a byte at a time cost about 6 instructions per byte read).
 fn memchr(needle: u8, hay: &[u8]) -> Option<usize> {
-    hay.iter().position(|&b| b == needle)
+    memchr::memchr(needle, hay)
 }
 
 #[cfg(test)]

@@ -25,8 +25,14 @@ pub(super) fn decode_line(
     stats: &mut InputStats,
     problems: &mut Problems,
 ) -> Result<(), String> {
+    // One UTF-8 check of the whole line (fast on ASCII) lets serde_json skip its own check of
+    // every string; a line that is not UTF-8 goes through `from_slice` for the same error.
+    let parsed = match std::str::from_utf8(line) {
+        Ok(text) => serde_json::from_str(text),
+        Err(_) => serde_json::from_slice(line),
+    };
     let request: RequestJson<'_> =
-        serde_json::from_slice(line).map_err(|e| format!("not an OTLP JSON trace request: {e}"))?;
+        parsed.map_err(|e| format!("not an OTLP JSON trace request: {e}"))?;
     let mut index = 0u64;
     for rs in request.resource_spans {
         let resource_service = rs
