@@ -7,7 +7,7 @@
 //! counters survive the trace, so memory grows with the number of distinct hops (service and
 //! route), never with the number of traces.
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 
 use super::group::Finish;
 use super::header_reset::HeaderResetAcc;

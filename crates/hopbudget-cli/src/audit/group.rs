@@ -9,7 +9,9 @@
 //! is finished as partial once it has been idle for `4 * settle` spans. Spans arriving for a
 //! trace already finished are counted (`late_spans`) and audited as a partial fragment.
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
+
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 
 use super::span::Span;
 

@@ -15,7 +15,7 @@
 //! measured. A server span with hopbudget's own `deadline.*` attributes is left to the hop
 //! analysis ([`super::analyze`]), which finds its resets already.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 
 use super::analyze::Histogram;
 use super::report::reset_severity::{ResetThresholds, percent};

@@ -20,7 +20,7 @@
 //!
 //! Memory is per service, never per trace.
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 
 use super::span::{Interner, Outcome, Span, Sym};
 use super::status::StdOutcome;

@@ -2,7 +2,7 @@
 //! `deadline.*` attributes of a hop span (C14) decoded once, so that an open trace costs a
 //! fixed hundred-odd bytes per span whatever the input spelled.
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 
 use super::status::StdOutcome;
 

@@ -20,7 +20,7 @@
 //! request's spans wind down a few ms after the answer left (the response's last bytes, the
 //! handler unwinding, span export), 10-30 ms on a loaded two-core host. Memory is per service, edge and span name, never per trace.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 
 use super::analyze::Histogram;
 use super::span::{Span, Sym};

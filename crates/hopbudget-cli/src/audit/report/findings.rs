@@ -46,7 +46,7 @@ fn route_or(service: &str, route: &str) -> String {
     }
 }
 
-fn top(map: &std::collections::HashMap<HopKey, u64>, names: &Interner, n: usize) -> Vec<String> {
+fn top(map: &foldhash::HashMap<HopKey, u64>, names: &Interner, n: usize) -> Vec<String> {
     let mut v: Vec<(String, u64)> = map.iter().map(|(k, c)| (label(names, *k), *c)).collect();
     v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     v.into_iter().take(n).map(|(l, _)| l).collect()

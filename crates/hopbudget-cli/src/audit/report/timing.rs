@@ -2,7 +2,7 @@
 //! on after its caller or the whole request had ended, chain depth, duration spikes on
 //! client and server spans; per service and per edge.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 
 use serde::Serialize;
 
