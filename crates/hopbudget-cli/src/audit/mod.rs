@@ -340,6 +340,60 @@ impl Session {
             .push(Problem::new(label, Some(number), reason));
     }
 
+    /// Read with `read` on this thread, decode on a second and group and audit on a third,
+    /// lines handed over in batches of about `batch_bytes` ([`input::batch`]).
+    fn pipelined(&mut self, batch_bytes: usize, read: &mut dyn FnMut(&mut dyn input::LineSink)) {
+        use std::sync::mpsc::sync_channel;
+        let (line_tx, line_rx) = sync_channel(input::batch::IN_FLIGHT);
+        let (decoded_tx, decoded_rx) = sync_channel(input::batch::IN_FLIGHT);
+        let names = self.auditor.names.clone();
+        let files = std::thread::scope(|scope| {
+            scope.spawn(move || input::batch::decode(line_rx, decoded_tx, names));
+            let auditing = scope.spawn(|| {
+                for batch in decoded_rx {
+                    self.absorb(batch);
+                }
+            });
+            let mut batcher = input::batch::Batcher::new(line_tx, batch_bytes);
+            read(&mut batcher);
+            let files = batcher.finish();
+            if let Err(panic) = auditing.join() {
+                std::panic::resume_unwind(panic);
+            }
+            files
+        });
+        self.stats.files += files;
+    }
+
+    /// One batch from the decoding thread, taken in input order.
+    fn absorb(&mut self, batch: input::batch::DecodedBatch) {
+        self.auditor
+            .names
+            .extend(batch.new_names, batch.names_overflowed);
+        self.stats.add(&batch.stats);
+        for p in batch.problems {
+            self.problems.push(p);
+        }
+        for event in batch.events {
+            match event {
+                input::batch::Event::Span(span) => input::SpanSink::span(&mut self.auditor, span),
+                input::batch::Event::LineEnd => input::SpanSink::line_end(&mut self.auditor),
+            }
+        }
+    }
+
+    /// Read on this thread alone, each line decoded and audited as it is read (what
+    /// [`pipelined`](Self::pipelined) must match).
+    #[cfg(test)]
+    fn one_thread(&mut self, read: &mut dyn FnMut(&mut dyn input::LineSink)) {
+        let mut lines = input::LineDecoder {
+            sink: &mut self.auditor,
+            stats: &mut self.stats,
+            problems: &mut self.problems,
+        };
+        read(&mut lines);
+    }
+
     /// The report so far: the traces finished until now (open ones are left open).
     fn snapshot(&self) -> Report {
         report::findings::build(report::findings::Inputs {
@@ -373,28 +427,24 @@ impl Session {
 /// Audit `files` (`-` is standard input), in order, as one stream of spans.
 pub fn run(files: &[PathBuf], opts: &AuditOptions) -> Report {
     let mut s = Session::new(opts);
-    for file in files {
-        input::read_path(
-            file,
-            s.limits,
-            &mut s.auditor,
-            &mut s.stats,
-            &mut s.problems,
-        );
-    }
+    let limits = s.limits;
+    s.pipelined(input::batch::BATCH_BYTES, &mut |lines| {
+        for file in files {
+            input::read_path(file, limits, lines);
+        }
+    });
     s.finish()
 }
 
 /// Audit one stream (plain or gzip); `label` names it in problems.
 pub fn run_reader(label: &str, reader: impl std::io::Read, opts: &AuditOptions) -> Report {
     let mut s = Session::new(opts);
-    input::read_stream(
-        Box::new(reader),
-        label,
-        s.limits,
-        &mut s.auditor,
-        &mut s.stats,
-        &mut s.problems,
-    );
+    let limits = s.limits;
+    let mut reader = Some(reader);
+    s.pipelined(input::batch::BATCH_BYTES, &mut |lines| {
+        if let Some(r) = reader.take() {
+            input::read_stream(Box::new(r), label, limits, lines);
+        }
+    });
     s.finish()
 }

@@ -16,7 +16,7 @@ pub(crate) struct Sym(pub(crate) u32);
 /// Names seen in the input, each stored once. The table is capped so that input with
 /// unbounded names (ids in span names) cannot grow memory without bound; past the cap every
 /// new name becomes [`Interner::OVERFLOW`].
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct Interner {
     ids: HashMap<Box<str>, Sym>,
     names: Vec<Box<str>>,
@@ -51,6 +51,28 @@ impl Interner {
         self.names.push(name.into());
         self.ids.insert(name.into(), sym);
         sym
+    }
+
+    /// How many names the table holds (the overflow name included): the next new name's
+    /// symbol.
+    pub(crate) fn len(&self) -> usize {
+        self.names.len()
+    }
+
+    /// The names added since the table held `from` names, in order.
+    pub(crate) fn since(&self, from: usize) -> &[Box<str>] {
+        self.names.get(from..).unwrap_or_default()
+    }
+
+    /// Append names another table added (its [`since`](Self::since)), so that each gets the
+    /// symbol it has there; `overflowed` is that table's count.
+    pub(crate) fn extend(&mut self, names: Vec<Box<str>>, overflowed: u64) {
+        for name in names {
+            let sym = Sym(u32::try_from(self.names.len()).unwrap_or(u32::MAX));
+            self.ids.insert(name.clone(), sym);
+            self.names.push(name);
+        }
+        self.overflowed = overflowed;
     }
 
     /// The symbol of `name` if it has been seen, without adding it.

@@ -7,12 +7,16 @@
 //! truncated gzip stream or a line past the length cap each become a [`Problem`] naming the
 //! file, the line and the reason, and reading goes on with the next line (or the next file).
 //! Memory is bounded by the longest line accepted (`max_line_bytes`) and what its spans decode
-//! to; each span is handed on as soon as its line is decoded.
+//! to; a file's lines are read on one thread and decoded on another in batches of about
+//! 512 KiB, at most a few batches in flight (`batch.rs`), so memory stays bounded by a few
+//! batches or the longest line, whichever is larger.
 //!
 //! Reading (files, gzip, lines and their cap) is here; decoding a line is `otlp_json.rs`;
-//! what decoded spans are handed to is `sink.rs`. An OTLP/HTTP export request's body
+//! batching lines for a decoding thread is `batch.rs`; what decoded spans are handed to is
+//! `sink.rs`. An OTLP/HTTP export request's body
 //! (`--listen`) is decoded whole by `read_request`, as JSON or protobuf (`otlp_proto.rs`).
 
+pub(crate) mod batch;
 mod otlp_json;
 mod otlp_proto;
 mod sink;
@@ -70,14 +74,8 @@ pub(crate) fn read_request(
     read
 }
 
-/// Read `path` (`-` is standard input) and hand every span to `sink`.
-pub(crate) fn read_path(
-    path: &Path,
-    limits: ReadLimits,
-    sink: &mut dyn SpanSink,
-    stats: &mut InputStats,
-    problems: &mut Problems,
-) {
+/// Read `path` (`-` is standard input) and hand every line to `lines`.
+pub(crate) fn read_path(path: &Path, limits: ReadLimits, lines: &mut dyn LineSink) {
     let label = path.display().to_string();
     let raw: Box<dyn Read> = if label == "-" {
         Box::new(io::stdin().lock())
@@ -85,12 +83,12 @@ pub(crate) fn read_path(
         match File::open(path) {
             Ok(f) => Box::new(f),
             Err(e) => {
-                problems.push(Problem::new(&label, None, format!("cannot open: {e}")));
+                lines.problem(Problem::new(&label, None, format!("cannot open: {e}")));
                 return;
             }
         }
     };
-    read_stream(raw, &label, limits, sink, stats, problems);
+    read_stream(raw, &label, limits, lines);
 }
 
 /// Read one input stream (plain or gzip, detected from its first bytes); `label` names it
@@ -99,21 +97,19 @@ pub(crate) fn read_stream(
     raw: Box<dyn Read + '_>,
     label: &str,
     limits: ReadLimits,
-    sink: &mut dyn SpanSink,
-    stats: &mut InputStats,
-    problems: &mut Problems,
+    lines: &mut dyn LineSink,
 ) {
-    stats.files += 1;
+    lines.file();
     let mut buffered = BufReader::with_capacity(256 * 1024, raw);
     let head = match buffered.fill_buf() {
         Ok(b) => b.get(..4).unwrap_or(b).to_vec(),
         Err(e) => {
-            problems.push(Problem::new(label, None, format!("cannot read: {e}")));
+            lines.problem(Problem::new(label, None, format!("cannot read: {e}")));
             return;
         }
     };
     if head.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
-        problems.push(Problem::new(
+        lines.problem(Problem::new(
             label,
             None,
             "zstd-compressed (the Collector's `compression: zstd`): decompress it first, \
@@ -131,10 +127,64 @@ pub(crate) fn read_stream(
     } else {
         Box::new(buffered)
     };
-    read_lines(&mut reader, label, limits, sink, stats, problems);
+    split_lines(&mut reader, label, limits, lines);
 }
 
-/// Read lines from `reader`; `label` names it in problems.
+/// Where the line reader hands what it read, in input order: decoded on the spot
+/// ([`LineDecoder`]) or batched for a decoding thread (`batch.rs`).
+pub(crate) trait LineSink {
+    /// An input stream was opened.
+    fn file(&mut self);
+    /// A line that is not blank; `ended` is false when the input stopped inside it.
+    fn line(&mut self, label: &str, line: &[u8], number: u64, ended: bool);
+    /// A line that could not be read (longer than the cap): a bad line, and why.
+    fn bad_line(&mut self, problem: Problem);
+    /// A problem with the stream itself (cannot open, read error).
+    fn problem(&mut self, problem: Problem);
+}
+
+/// Decodes each line as it is read and hands its spans to `sink`.
+pub(crate) struct LineDecoder<'a> {
+    pub(crate) sink: &'a mut dyn SpanSink,
+    pub(crate) stats: &'a mut InputStats,
+    pub(crate) problems: &'a mut Problems,
+}
+
+impl LineSink for LineDecoder<'_> {
+    fn file(&mut self) {
+        self.stats.files += 1;
+    }
+
+    fn line(&mut self, label: &str, line: &[u8], number: u64, ended: bool) {
+        self.stats.lines += 1;
+        if let Err(reason) =
+            otlp_json::decode_line(line, label, number, self.sink, self.stats, self.problems)
+        {
+            self.stats.bad_lines += 1;
+            let reason = if ended {
+                reason
+            } else {
+                format!("{reason} (the file ends inside this line: truncated?)")
+            };
+            self.problems
+                .push(Problem::new(label, Some(number), reason));
+        }
+        self.sink.line_end();
+    }
+
+    fn bad_line(&mut self, problem: Problem) {
+        self.stats.lines += 1;
+        self.stats.bad_lines += 1;
+        self.problems.push(problem);
+    }
+
+    fn problem(&mut self, problem: Problem) {
+        self.problems.push(problem);
+    }
+}
+
+/// Read lines from `reader` and decode them on this thread; `label` names it in problems.
+#[cfg(test)]
 pub(crate) fn read_lines(
     reader: &mut dyn BufRead,
     label: &str,
@@ -142,6 +192,21 @@ pub(crate) fn read_lines(
     sink: &mut dyn SpanSink,
     stats: &mut InputStats,
     problems: &mut Problems,
+) {
+    let mut lines = LineDecoder {
+        sink,
+        stats,
+        problems,
+    };
+    split_lines(reader, label, limits, &mut lines);
+}
+
+/// Split what `reader` yields into lines for `lines`; `label` names it in problems.
+fn split_lines(
+    reader: &mut dyn BufRead,
+    label: &str,
+    limits: ReadLimits,
+    lines: &mut dyn LineSink,
 ) {
     let mut line = Vec::new();
     let mut number = 0u64;
@@ -151,9 +216,7 @@ pub(crate) fn read_lines(
         match read_capped_line(reader, &mut line, limits.max_line_bytes) {
             Ok(LineRead::Eof) => break,
             Ok(LineRead::TooLong) => {
-                stats.lines += 1;
-                stats.bad_lines += 1;
-                problems.push(Problem::new(
+                lines.bad_line(Problem::new(
                     label,
                     Some(number),
                     format!(
@@ -166,19 +229,7 @@ pub(crate) fn read_lines(
                 if line.iter().all(u8::is_ascii_whitespace) {
                     continue;
                 }
-                stats.lines += 1;
-                if let Err(reason) =
-                    otlp_json::decode_line(&line, label, number, sink, stats, problems)
-                {
-                    stats.bad_lines += 1;
-                    let reason = if ended {
-                        reason
-                    } else {
-                        format!("{reason} (the file ends inside this line: truncated?)")
-                    };
-                    problems.push(Problem::new(label, Some(number), reason));
-                }
-                sink.line_end();
+                lines.line(label, &line, number, ended);
                 if !ended {
                     break;
                 }
@@ -189,7 +240,7 @@ pub(crate) fn read_lines(
                 } else {
                     format!("read error: {e}")
                 };
-                problems.push(Problem::new(label, Some(number), reason));
+                lines.problem(Problem::new(label, Some(number), reason));
                 break;
             }
         }

@@ -31,3 +31,16 @@ pub struct InputStats {
     /// writes) instead of OTLP JSON's hex: decoded and audited.
     pub base64_ids: u64,
 }
+
+impl InputStats {
+    /// Add `other`'s counts (a batch decoded on another thread).
+    pub(crate) fn add(&mut self, other: &InputStats) {
+        self.files += other.files;
+        self.lines += other.lines;
+        self.bad_lines += other.bad_lines;
+        self.requests += other.requests;
+        self.spans += other.spans;
+        self.bad_spans += other.bad_spans;
+        self.base64_ids += other.base64_ids;
+    }
+}
