@@ -340,21 +340,33 @@ impl Session {
             .push(Problem::new(label, Some(number), reason));
     }
 
-    /// Read with `read` on this thread, decode on a second and group and audit on a third,
-    /// lines handed over in batches of about `batch_bytes` ([`input::batch`]).
+    /// Read with `read` on this thread, decode on [`input::batch::DECODERS`] others and
+    /// group and audit on one more, lines handed over in batches of about `batch_bytes`
+    /// ([`input::batch`]).
     fn pipelined(&mut self, batch_bytes: usize, read: &mut dyn FnMut(&mut dyn input::LineSink)) {
         use std::sync::mpsc::sync_channel;
-        let (line_tx, line_rx) = sync_channel(input::batch::IN_FLIGHT);
-        let (decoded_tx, decoded_rx) = sync_channel(input::batch::IN_FLIGHT);
-        let names = self.auditor.names.clone();
         let files = std::thread::scope(|scope| {
-            scope.spawn(move || input::batch::decode(line_rx, decoded_tx, names));
-            let auditing = scope.spawn(|| {
-                for batch in decoded_rx {
-                    self.absorb(batch);
+            let mut line_txs = Vec::new();
+            let mut decoded_rxs = Vec::new();
+            for _ in 0..input::batch::DECODERS {
+                let (line_tx, line_rx) = sync_channel(input::batch::IN_FLIGHT);
+                let (decoded_tx, decoded_rx) = sync_channel(input::batch::IN_FLIGHT);
+                scope.spawn(move || input::batch::decode(line_rx, decoded_tx));
+                line_txs.push(line_tx);
+                decoded_rxs.push(decoded_rx);
+            }
+            let session = &mut *self;
+            let auditing = scope.spawn(move || {
+                // Batches were dealt in turn: take them back in turn, until the one whose
+                // turn it is has no more.
+                for turn in 0.. {
+                    let Ok(batch) = decoded_rxs[turn % decoded_rxs.len()].recv() else {
+                        break;
+                    };
+                    session.absorb(batch);
                 }
             });
-            let mut batcher = input::batch::Batcher::new(line_tx, batch_bytes);
+            let mut batcher = input::batch::Batcher::new(line_txs, batch_bytes);
             read(&mut batcher);
             let files = batcher.finish();
             if let Err(panic) = auditing.join() {
@@ -365,11 +377,9 @@ impl Session {
         self.stats.files += files;
     }
 
-    /// One batch from the decoding thread, taken in input order.
-    fn absorb(&mut self, batch: input::batch::DecodedBatch) {
-        self.auditor
-            .names
-            .extend(batch.new_names, batch.names_overflowed);
+    /// One batch from a decoding thread, taken in input order.
+    fn absorb(&mut self, mut batch: input::batch::DecodedBatch) {
+        batch.adopt_names(&mut self.auditor.names);
         self.stats.add(&batch.stats);
         for p in batch.problems {
             self.problems.push(p);

@@ -16,13 +16,17 @@ pub(crate) struct Sym(pub(crate) u32);
 /// Names seen in the input, each stored once. The table is capped so that input with
 /// unbounded names (ids in span names) cannot grow memory without bound; past the cap every
 /// new name becomes [`Interner::OVERFLOW`].
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub(crate) struct Interner {
     ids: HashMap<Box<str>, Sym>,
     names: Vec<Box<str>>,
     cap: usize,
     /// Distinct names that did not fit.
     pub(crate) overflowed: u64,
+    /// How often each name was interned: kept by a decoding thread's table for one batch
+    /// ([`Interner::for_batch`]), so the auditing thread can count overflows as if it had
+    /// interned every name itself.
+    uses: Option<Vec<u64>>,
 }
 
 impl Interner {
@@ -36,10 +40,30 @@ impl Interner {
             names: vec![Self::OVERFLOW_NAME.into()],
             cap: cap.max(1),
             overflowed: 0,
+            uses: None,
+        }
+    }
+
+    /// The names of one batch of lines, uncapped (a batch is bounded) and counting uses; the
+    /// auditing thread maps them onto its own table with [`Interner::adopt`].
+    pub(crate) fn for_batch() -> Self {
+        Self {
+            uses: Some(vec![0]),
+            ..Self::new(usize::MAX)
         }
     }
 
     pub(crate) fn intern(&mut self, name: &str) -> Sym {
+        let sym = self.intern_once(name);
+        if let Some(uses) = &mut self.uses
+            && let Some(n) = uses.get_mut(sym.0 as usize)
+        {
+            *n += 1;
+        }
+        sym
+    }
+
+    fn intern_once(&mut self, name: &str) -> Sym {
         if let Some(&s) = self.ids.get(name) {
             return s;
         }
@@ -50,29 +74,28 @@ impl Interner {
         let sym = Sym(u32::try_from(self.names.len()).unwrap_or(u32::MAX));
         self.names.push(name.into());
         self.ids.insert(name.into(), sym);
+        if let Some(uses) = &mut self.uses {
+            uses.push(0);
+        }
         sym
     }
 
-    /// How many names the table holds (the overflow name included): the next new name's
-    /// symbol.
-    pub(crate) fn len(&self) -> usize {
-        self.names.len()
-    }
-
-    /// The names added since the table held `from` names, in order.
-    pub(crate) fn since(&self, from: usize) -> &[Box<str>] {
-        self.names.get(from..).unwrap_or_default()
-    }
-
-    /// Append names another table added (its [`since`](Self::since)), so that each gets the
-    /// symbol it has there; `overflowed` is that table's count.
-    pub(crate) fn extend(&mut self, names: Vec<Box<str>>, overflowed: u64) {
-        for name in names {
-            let sym = Sym(u32::try_from(self.names.len()).unwrap_or(u32::MAX));
-            self.ids.insert(name.clone(), sym);
-            self.names.push(name);
+    /// Intern, in order, the names a batch's table ([`Interner::for_batch`]) holds, as if
+    /// each had been interned here as often as there; returns each batch symbol's symbol here.
+    /// The names of a batch are in the order they were first seen in it, so a name new here
+    /// gets the symbol it would have got had this table decoded the batch itself.
+    pub(crate) fn adopt(&mut self, batch: Interner) -> Vec<Sym> {
+        let uses = batch.uses.unwrap_or_default();
+        let mut map = vec![Self::OVERFLOW];
+        for (i, name) in batch.names.iter().enumerate().skip(1) {
+            let sym = self.intern_once(name);
+            if sym == Self::OVERFLOW {
+                // `intern_once` counted one use.
+                self.overflowed += uses.get(i).copied().unwrap_or(1).saturating_sub(1);
+            }
+            map.push(sym);
         }
-        self.overflowed = overflowed;
+        map
     }
 
     /// The symbol of `name` if it has been seen, without adding it.

@@ -1,28 +1,35 @@
-//! Reading and decoding on two threads (#36 item 8): the reading thread inflates and splits
-//! lines into batches of about [`BATCH_BYTES`]; a decoding thread turns each batch into its
-//! spans, line ends, problems and counts, in input order, for a third thread to group and
-//! audit. The channels between them hold [`IN_FLIGHT`] batches each, so memory stays bounded
-//! (a few batches, or the longest line when it is longer than a batch) while both cores work.
+//! Reading and decoding on several threads (#36 item 8): the reading thread inflates and
+//! splits lines into batches of about [`BATCH_BYTES`] and deals them in turn to
+//! [`DECODERS`] decoding threads; each turns a batch into its spans, line ends, problems and
+//! counts, in input order; the auditing thread takes the decoded batches back in the order
+//! they were dealt, then groups and audits them. Every channel holds [`IN_FLIGHT`] batches,
+//! so memory stays bounded (a few batches, or the longest line when it is longer than a
+//! batch) while both cores work.
 //!
-//! The names table is the decoding thread's; each decoded batch carries the names added since
-//! the one before, appended in the same order to the auditing thread's copy, so a name has the
-//! same [`Sym`](crate::audit::span::Sym) on both sides and the report is the same as when one
-//! thread does everything (the `pipeline_matches_one_thread` test below).
+//! A decoding thread interns a batch's names in a table of its own ([`Interner::for_batch`]);
+//! the auditing thread adopts them into the one table, in the order the batch first used
+//! them ([`Interner::adopt`]), and renames the batch's spans, so every name gets the symbol
+//! (and every overflow the count) it gets when one thread does everything, and the report is
+//! the same (the `pipeline_matches_one_thread` test below).
 
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, SyncSender};
 
 use super::sink::{InputStats, SpanSink};
 use super::{LineDecoder, LineSink};
-use crate::audit::span::{Interner, Span};
+use crate::audit::span::{Interner, Span, Sym};
 use crate::audit::{Problem, Problems};
 
 /// Bytes of line text in a batch before it is handed over: large enough that handing over
-/// costs nothing per span, small enough that a few in flight stay well under the span cap.
-pub(crate) const BATCH_BYTES: usize = 512 * 1024;
+/// costs nothing per span, small enough that the batches in flight stay a few MB.
+pub(crate) const BATCH_BYTES: usize = 256 * 1024;
 
 /// Batches each channel holds.
-pub(crate) const IN_FLIGHT: usize = 2;
+pub(crate) const IN_FLIGHT: usize = 1;
+
+/// Decoding threads: decoding is most of the work (about two thirds of the instructions),
+/// so two of them keep two cores busy beside the reading and auditing threads.
+pub(crate) const DECODERS: usize = 2;
 
 /// Lines of one input, as read.
 pub(crate) struct LineBatch {
@@ -46,13 +53,18 @@ enum Item {
 pub(crate) struct Batcher {
     batch: LineBatch,
     max_bytes: usize,
-    tx: Option<SyncSender<LineBatch>>,
+    /// The decoding threads' channels, dealt batches in turn.
+    txs: Vec<SyncSender<LineBatch>>,
+    sent: usize,
+    /// A decoding thread is gone (it panicked): the rest is dropped, and the panic is raised
+    /// when the threads are joined.
+    closed: bool,
     /// Input streams opened.
     pub(crate) files: u64,
 }
 
 impl Batcher {
-    pub(crate) fn new(tx: SyncSender<LineBatch>, max_bytes: usize) -> Self {
+    pub(crate) fn new(txs: Vec<SyncSender<LineBatch>>, max_bytes: usize) -> Self {
         Self {
             batch: LineBatch {
                 label: Arc::from(""),
@@ -60,7 +72,9 @@ impl Batcher {
                 items: Vec::new(),
             },
             max_bytes: max_bytes.max(1),
-            tx: Some(tx),
+            txs,
+            sent: 0,
+            closed: false,
             files: 0,
         }
     }
@@ -78,12 +92,13 @@ impl Batcher {
                 items: Vec::new(),
             },
         );
-        // A closed channel means the decoding thread is gone (it panicked): what is read
-        // from here on is dropped, and the panic is raised when the threads are joined.
-        if let Some(tx) = &self.tx
-            && tx.send(full).is_err()
-        {
-            self.tx = None;
+        if self.closed || self.txs.is_empty() {
+            return;
+        }
+        let tx = &self.txs[self.sent % self.txs.len()];
+        self.sent += 1;
+        if tx.send(full).is_err() {
+            self.closed = true;
         }
     }
 
@@ -132,10 +147,26 @@ pub(crate) struct DecodedBatch {
     pub(crate) problems: Vec<Problem>,
     /// Counts of this batch (`files` is counted by the reading thread).
     pub(crate) stats: InputStats,
-    /// Names interned for the first time in this batch, in order.
-    pub(crate) new_names: Vec<Box<str>>,
-    /// The names table's overflow count after this batch.
-    pub(crate) names_overflowed: u64,
+    /// The batch's own names table: the spans' symbols are its.
+    pub(crate) names: Interner,
+}
+
+impl DecodedBatch {
+    /// Move the batch's spans onto the auditing thread's names table.
+    pub(crate) fn adopt_names(&mut self, names: &mut Interner) {
+        let batch = std::mem::replace(&mut self.names, Interner::for_batch());
+        let map = names.adopt(batch);
+        let to = |s: Sym| map.get(s.0 as usize).copied().unwrap_or(Interner::OVERFLOW);
+        for event in &mut self.events {
+            if let Event::Span(span) = event {
+                span.service = to(span.service);
+                span.name = to(span.name);
+                if let Some(hop) = &mut span.hop {
+                    hop.source = hop.source.map(to);
+                }
+            }
+        }
+    }
 }
 
 /// One decoded span or the end of a line.
@@ -163,14 +194,13 @@ impl SpanSink for Collect<'_> {
     }
 }
 
-/// The decoding thread: every batch from `rx` decoded and sent to `tx`, until `rx` closes.
-/// `names` starts as a copy of the auditing thread's table.
-pub(crate) fn decode(rx: Receiver<LineBatch>, tx: SyncSender<DecodedBatch>, mut names: Interner) {
-    let mut sent_names = names.len();
+/// A decoding thread: every batch from `rx` decoded and sent to `tx`, until `rx` closes.
+pub(crate) fn decode(rx: Receiver<LineBatch>, tx: SyncSender<DecodedBatch>) {
     for batch in rx {
         let mut stats = InputStats::default();
         // Every problem of the batch, kept in order for the auditing thread's capped list.
         let mut problems = Problems::new(usize::MAX);
+        let mut names = Interner::for_batch();
         let mut collect = Collect {
             names: &mut names,
             events: Vec::with_capacity(batch.items.len() * 64),
@@ -193,14 +223,11 @@ pub(crate) fn decode(rx: Receiver<LineBatch>, tx: SyncSender<DecodedBatch>, mut 
             }
         }
         let events = collect.events;
-        let new_names = names.since(sent_names).to_vec();
-        sent_names = names.len();
         let decoded = DecodedBatch {
             events,
             problems: problems.shown,
             stats,
-            new_names,
-            names_overflowed: names.overflowed,
+            names,
         };
         if tx.send(decoded).is_err() {
             return;
@@ -236,6 +263,42 @@ mod tests {
         text.into_bytes()
     }
 
+    /// 24,000 hop spans, each name used twice: 12,000 names, past the names table's cap of
+    /// 10,000, so overflowed names and their count must come out as on one thread.
+    fn many_names() -> Vec<u8> {
+        let mut text = String::new();
+        for line in 0..240u64 {
+            let spans: Vec<String> = (0..100u64)
+                .map(|i| {
+                    let n = line * 100 + i;
+                    let (trace, id, parent) = (n / 3 + 1, n % 3 + 1, n % 3);
+                    let parent = if parent == 0 {
+                        String::new()
+                    } else {
+                        format!("{parent:016x}")
+                    };
+                    // Hop spans whose source is interned after new span names, so that
+                    // its symbol in a batch differs from the one in the whole table.
+                    let source = ["local", "relative-ms", "fallback"][(n % 3) as usize];
+                    format!(
+                        r#"{{"traceId":"{trace:032x}","spanId":"{id:016x}","parentSpanId":"{parent}","name":"op-{}","kind":2,"startTimeUnixNano":"{}","endTimeUnixNano":"{}","attributes":[{{"key":"deadline.source","value":{{"stringValue":"{source}"}}}},{{"key":"deadline.remaining_ms","value":{{"intValue":"{}"}}}}]}}"#,
+                        n - n % 2,
+                        1_000_000 * n,
+                        1_000_000 * n + 5_000_000,
+                        900 - n % 50
+                    )
+                })
+                .collect();
+            text.push_str(&format!(
+                r#"{{"resourceSpans":[{{"resource":{{"attributes":[{{"key":"service.name","value":{{"stringValue":"svc-{}"}}}}]}},"scopeSpans":[{{"spans":[{}]}}]}}]}}"#,
+                line % 5,
+                spans.join(",")
+            ));
+            text.push('\n');
+        }
+        text.into_bytes()
+    }
+
     /// The report's JSON, reading `text` on one thread, or pipelined in batches of
     /// `batch_bytes`.
     fn report(text: &[u8], opts: &AuditOptions, batch_bytes: Option<usize>) -> String {
@@ -259,6 +322,7 @@ mod tests {
             ("python", fixture("plain-otel.jsonl.gz")),
             ("python-base64", fixture("plain-otel-base64ids.jsonl.gz")),
             ("bad", bad_input(&generated)),
+            ("many names", many_names()),
             ("generated", generated),
         ];
         let default = AuditOptions {
