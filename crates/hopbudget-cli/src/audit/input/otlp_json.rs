@@ -369,7 +369,10 @@ impl Scalar<'_> {
             Scalar::Int(i) => Some(*i),
             Scalar::UInt(u) => i64::try_from(*u).ok(),
             Scalar::Float(f) if f.is_finite() && f.abs() < 9.0e18 => Some(f.round() as i64),
-            Scalar::Str(s) => s.trim().parse().ok(),
+            Scalar::Str(s) => match plain_digits(s) {
+                Some(v) => i64::try_from(v).ok(),
+                None => s.trim().parse().ok(),
+            },
             _ => None,
         }
     }
@@ -378,10 +381,22 @@ impl Scalar<'_> {
         match self {
             Scalar::Int(i) => u64::try_from(*i).ok(),
             Scalar::UInt(u) => Some(*u),
-            Scalar::Str(s) => s.trim().parse().ok(),
+            Scalar::Str(s) => plain_digits(s).or_else(|| s.trim().parse().ok()),
             _ => None,
         }
     }
+}
+
+/// The value of 1 to 19 ASCII digits (what OTLP JSON writes for 64-bit numbers: nanosecond
+/// times have 19), which always fits a `u64`; `None` for anything else, which then goes
+/// through `trim` and `parse`. `trim().parse()` cost about 830 instructions per span.
+fn plain_digits(s: &str) -> Option<u64> {
+    if s.is_empty() || s.len() > 19 {
+        return None;
+    }
+    s.bytes().try_fold(0u64, |v, b| {
+        b.is_ascii_digit().then(|| v * 10 + u64::from(b - b'0'))
+    })
 }
 
 impl<'de: 'a, 'a> Deserialize<'de> for Scalar<'a> {
@@ -429,5 +444,34 @@ impl<'de: 'a, 'a> Deserialize<'de> for Scalar<'a> {
             }
         }
         d.deserialize_any(V(std::marker::PhantomData))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_in_strings_read_as_parse_reads_them() {
+        fn s(v: &str) -> Scalar<'_> {
+            Scalar::Str(Cow::Borrowed(v))
+        }
+        for v in [
+            "0",
+            "1765000000025000000",
+            "9223372036854775807",
+            "9223372036854775808",
+            "18446744073709551615",
+            "18446744073709551616",
+            " 12 ",
+            "+5",
+            "-5",
+            "1e3",
+            "",
+            "12a",
+        ] {
+            assert_eq!(s(v).as_u64(), v.trim().parse::<u64>().ok(), "{v:?}");
+            assert_eq!(s(v).as_i64(), v.trim().parse::<i64>().ok(), "{v:?}");
+        }
     }
 }
