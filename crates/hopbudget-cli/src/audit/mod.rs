@@ -345,6 +345,7 @@ impl Session {
     /// ([`input::batch`]).
     fn pipelined(&mut self, batch_bytes: usize, read: &mut dyn FnMut(&mut dyn input::LineSink)) {
         use std::sync::mpsc::sync_channel;
+        let in_flight = input::batch::InFlight::new(input::batch::IN_FLIGHT_BYTES);
         let files = std::thread::scope(|scope| {
             let mut line_txs = Vec::new();
             let mut decoded_rxs = Vec::new();
@@ -356,17 +357,28 @@ impl Session {
                 decoded_rxs.push(decoded_rx);
             }
             let session = &mut *self;
+            let in_flight = &in_flight;
             let auditing = scope.spawn(move || {
+                // However this thread ends, the reading thread must not wait for it.
+                struct Close<'a>(&'a input::batch::InFlight);
+                impl Drop for Close<'_> {
+                    fn drop(&mut self) {
+                        self.0.close();
+                    }
+                }
+                let _close = Close(in_flight);
                 // Batches were dealt in turn: take them back in turn, until the one whose
                 // turn it is has no more.
                 for turn in 0.. {
                     let Ok(batch) = decoded_rxs[turn % decoded_rxs.len()].recv() else {
                         break;
                     };
+                    let bytes = batch.text_bytes;
                     session.absorb(batch);
+                    in_flight.give(bytes);
                 }
             });
-            let mut batcher = input::batch::Batcher::new(line_txs, batch_bytes);
+            let mut batcher = input::batch::Batcher::new(line_txs, batch_bytes, in_flight);
             read(&mut batcher);
             let files = batcher.finish();
             if let Err(panic) = auditing.join() {

@@ -2,9 +2,9 @@
 //! splits lines into batches of about [`BATCH_BYTES`] and deals them in turn to
 //! [`DECODERS`] decoding threads; each turns a batch into its spans, line ends, problems and
 //! counts, in input order; the auditing thread takes the decoded batches back in the order
-//! they were dealt, then groups and audits them. Every channel holds [`IN_FLIGHT`] batches,
-//! so memory stays bounded (a few batches, or the longest line when it is longer than a
-//! batch) while both cores work.
+//! they were dealt, then groups and audits them. At most [`IN_FLIGHT_BYTES`] of line text are
+//! handed over and not yet audited ([`InFlight`]; one line alone when it is longer), so memory
+//! stays bounded by a few batches, or by the longest line, while both cores work.
 //!
 //! A decoding thread interns a batch's names in a table of its own ([`Interner::for_batch`]);
 //! the auditing thread adopts them into the one table, in the order the batch first used
@@ -12,8 +12,8 @@
 //! (and every overflow the count) it gets when one thread does everything, and the report is
 //! the same (the `pipeline_matches_one_thread` test below).
 
-use std::sync::Arc;
 use std::sync::mpsc::{Receiver, SyncSender};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 
 use super::sink::{InputStats, SpanSink};
 use super::{LineDecoder, LineSink};
@@ -26,6 +26,58 @@ pub(crate) const BATCH_BYTES: usize = 256 * 1024;
 
 /// Batches each channel holds.
 pub(crate) const IN_FLIGHT: usize = 1;
+
+/// Line text read and not yet audited: room for a batch at each stage (two decoding, one
+/// auditing, one queued at each decoder) and one more being filled.
+pub(crate) const IN_FLIGHT_BYTES: usize = 6 * BATCH_BYTES;
+
+/// The bytes of line text handed over and not yet audited. The reading thread waits while
+/// they are at the cap, so a batch of one overlong line (up to `--max-line-bytes`) goes alone.
+pub(crate) struct InFlight {
+    state: Mutex<(usize, bool)>,
+    freed: Condvar,
+    cap: usize,
+}
+
+impl InFlight {
+    pub(crate) fn new(cap: usize) -> Self {
+        Self {
+            state: Mutex::new((0, false)),
+            freed: Condvar::new(),
+            cap,
+        }
+    }
+
+    /// Wait until `n` more bytes fit (at once when nothing is in flight), then count them.
+    fn take(&self, n: usize) {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        while !state.1 && state.0 > 0 && state.0 + n > self.cap {
+            state = self
+                .freed
+                .wait(state)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        state.0 += n;
+    }
+
+    /// Count `n` more bytes without waiting (the rest of a batch whose first line waited).
+    fn take_more(&self, n: usize) {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner).0 += n;
+    }
+
+    /// `n` bytes were audited.
+    pub(crate) fn give(&self, n: usize) {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state.0 = state.0.saturating_sub(n);
+        self.freed.notify_all();
+    }
+
+    /// The auditing thread is done (or gone): nothing will be given back, never wait again.
+    pub(crate) fn close(&self) {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner).1 = true;
+        self.freed.notify_all();
+    }
+}
 
 /// Decoding threads: decoding is most of the work (about two thirds of the instructions),
 /// so two of them keep two cores busy beside the reading and auditing threads.
@@ -50,8 +102,9 @@ enum Item {
 }
 
 /// The reading thread's [`LineSink`]: fills batches and sends them.
-pub(crate) struct Batcher {
+pub(crate) struct Batcher<'a> {
     batch: LineBatch,
+    in_flight: &'a InFlight,
     max_bytes: usize,
     /// The decoding threads' channels, dealt batches in turn.
     txs: Vec<SyncSender<LineBatch>>,
@@ -63,14 +116,19 @@ pub(crate) struct Batcher {
     pub(crate) files: u64,
 }
 
-impl Batcher {
-    pub(crate) fn new(txs: Vec<SyncSender<LineBatch>>, max_bytes: usize) -> Self {
+impl<'a> Batcher<'a> {
+    pub(crate) fn new(
+        txs: Vec<SyncSender<LineBatch>>,
+        max_bytes: usize,
+        in_flight: &'a InFlight,
+    ) -> Self {
         Self {
             batch: LineBatch {
                 label: Arc::from(""),
                 text: Vec::new(),
                 items: Vec::new(),
             },
+            in_flight,
             max_bytes: max_bytes.max(1),
             txs,
             sent: 0,
@@ -109,7 +167,7 @@ impl Batcher {
     }
 }
 
-impl LineSink for Batcher {
+impl LineSink for Batcher<'_> {
     fn file(&mut self) {
         self.files += 1;
     }
@@ -118,6 +176,15 @@ impl LineSink for Batcher {
         if *self.batch.label != *label {
             self.flush();
             self.batch.label = Arc::from(label);
+        }
+        // Counted before it is copied: an overlong line waits until the batches before it
+        // are audited, so it is held twice at most (here and in the reader's line buffer).
+        if self.batch.text.is_empty() {
+            // Nothing of this batch is counted yet: a batch waits for room whole, so a batch
+            // already in flight is never waited for by its own lines.
+            self.in_flight.take(line.len());
+        } else {
+            self.in_flight.take_more(line.len());
         }
         self.batch.text.extend_from_slice(line);
         self.batch.items.push(Item::Line {
@@ -149,6 +216,8 @@ pub(crate) struct DecodedBatch {
     pub(crate) stats: InputStats,
     /// The batch's own names table: the spans' symbols are its.
     pub(crate) names: Interner,
+    /// Bytes of line text it was decoded from (given back to [`InFlight`] once audited).
+    pub(crate) text_bytes: usize,
 }
 
 impl DecodedBatch {
@@ -228,6 +297,7 @@ pub(crate) fn decode(rx: Receiver<LineBatch>, tx: SyncSender<DecodedBatch>) {
             problems: problems.shown,
             stats,
             names,
+            text_bytes: batch.text.len(),
         };
         if tx.send(decoded).is_err() {
             return;

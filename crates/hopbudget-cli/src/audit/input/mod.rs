@@ -7,9 +7,9 @@
 //! truncated gzip stream or a line past the length cap each become a [`Problem`] naming the
 //! file, the line and the reason, and reading goes on with the next line (or the next file).
 //! Memory is bounded by the longest line accepted (`max_line_bytes`) and what its spans decode
-//! to; a file's lines are read on one thread and decoded on another in batches of about
-//! 512 KiB, at most a few batches in flight (`batch.rs`), so memory stays bounded by a few
-//! batches or the longest line, whichever is larger.
+//! to; a file's lines are read on one thread and decoded on others in batches of about
+//! 256 KiB, at most 1.5 MiB of them in flight (`batch.rs`), so memory stays bounded by a few
+//! batches, or by twice the longest line when it is longer.
 //!
 //! Reading (files, gzip, lines and their cap) is here; decoding a line is `otlp_json.rs`;
 //! batching lines for a decoding thread is `batch.rs`; what decoded spans are handed to is
