@@ -272,7 +272,9 @@ pub(crate) fn decode(rx: Receiver<LineBatch>, tx: SyncSender<DecodedBatch>) {
         let mut names = Interner::for_batch();
         let mut collect = Collect {
             names: &mut names,
-            events: Vec::with_capacity(batch.items.len() * 64),
+            // About one span per 500 bytes of OTLP JSON: room enough that the vector rarely
+            // grows (each growth copies every span decoded so far).
+            events: Vec::with_capacity(batch.text.len() / 256 + batch.items.len()),
         };
         let mut lines = LineDecoder {
             sink: &mut collect,
