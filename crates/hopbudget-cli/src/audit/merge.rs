@@ -17,7 +17,7 @@
 //! `format`) and the same analysis settings (`--tolerance-ms`, `--late-tolerance-ms`), which
 //! change the counters themselves; anything else is refused with a message naming the file.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::hash::Hash;
 use std::path::{Path, PathBuf};
 
@@ -52,11 +52,11 @@ pub struct MergeState(Box<serde_json::value::RawValue>);
 /// key so that the output is the same from run to run.
 pub(crate) mod pairs {
     use std::collections::HashMap;
-    use std::hash::Hash;
+    use std::hash::{BuildHasher, Hash};
 
     use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-    pub(crate) fn serialize<K, V, S>(m: &HashMap<K, V>, s: S) -> Result<S::Ok, S::Error>
+    pub(crate) fn serialize<K, V, H, S>(m: &HashMap<K, V, H>, s: S) -> Result<S::Ok, S::Error>
     where
         K: Serialize + Ord,
         V: Serialize,
@@ -67,9 +67,10 @@ pub(crate) mod pairs {
         s.collect_seq(v)
     }
 
-    pub(crate) fn deserialize<'de, K, V, D>(d: D) -> Result<HashMap<K, V>, D::Error>
+    pub(crate) fn deserialize<'de, K, V, H, D>(d: D) -> Result<HashMap<K, V, H>, D::Error>
     where
         K: Deserialize<'de> + Eq + Hash,
+        H: BuildHasher + Default,
         V: Deserialize<'de>,
         D: Deserializer<'de>,
     {
