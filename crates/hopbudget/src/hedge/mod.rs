@@ -64,6 +64,7 @@
 
 mod layer;
 mod race;
+mod settings;
 #[cfg(test)]
 mod tests;
 mod throttle;

@@ -9,7 +9,7 @@ use std::task::Poll;
 use tokio::time::{Instant, Sleep, sleep_until};
 use tower::{BoxError, Service, ServiceExt};
 
-use super::layer::Settings;
+use super::settings::Settings;
 use crate::{BudgetError, RequestBudget};
 
 type Reply<R> = Pin<Box<dyn Future<Output = Result<R, BoxError>> + Send>>;
