@@ -11,73 +11,13 @@ use foldhash::{HashMap, HashMapExt};
 
 use super::group::Finish;
 use super::header_reset::HeaderResetAcc;
+pub(crate) use super::histogram::Histogram;
 use super::rollout::{NoCarrier, RolloutAcc};
 use super::span::{Interner, Outcome, Span, Sym};
 use super::timing::{TimingAcc, lasted_its_budget};
 
 /// A hop as the report names it: its service and its span name (route).
 pub(crate) type HopKey = (Sym, Sym);
-
-/// Counts of values, exact to the millisecond below 10 s and to three significant digits
-/// above, so its size is bounded whatever the values.
-#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
-pub(crate) struct Histogram {
-    #[serde(with = "super::merge::pairs")]
-    counts: HashMap<u64, u64>,
-    n: u64,
-}
-
-impl Histogram {
-    fn bucket(v: u64) -> u64 {
-        if v < 10_000 {
-            return v;
-        }
-        let mut mag = 1;
-        while v / mag >= 1_000 {
-            mag *= 10;
-        }
-        v / mag * mag
-    }
-
-    pub(crate) fn add(&mut self, v: u64) {
-        *self.counts.entry(Self::bucket(v)).or_default() += 1;
-        self.n += 1;
-    }
-
-    /// Add another histogram's counts: exact, as the buckets are fixed (`audit --merge`).
-    pub(crate) fn merge(&mut self, other: Histogram) {
-        for (v, c) in other.counts {
-            *self.counts.entry(v).or_default() += c;
-        }
-        self.n += other.n;
-    }
-
-    pub(crate) fn len(&self) -> u64 {
-        self.n
-    }
-
-    pub(crate) fn sorted(&self) -> Vec<(u64, u64)> {
-        let mut v: Vec<_> = self.counts.iter().map(|(&k, &c)| (k, c)).collect();
-        v.sort_unstable();
-        v
-    }
-
-    /// The value at quantile `q` (0..=1).
-    pub(crate) fn quantile(&self, q: f64) -> Option<u64> {
-        if self.n == 0 {
-            return None;
-        }
-        let rank = ((self.n as f64) * q).ceil().max(1.0) as u64;
-        let mut seen = 0;
-        for (v, c) in self.sorted() {
-            seen += c;
-            if seen >= rank {
-                return Some(v);
-            }
-        }
-        None
-    }
-}
 
 /// What is known about one hop (service and route) across traces.
 #[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
@@ -90,7 +30,7 @@ pub(crate) struct HopAcc {
     /// Durations of the spans that did not last their own budget: a spike among these is a
     /// timeout other than the deadline (a default firing), never the deadline itself.
     pub(crate) spike_durations: Histogram,
-    #[serde(with = "super::merge::pairs")]
+    #[serde(with = "crate::audit::serde_as::pairs")]
     pub(crate) sources: HashMap<Sym, u64>,
     /// Arrived without a deadline at the edge of the trace (C8: the client sent none).
     pub(crate) missing_at_root: u64,
@@ -106,11 +46,11 @@ pub(crate) struct HopAcc {
     pub(crate) reset_gain_max: i64,
     /// How much each reset added (ms): its median sets the finding's severity.
     pub(crate) reset_gains: Histogram,
-    #[serde(with = "super::merge::pairs")]
+    #[serde(with = "crate::audit::serde_as::pairs")]
     pub(crate) reset_from: HashMap<HopKey, u64>,
-    #[serde(with = "super::merge::pairs")]
+    #[serde(with = "crate::audit::serde_as::pairs")]
     pub(crate) reset_below: HashMap<HopKey, u64>,
-    #[serde(with = "super::merge::hex_id")]
+    #[serde(with = "crate::audit::serde_as::hex_id")]
     pub(crate) reset_example: Option<u128>,
     pub(crate) min_depth: Option<u32>,
 }
@@ -127,7 +67,7 @@ pub(crate) struct EdgeAcc {
 pub(crate) struct DepthAcc {
     pub(crate) hops: u64,
     pub(crate) refused: u64,
-    #[serde(with = "super::merge::pairs")]
+    #[serde(with = "crate::audit::serde_as::pairs")]
     pub(crate) refused_by_hop: HashMap<HopKey, u64>,
 }
 
@@ -156,18 +96,18 @@ pub(crate) struct AnalyzeSettings {
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Accumulated {
     pub(crate) settings: AnalyzeSettings,
-    #[serde(with = "super::merge::pairs")]
+    #[serde(with = "crate::audit::serde_as::pairs")]
     pub(crate) hops: HashMap<HopKey, HopAcc>,
     pub(crate) hops_overflowed: u64,
-    #[serde(with = "super::merge::pairs")]
+    #[serde(with = "crate::audit::serde_as::pairs")]
     pub(crate) edges: HashMap<(HopKey, HopKey), EdgeAcc>,
-    #[serde(with = "super::merge::pairs")]
+    #[serde(with = "crate::audit::serde_as::pairs")]
     pub(crate) roots: HashMap<HopKey, u64>,
     pub(crate) depths: Vec<DepthAcc>,
     pub(crate) entry_budget: Histogram,
     /// `required - remaining` of refused hops: how much more they needed.
     pub(crate) shortfall: Histogram,
-    #[serde(with = "super::merge::pairs")]
+    #[serde(with = "crate::audit::serde_as::pairs")]
     pub(crate) offsets: HashMap<(Sym, Sym), OffsetAcc>,
     pub(crate) traces_complete: u64,
     pub(crate) traces_partial: u64,
@@ -478,18 +418,6 @@ fn link(spans: &[Span], index: &HashMap<u64, usize>, i: usize) -> Link {
 mod tests {
     use super::*;
     use crate::audit::span::HopAttrs;
-
-    #[test]
-    fn histogram_quantiles_and_buckets() {
-        let mut h = Histogram::default();
-        for v in [1, 2, 3, 4, 100] {
-            h.add(v);
-        }
-        assert_eq!(h.quantile(0.5), Some(3));
-        assert_eq!(h.quantile(1.0), Some(100));
-        assert_eq!(Histogram::bucket(123_456), 123_000);
-        assert_eq!(Histogram::bucket(9_999), 9_999);
-    }
 
     fn hop(
         names: &mut Interner,

@@ -17,10 +17,8 @@
 
 use foldhash::HashMap;
 
-use super::analyze::Histogram;
-use super::report::reset_severity::{ResetThresholds, percent};
-use super::report::{Finding, FindingKind, Severity};
-use super::span::{Interner, Span, Sym};
+use super::histogram::Histogram;
+use super::span::{Span, Sym};
 
 const SERVER: u8 = 2;
 const CLIENT: u8 = 3;
@@ -41,16 +39,16 @@ pub(crate) struct HeaderEdge {
     pub(crate) sent: Histogram,
     /// Of which sent no deadline header.
     pub(crate) dropped: u64,
-    #[serde(with = "super::merge::hex_id")]
+    #[serde(with = "crate::audit::serde_as::hex_id")]
     pub(crate) reset_example: Option<u128>,
-    #[serde(with = "super::merge::hex_id")]
+    #[serde(with = "crate::audit::serde_as::hex_id")]
     pub(crate) drop_example: Option<u128>,
 }
 
 /// Everything kept across traces: per (service, callee), never per trace.
 #[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
 pub(crate) struct HeaderResetAcc {
-    #[serde(with = "super::merge::pairs")]
+    #[serde(with = "crate::audit::serde_as::pairs")]
     pub(crate) edges: HashMap<(Sym, Sym), HeaderEdge>,
 }
 
@@ -112,68 +110,6 @@ impl HeaderResetAcc {
                 e.sent.add(u64::from(sent));
                 e.reset_example.get_or_insert(c.trace);
             }
-        }
-    }
-}
-
-/// The findings: one `budget_reset_by_header` per service and callee with a reset (an error,
-/// exit status 1, when large and common enough by `thresholds`, else a warning), one
-/// `deadline_dropped_by_header` (a warning) per one with a drop.
-pub(crate) fn build(
-    findings: &mut Vec<Finding>,
-    acc: &HeaderResetAcc,
-    names: &Interner,
-    thresholds: ResetThresholds,
-) {
-    let mut keys: Vec<&(Sym, Sym)> = acc.edges.keys().collect();
-    keys.sort_by_key(|(s, c)| (names.name(*s), names.name(*c)));
-    for key in keys {
-        let e = &acc.edges[key];
-        let (service, to) = (names.name(key.0), names.name(key.1));
-        if e.resets > 0 {
-            let q = |h: &Histogram, q| h.quantile(q).unwrap_or(0);
-            let (p50, max) = (q(&e.added, 0.5), q(&e.added, 1.0));
-            let (severity, why) = thresholds.judge(p50, e.resets, e.calls);
-            findings.push(Finding {
-                kind: FindingKind::BudgetResetByHeader,
-                severity,
-                hop: service.to_owned(),
-                count: e.resets,
-                of: e.calls,
-                value_ms: Some(max as i64),
-                related: vec![to.to_owned()],
-                below: Vec::new(),
-                detail: format!(
-                    "budget reset by header: {service} sent {to} a deadline header with more \
-                     than it had left in {} of {} calls ({:.1}%; received median {} ms, sent \
-                     median {} ms): it added median {p50} ms, at most {max} ms (sent minus what \
-                     it received less the time its server span had already run); {why}",
-                    e.resets,
-                    e.calls,
-                    percent(e.resets, e.calls),
-                    q(&e.received, 0.5),
-                    q(&e.sent, 0.5)
-                ),
-                example_trace: e.reset_example.map(|t| format!("{t:032x}")),
-            });
-        }
-        if e.dropped > 0 {
-            findings.push(Finding {
-                kind: FindingKind::DeadlineDroppedByHeader,
-                severity: Severity::Warning,
-                hop: service.to_owned(),
-                count: e.dropped,
-                of: e.calls,
-                value_ms: None,
-                related: vec![to.to_owned()],
-                below: Vec::new(),
-                detail: format!(
-                    "deadline dropped: {service} received a deadline header but sent none to \
-                     {to} in {} of {} calls",
-                    e.dropped, e.calls
-                ),
-                example_trace: e.drop_example.map(|t| format!("{t:032x}")),
-            });
         }
     }
 }

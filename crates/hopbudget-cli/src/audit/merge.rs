@@ -21,148 +21,20 @@ use foldhash::HashMap;
 use std::hash::Hash;
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use super::analyze::{Accumulated, DepthAcc, EdgeAcc, HopAcc, OffsetAcc};
 use super::group::GroupStats;
 use super::header_reset::{HeaderEdge, HeaderResetAcc};
 use super::input::InputStats;
+use super::report::state::{ProblemsState, State};
 use super::rollout::{RolloutAcc, ServiceRollout};
 use super::span::{Interner, Sym};
 use super::status::StdOutcome;
 use super::timing::{Excess, ServiceTiming, SpanTiming, TimingAcc};
-use super::{AuditOptions, Problem, ProblemKind, Problems, Report};
+use super::{AuditOptions, ProblemKind, Problems, Report};
 
-/// The version of the `merge_state` layout; bumped when it changes.
-pub const STATE_FORMAT: u32 = 1;
-
-/// The hopbudget version that wrote a report (`hopbudget_version` in `--json`).
-pub const VERSION: &str = env!("CARGO_PKG_VERSION");
-
-/// The counters a report was built from, as `--json` writes them (`merge_state`), so that the
-/// reports of several instances merge exactly (`hopbudget audit --merge`). Its layout is
-/// versioned by [`STATE_FORMAT`] and is not meant to be read otherwise. It is written compact
-/// (on one line) even in the pretty-printed report: it is for `--merge`, not for reading, and
-/// pretty-printed its lists of pairs would be eight times as long.
-#[derive(Clone, Debug, Serialize)]
-#[serde(transparent)]
-pub struct MergeState(Box<serde_json::value::RawValue>);
-
-/// Serialize a map with keys that are not strings as a list of `[key, value]` pairs, sorted by
-/// key so that the output is the same from run to run.
-pub(crate) mod pairs {
-    use std::collections::HashMap;
-    use std::hash::{BuildHasher, Hash};
-
-    use serde::{Deserialize, Deserializer, Serialize, Serializer};
-
-    pub(crate) fn serialize<K, V, H, S>(m: &HashMap<K, V, H>, s: S) -> Result<S::Ok, S::Error>
-    where
-        K: Serialize + Ord,
-        V: Serialize,
-        S: Serializer,
-    {
-        let mut v: Vec<(&K, &V)> = m.iter().collect();
-        v.sort_by(|a, b| a.0.cmp(b.0));
-        s.collect_seq(v)
-    }
-
-    pub(crate) fn deserialize<'de, K, V, H, D>(d: D) -> Result<HashMap<K, V, H>, D::Error>
-    where
-        K: Deserialize<'de> + Eq + Hash,
-        H: BuildHasher + Default,
-        V: Deserialize<'de>,
-        D: Deserializer<'de>,
-    {
-        Vec::<(K, V)>::deserialize(d).map(|v| v.into_iter().collect())
-    }
-}
-
-/// A trace id as OTLP JSON writes it (32 lowercase hex digits): JSON numbers stop at 64 bits.
-pub(crate) mod hex_id {
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    pub(crate) fn serialize<S: Serializer>(id: &Option<u128>, s: S) -> Result<S::Ok, S::Error> {
-        match id {
-            Some(id) => s.serialize_some(&format!("{id:032x}")),
-            None => s.serialize_none(),
-        }
-    }
-
-    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u128>, D::Error> {
-        Option::<String>::deserialize(d)?
-            .map(|h| u128::from_str_radix(&h, 16).map_err(serde::de::Error::custom))
-            .transpose()
-    }
-}
-
-/// The problems as kept in the state.
-#[derive(Serialize, Deserialize)]
-struct ProblemsState {
-    shown: Vec<Problem>,
-    total: u64,
-    kinds: Vec<ProblemKind>,
-}
-
-/// What `merge_state` holds (owned, for reading it back).
-#[derive(Serialize, Deserialize)]
-struct State {
-    format: u32,
-    /// The interned names, by symbol number (0 is the overflow name).
-    names: Vec<String>,
-    names_overflowed: u64,
-    acc: Accumulated,
-    input: InputStats,
-    grouping: GroupStats,
-    problems: ProblemsState,
-}
-
-/// The same, borrowed, for writing it.
-#[derive(Serialize)]
-struct StateRef<'a> {
-    format: u32,
-    names: Vec<&'a str>,
-    names_overflowed: u64,
-    acc: &'a Accumulated,
-    input: &'a InputStats,
-    grouping: &'a GroupStats,
-    problems: ProblemsRef<'a>,
-}
-
-#[derive(Serialize)]
-struct ProblemsRef<'a> {
-    shown: &'a [Problem],
-    total: u64,
-    kinds: &'a [ProblemKind],
-}
-
-/// The state of one audit, for its report.
-pub(crate) fn state(
-    acc: &Accumulated,
-    names: &Interner,
-    input: &InputStats,
-    grouping: &GroupStats,
-    problems: &Problems,
-) -> MergeState {
-    let state = StateRef {
-        format: STATE_FORMAT,
-        names: names.all().collect(),
-        names_overflowed: names.overflowed,
-        acc,
-        input,
-        grouping,
-        problems: ProblemsRef {
-            shown: &problems.shown,
-            total: problems.total,
-            kinds: &problems.kinds,
-        },
-    };
-    // Serializing counters, strings and sorted pairs cannot fail; were it to, the report says
-    // `null` and `--merge` refuses it, naming the file.
-    MergeState(serde_json::value::to_raw_value(&state).unwrap_or_else(|_| {
-        serde_json::value::RawValue::from_string("null".to_owned()).unwrap_or_default()
-    }))
-}
+pub use super::report::state::{MergeState, STATE_FORMAT, VERSION};
 
 /// The head of a report, read first to tell what the file is.
 #[derive(Deserialize)]

@@ -41,6 +41,7 @@ pub mod command;
 pub mod generate;
 pub mod group;
 pub mod header_reset;
+mod histogram;
 pub mod input;
 #[cfg(feature = "kafka")]
 pub mod kafka;
@@ -49,6 +50,7 @@ pub mod merge;
 pub mod render;
 pub mod report;
 pub mod rollout;
+mod serde_as;
 pub mod span;
 pub mod status;
 pub mod timing;

@@ -46,7 +46,7 @@ pub(crate) struct ServiceRollout {
 /// The rollout map, across traces.
 #[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
 pub(crate) struct RolloutAcc {
-    #[serde(with = "super::merge::pairs")]
+    #[serde(with = "crate::audit::serde_as::pairs")]
     pub(crate) services: HashMap<Sym, ServiceRollout>,
 }
 

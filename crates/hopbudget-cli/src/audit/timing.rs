@@ -22,7 +22,7 @@
 
 use foldhash::HashMap;
 
-use super::analyze::Histogram;
+use super::histogram::Histogram;
 use super::span::{Span, Sym};
 use super::status::StdOutcome;
 
@@ -37,7 +37,7 @@ pub(crate) struct Excess {
     pub(crate) excess: Histogram,
     /// The sum of it (ms): time spent for nobody.
     pub(crate) total_ms: u64,
-    #[serde(with = "super::merge::hex_id")]
+    #[serde(with = "crate::audit::serde_as::hex_id")]
     pub(crate) example: Option<u128>,
 }
 
@@ -62,12 +62,12 @@ pub(crate) struct ServiceTiming {
     /// Compared with the trace's root span.
     pub(crate) after_root: Excess,
     /// Its callers (services) whose client span ended first, and how often.
-    #[serde(with = "super::merge::pairs")]
+    #[serde(with = "crate::audit::serde_as::pairs")]
     pub(crate) late_for: HashMap<Sym, u64>,
     /// Server and client spans by their standard outcome ([`StdOutcome`] order).
-    #[serde(with = "super::merge::pairs")]
+    #[serde(with = "crate::audit::serde_as::pairs")]
     pub(crate) server_outcomes: HashMap<StdOutcome, u64>,
-    #[serde(with = "super::merge::pairs")]
+    #[serde(with = "crate::audit::serde_as::pairs")]
     pub(crate) client_outcomes: HashMap<StdOutcome, u64>,
     /// Client spans that recorded a timeout exception: this service gave up on its own
     /// timeout.
@@ -92,13 +92,13 @@ pub(crate) struct SpanTiming {
 /// Everything timing keeps across traces.
 #[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
 pub(crate) struct TimingAcc {
-    #[serde(with = "super::merge::pairs")]
+    #[serde(with = "crate::audit::serde_as::pairs")]
     pub(crate) services: HashMap<Sym, ServiceTiming>,
     /// (caller service, server service): the server span compared with the caller's span.
-    #[serde(with = "super::merge::pairs")]
+    #[serde(with = "crate::audit::serde_as::pairs")]
     pub(crate) edges: HashMap<(Sym, Sym), Excess>,
     /// (service, span name, kind 2 server or 3 client).
-    #[serde(with = "super::merge::pairs")]
+    #[serde(with = "crate::audit::serde_as::pairs")]
     pub(crate) spans: HashMap<(Sym, Sym, u8), SpanTiming>,
     /// Per trace, the most SERVER spans on one path.
     pub(crate) depth: Histogram,
@@ -266,7 +266,7 @@ mod tests {
     use super::*;
     use crate::audit::analyze::{Accumulated, AnalyzeSettings};
     use crate::audit::group::Finish;
-    use crate::audit::report::findings::spike;
+    use crate::audit::histogram::spike;
     use crate::audit::span::{HopAttrs, Interner, Outcome};
 
     fn span(names: &mut Interner, trace: u128, kind: u8, dur_ms: u64) -> Span {

@@ -1,23 +1,14 @@
 //! The findings, built from the accumulated per-hop counters: each kind's threshold and the
 //! figures it names (see the kinds on [`FindingKind`]).
 
+pub(crate) use super::rules::FindingRules;
 use super::{DepthRow, Finding, FindingKind, HopRow, Report, Severity, TraceStats, TreeEdge};
-use crate::audit::analyze::{Accumulated, Histogram, HopAcc, HopKey};
+use crate::audit::analyze::{Accumulated, HopAcc, HopKey};
 use crate::audit::group::GroupStats;
+use crate::audit::histogram::spike;
 use crate::audit::input::InputStats;
 use crate::audit::span::Interner;
 use crate::audit::{Problem, Problems};
-
-/// Thresholds of the findings.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct FindingRules {
-    /// Least spans in a spike.
-    pub(crate) spike_min: u64,
-    /// Least hops at a depth for the S6 finding.
-    pub(crate) depth_min: u64,
-    /// When a budget reset is an error rather than a warning.
-    pub(crate) resets: super::reset_severity::ResetThresholds,
-}
 
 pub(crate) struct Inputs<'a> {
     pub(crate) acc: &'a Accumulated,
@@ -105,7 +96,7 @@ pub(crate) fn build(i: Inputs<'_>) -> Report {
         .collect();
     over_shrunk(&mut findings, acc, names, &depths, rules);
     let timing = super::timing::build(&mut findings, &acc.timing, names, rules);
-    crate::audit::header_reset::build(&mut findings, &acc.header_resets, names, rules.resets);
+    super::header_reset::build(&mut findings, &acc.header_resets, names, rules.resets);
     for ((from, to), o) in &acc.offsets {
         let Some(min) = o.min else { continue };
         let services = format!("{} -> {}", names.name(*from), names.name(*to));
@@ -168,7 +159,7 @@ pub(crate) fn build(i: Inputs<'_>) -> Report {
         .max(acc.traces_complete + acc.traces_partial);
     let nothing_to_judge = nothing_to_judge(acc, &input, problems.total);
     // Before the overflow note below, which a merge adds again.
-    let merge_state = crate::audit::merge::state(acc, names, &input, &grouping_read, &problems);
+    let merge_state = super::state::state(acc, names, &input, &grouping_read, &problems);
     let mut problems = problems;
     if names.overflowed > 0 || acc.hops_overflowed > 0 {
         problems.push(Problem::new(
@@ -205,7 +196,7 @@ pub(crate) fn build(i: Inputs<'_>) -> Report {
         problem_kinds: problems.kinds,
         rollout: super::rollout::build(&acc.rollout, &acc.timing, names),
         nothing_to_judge,
-        hopbudget_version: crate::audit::merge::VERSION.to_owned(),
+        hopbudget_version: super::state::VERSION.to_owned(),
         merge_state,
     }
 }
@@ -372,46 +363,6 @@ fn hop_findings(
     }
 }
 
-/// The densest narrow cluster of durations, if it stands out: at least `min` spans and 5%
-/// of them within 1% (at least 2 ms) of one value, at least twice the median, and at least
-/// three times as dense as the same width on either side.
-pub(crate) fn spike(durations: &Histogram, min: u64) -> Option<(u64, u64)> {
-    let n = durations.len();
-    if n < min.max(1) * 2 {
-        return None;
-    }
-    let median = durations.quantile(0.5)?;
-    let sorted = durations.sorted();
-    let count_in = |lo: u64, hi: u64| -> u64 {
-        sorted
-            .iter()
-            .filter(|(v, _)| *v >= lo && *v <= hi)
-            .map(|(_, c)| c)
-            .sum()
-    };
-    let mut best: Option<(u64, u64)> = None;
-    let mut hi_idx = 0;
-    let mut in_window = 0u64;
-    for lo_idx in 0..sorted.len() {
-        let lo = sorted[lo_idx].0;
-        let width = (lo / 100).max(2);
-        while hi_idx < sorted.len() && sorted[hi_idx].0 <= lo + width {
-            in_window += sorted[hi_idx].1;
-            hi_idx += 1;
-        }
-        if best.is_none_or(|(_, c)| in_window > c) && lo >= 10 && lo >= median.saturating_mul(2) {
-            best = Some((lo, in_window));
-        }
-        in_window -= sorted[lo_idx].1;
-    }
-    let (lo, count) = best?;
-    let width = (lo / 100).max(2);
-    let left = count_in(lo.saturating_sub(width + 1), lo.saturating_sub(1));
-    let right = count_in(lo + width + 1, lo + 2 * width + 1);
-    let stands_out = count >= min && count * 20 >= n && count >= 3 * left.max(right).max(1);
-    stands_out.then_some((lo, count))
-}
-
 fn over_shrunk(
     findings: &mut Vec<Finding>,
     acc: &Accumulated,
@@ -463,6 +414,7 @@ fn over_shrunk(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::audit::histogram::Histogram;
 
     #[test]
     fn a_cluster_at_one_value_far_above_the_median_is_a_spike() {

@@ -9,8 +9,11 @@
 //! This file is the report's shape, what `--json` prints; `findings.rs` builds it.
 
 pub(crate) mod findings;
+pub(crate) mod header_reset;
 pub(crate) mod reset_severity;
 pub(crate) mod rollout;
+pub(crate) mod rules;
+pub mod state;
 pub(crate) mod timing;
 
 pub use rollout::{Forwards, RolloutRow};
@@ -209,7 +212,7 @@ pub struct Report {
     pub hopbudget_version: String,
     /// The counters the report was built from, so that the `--json` outputs of several
     /// instances merge exactly (`hopbudget audit --merge`); see [`crate::audit::merge`].
-    pub merge_state: crate::audit::merge::MergeState,
+    pub merge_state: state::MergeState,
 }
 
 impl Report {

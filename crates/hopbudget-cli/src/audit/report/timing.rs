@@ -6,9 +6,10 @@ use foldhash::HashMap;
 
 use serde::Serialize;
 
-use super::findings::{FindingRules, spike};
+use super::rules::FindingRules;
 use super::{Finding, FindingKind, Severity};
-use crate::audit::analyze::Histogram;
+use crate::audit::histogram::Histogram;
+use crate::audit::histogram::spike;
 use crate::audit::span::{Interner, Sym};
 use crate::audit::status::StdOutcome;
 use crate::audit::timing::{Excess, ServiceTiming, SpanTiming, TimingAcc};

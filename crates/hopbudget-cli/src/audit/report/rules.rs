@@ -1,0 +1,12 @@
+//! The thresholds the findings are judged by, set from the command line.
+
+/// Thresholds of the findings.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct FindingRules {
+    /// Least spans in a spike.
+    pub(crate) spike_min: u64,
+    /// Least hops at a depth for the S6 finding.
+    pub(crate) depth_min: u64,
+    /// When a budget reset is an error rather than a warning.
+    pub(crate) resets: super::reset_severity::ResetThresholds,
+}
