@@ -16,6 +16,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
 use super::options::UpstreamProtocol;
+use super::restate::remove_where;
 
 /// The client the proxy forwards with: one pool per protocol.
 pub(crate) type UpstreamClient = Client<HttpConnector, Incoming>;
@@ -90,6 +91,8 @@ fn connector() -> HttpConnector {
 /// them, and the ones the `Connection` header names. HTTP/2 forbids them outright. gRPC's
 /// `te: trailers` is end to end and stays.
 pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap, grpc: bool) {
+    // One walk over the names (see `restate::remove_where`); the `Connection` header's list
+    // is read only when there is one.
     let named: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .iter()
@@ -97,22 +100,16 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap, grpc: bool) {
         .flat_map(|v| v.split(','))
         .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
         .collect();
-    for name in named {
-        headers.remove(name);
-    }
-    for name in [
-        header::CONNECTION,
-        header::PROXY_AUTHORIZATION,
-        header::TRANSFER_ENCODING,
-        header::UPGRADE,
-    ] {
-        headers.remove(name);
-    }
-    headers.remove("keep-alive");
-    headers.remove("proxy-connection");
-    if !grpc {
-        headers.remove(header::TE);
-    }
+    remove_where(headers, |name| {
+        name == header::CONNECTION
+            || name == header::PROXY_AUTHORIZATION
+            || name == header::TRANSFER_ENCODING
+            || name == header::UPGRADE
+            || name.as_str() == "keep-alive"
+            || name.as_str() == "proxy-connection"
+            || (!grpc && name == header::TE)
+            || named.contains(name)
+    });
 }
 
 #[cfg(test)]
