@@ -71,11 +71,17 @@ pub fn run(args: &ProxyArgs) -> ExitCode {
         }
     };
     init_logging();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(args.threads.get())
-        .enable_all()
-        .build()
-    {
+    // One thread is a current-thread runtime: every task runs on the thread that accepts,
+    // with no work-stealing queues and no wake-ups across threads (nginx's one worker
+    // process); more is the multi-thread scheduler with that many workers.
+    let mut builder = if args.threads.get() == 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut builder = tokio::runtime::Builder::new_multi_thread();
+        builder.worker_threads(args.threads.get());
+        builder
+    };
+    let runtime = match builder.enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("hopbudget proxy: cannot start the runtime: {error}");

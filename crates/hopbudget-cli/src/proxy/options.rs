@@ -54,9 +54,9 @@ pub struct ProxyArgs {
     #[arg(long, value_name = "NAME")]
     pub request_id_header: Option<http::HeaderName>,
 
-    /// Worker threads. One keeps the CPU per request lowest (no hand-offs between threads,
-    /// as nginx with one worker process); raise it for a service that needs more than a core
-    /// of proxying.
+    /// Worker threads. One (a current-thread runtime) keeps the CPU per request lowest: no
+    /// hand-offs between threads, as nginx with one worker process; raise it for a service
+    /// that needs more than a core of proxying.
     #[arg(long, value_name = "N", default_value = "1")]
     pub threads: std::num::NonZeroUsize,
 
