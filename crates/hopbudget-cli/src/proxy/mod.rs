@@ -28,7 +28,7 @@
 //! Files: [`options`] (the command line), `ingress` (the per-request stack), `restate` (the
 //! carriers), `upstream` (the client), `answer` (failed calls), `registry` (requests in
 //! flight by trace context), `egress` (outbound calls), `serve` (accepting and the clean
-//! stop), `admin` (`/metrics`).
+//! stop), `admin` (`/metrics`), `log_fields` (the log lines' fields).
 //!
 //! Not yet: TLS, reloading the profile while running.
 
@@ -36,6 +36,7 @@ mod admin;
 mod answer;
 mod egress;
 mod ingress;
+mod log_fields;
 pub mod options;
 mod registry;
 mod restate;
@@ -107,6 +108,7 @@ fn init_logging() {
     let _ = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_ansi(false)
+        .fmt_fields(log_fields::PlainFields)
         .finish()
         .with(filter)
         .try_init();
