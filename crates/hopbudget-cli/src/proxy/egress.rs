@@ -168,15 +168,7 @@ async fn call(
     };
     let destination_host = req.uri().authority().map(ToString::to_string);
     let target = shared.carrier.for_request(grpc);
-    let spell = {
-        let profile = profile.clone();
-        move |mut req: Request<Incoming>| {
-            restate::restate(req.headers_mut(), &profile, target, || {
-                SystemClock.now_unix_ms()
-            });
-            req
-        }
-    };
+    let spell = restate::on_request(profile.clone(), target);
     let call = shared.client.layer(MapRequest::new(client, spell));
     let result = call.oneshot(req).await;
     let status = match &result {

@@ -19,7 +19,6 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use hopbudget::clock::{SystemClock, WallClock};
 use hopbudget::grpc::server::GrpcServerLayer;
 use hopbudget::http::client::ClientBudgetLayer;
 use hopbudget::http::server::ServerBudgetLayer;
@@ -149,15 +148,7 @@ async fn forward(
     restate::strip_carriers(req.headers_mut(), &profile);
     let client = forwarder.upstream.prepare(&mut req, grpc);
     let target = forwarder.carrier.for_request(grpc);
-    let spell = {
-        let profile = profile.clone();
-        move |mut req: Request<Incoming>| {
-            restate::restate(req.headers_mut(), &profile, target, || {
-                SystemClock.now_unix_ms()
-            });
-            req
-        }
-    };
+    let spell = restate::on_request(profile.clone(), target);
     let call = forwarder.client.layer(MapRequest::new(client, spell));
     // Dropping this future (the deadline passed, or the caller left) drops hyper's: the
     // stream is reset or the connection closed, and the service's handler is cancelled.

@@ -11,6 +11,7 @@
 use std::time::Duration;
 
 use hopbudget::Profile;
+use hopbudget::clock::{SystemClock, WallClock};
 use hopbudget::codec::{self, Carrier, epoch, grpc_timeout, millis};
 use http::{HeaderMap, HeaderName};
 
@@ -71,6 +72,20 @@ pub(crate) fn restate(
         HeaderName::from_static(target.default_header()),
         encode(target, forward, now_unix_ms),
     );
+}
+
+/// What the client stack below the client layer applies to each request: the budget the
+/// client layer stamped, restated in `target` (in ingress and egress alike).
+pub(crate) fn on_request<B>(
+    profile: std::sync::Arc<Profile>,
+    target: Carrier,
+) -> impl Fn(http::Request<B>) -> http::Request<B> + Clone {
+    move |mut req| {
+        restate(req.headers_mut(), &profile, target, || {
+            SystemClock.now_unix_ms()
+        });
+        req
+    }
 }
 
 pub(crate) fn encode(
