@@ -17,6 +17,8 @@ use crate::audit::span::{
 use crate::audit::status::{self, Signals};
 use crate::audit::{Problem, Problems};
 
+mod scan;
+
 pub(super) fn decode_line(
     line: &[u8],
     label: &str,
@@ -25,14 +27,45 @@ pub(super) fn decode_line(
     stats: &mut InputStats,
     problems: &mut Problems,
 ) -> Result<(), String> {
+    let request = parse(line, Reader::Scan)?;
+    audit_request(request, label, number, sink, stats, problems);
+    Ok(())
+}
+
+/// How a line is read: by the scanner (falling back to serde_json), or by serde_json alone
+/// (the tests' reference).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Reader {
+    Scan,
+    #[cfg(test)]
+    Serde,
+}
+
+fn parse(line: &[u8], reader: Reader) -> Result<RequestJson<'_>, String> {
     // One UTF-8 check of the whole line (fast on ASCII) lets serde_json skip its own check of
     // every string; a line that is not UTF-8 goes through `from_slice` for the same error.
     let parsed = match std::str::from_utf8(line) {
-        Ok(text) => serde_json::from_str(text),
+        Ok(text) => {
+            if reader == Reader::Scan
+                && let Some(request) = scan::request(text)
+            {
+                return Ok(request);
+            }
+            serde_json::from_str(text)
+        }
         Err(_) => serde_json::from_slice(line),
     };
-    let request: RequestJson<'_> =
-        parsed.map_err(|e| format!("not an OTLP JSON trace request: {e}"))?;
+    parsed.map_err(|e| format!("not an OTLP JSON trace request: {e}"))
+}
+
+fn audit_request(
+    request: RequestJson<'_>,
+    label: &str,
+    number: u64,
+    sink: &mut dyn SpanSink,
+    stats: &mut InputStats,
+    problems: &mut Problems,
+) {
     let mut index = 0u64;
     for rs in request.resource_spans {
         let resource_service = rs
@@ -61,7 +94,6 @@ pub(super) fn decode_line(
             }
         }
     }
-    Ok(())
 }
 
 /// A hex id, or failing that a base64 one (what the generic protobuf JSON mapping writes);
@@ -449,7 +481,135 @@ impl<'de: 'a, 'a> Deserialize<'de> for Scalar<'a> {
 
 #[cfg(test)]
 mod tests {
+    use std::io::Read;
+    use std::path::Path;
+
+    use proptest::prelude::*;
+
     use super::*;
+    use crate::audit::generate;
+
+    struct Collect(Vec<Span>, u64, Interner);
+    impl SpanSink for Collect {
+        fn names(&mut self) -> &mut Interner {
+            &mut self.2
+        }
+        fn span(&mut self, span: Span) {
+            self.0.push(span);
+        }
+        fn line_end(&mut self) {
+            self.1 += 1;
+        }
+    }
+
+    /// Everything decoding `line` yields (spans, names in the order interned, counts,
+    /// problems, the line's error), as text to compare.
+    fn decoded(line: &[u8], reader: Reader) -> String {
+        let mut sink = Collect(Vec::new(), 0, Interner::new(1_000));
+        let mut stats = InputStats::default();
+        let mut problems = Problems::new(usize::MAX);
+        let read = parse(line, reader).map(|request| {
+            audit_request(request, "t.jsonl", 7, &mut sink, &mut stats, &mut problems);
+        });
+        let names: Vec<&str> = sink.2.all().collect();
+        let problems: Vec<String> = problems.shown.iter().map(ToString::to_string).collect();
+        format!("{read:?}\n{:?}\n{names:?}\n{stats:?}\n{problems:?}", sink.0)
+    }
+
+    fn fixture_lines(name: &str) -> Vec<Vec<u8>> {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/otel-python")
+            .join(name);
+        let file = std::fs::File::open(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let mut text = Vec::new();
+        flate2::read::MultiGzDecoder::new(file)
+            .read_to_end(&mut text)
+            .expect("fixture inflates");
+        lines(&text)
+    }
+
+    fn lines(text: &[u8]) -> Vec<Vec<u8>> {
+        text.split(|&b| b == b'\n')
+            .filter(|l| !l.iter().all(u8::is_ascii_whitespace))
+            .map(<[u8]>::to_vec)
+            .collect()
+    }
+
+    fn generated(spans: u64) -> Vec<Vec<u8>> {
+        let mut text = Vec::new();
+        generate::write(&mut text, spans, Some("warehouse-router"), 5).expect("generated");
+        lines(&text)
+    }
+
+    /// Every line of the fixtures and of a generated file: the scanner reads it (no
+    /// fallback) and yields exactly what serde_json's shapes yield.
+    #[test]
+    fn scanner_decodes_every_fixture_line_as_serde_does() {
+        let mut all = fixture_lines("plain-otel.jsonl.gz");
+        all.extend(fixture_lines("plain-otel-base64ids.jsonl.gz"));
+        all.extend(generated(6_000));
+        assert!(all.len() > 20, "{} lines", all.len());
+        for (i, line) in all.iter().enumerate() {
+            let text = std::str::from_utf8(line).expect("UTF-8");
+            assert!(scan::request(text).is_some(), "line {i} fell back: {text}");
+            assert_eq!(
+                decoded(line, Reader::Scan),
+                decoded(line, Reader::Serde),
+                "line {i}: {text}"
+            );
+        }
+    }
+
+    /// A line with every shape the scanner reads: resource, scope, status, events, a
+    /// captured header (an array), numbers and strings, attributes it keeps and drops.
+    const LINE: &str = r#"{"resourceSpans":[{"resource":{"attributes":[{"key":"host.name","value":{"stringValue":"h1"}},{"key":"service.name","value":{"stringValue":"tax"}}],"droppedAttributesCount":0},"scopeSpans":[{"scope":{"name":"flask","version":"1.0"},"spans":[{"traceId":"0102030405060708090a0b0c0d0e0f10","spanId":"0000000000000002","parentSpanId":"0000000000000001","flags":256,"name":"GET /tax","kind":2,"startTimeUnixNano":"1000000000","endTimeUnixNano":1005000000,"attributes":[{"key":"http.request.header.x_request_timeout_ms","value":{"arrayValue":{"values":[{"stringValue":"250"}]}}},{"key":"http.response.status_code","value":{"intValue":"504"}},{"key":"retry","value":{"boolValue":true}},{"key":"ratio","value":{"doubleValue":0.5}},{"key":"deadline.remaining_ms","value":{"intValue":120}},{"key":"deadline.source","value":{"stringValue":"epoch-ms"}}],"events":[{"name":"exception","timeUnixNano":"1004000000","attributes":[{"key":"exception.type","value":{"stringValue":"TimeoutError"}},{"key":"exception.message","value":{"stringValue":"read timed out"}}]}],"status":{"code":2,"message":"boom"}},{"traceId":"0102030405060708090a0b0c0d0e0f10","spanId":"0000000000000001","parentSpanId":"","name":"root","kind":"SPAN_KIND_SERVER","startTimeUnixNano":"999000000","endTimeUnixNano":"1006000000","status":{}}]}],"schemaUrl":"https://opentelemetry.io/schemas/1.21.0"}]}"#;
+
+    #[test]
+    fn the_sample_line_takes_the_scanner() {
+        assert!(scan::request(LINE).is_some());
+        let both = decoded(LINE.as_bytes(), Reader::Scan);
+        assert_eq!(both, decoded(LINE.as_bytes(), Reader::Serde));
+        assert!(
+            both.contains("TimeoutError") || both.contains("tax"),
+            "{both}"
+        );
+    }
+
+    /// What a mutation inserts: escapes (which make the scanner fall back), numbers serde
+    /// reads its own way, nulls, structure out of place.
+    const INSERTS: [&str; 16] = [
+        "\\\"", "\\\\", "\\u0041", "\\n", "\\/", "\\ud800", "\\u00e9", "\"", "null", "-1", "1.5",
+        "1e3", "{}", "[]", ",", "\u{1}",
+    ];
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2_000))]
+
+        /// Whatever is done to a line (cut short, bytes flipped, escapes and odd values
+        /// inserted), the scanner and serde_json yield the same: the same spans, or the
+        /// same error.
+        #[test]
+        fn mutated_lines_decode_as_serde_does(
+            edits in prop::collection::vec((0usize..3, any::<usize>(), any::<u8>(), 0..INSERTS.len()), 1..4)
+        ) {
+            let mut line = LINE.as_bytes().to_vec();
+            for (op, at, byte, insert) in edits {
+                let at = at % (line.len() + 1);
+                match op {
+                    0 => line.truncate(at),
+                    1 => {
+                        if let Some(b) = line.get_mut(at) {
+                            *b ^= byte;
+                        }
+                    }
+                    _ => {
+                        line.splice(at..at, INSERTS[insert].bytes());
+                    }
+                }
+            }
+            prop_assert_eq!(decoded(&line, Reader::Scan), decoded(&line, Reader::Serde));
+        }
+    }
 
     #[test]
     fn numbers_in_strings_read_as_parse_reads_them() {
