@@ -16,6 +16,7 @@
 //! `sink.rs`. An OTLP/HTTP export request's body
 //! (`--listen`) is decoded whole by `read_request`, as JSON or protobuf (`otlp_proto.rs`).
 
+mod attributes;
 pub(crate) mod batch;
 mod otlp_json;
 mod otlp_proto;

@@ -9,12 +9,9 @@ use hopbudget::observe::fields;
 use serde::Deserialize;
 use serde::de::{self, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
+use super::attributes::{AttrValue, SpanHead, SpanReading};
 use super::sink::{InputStats, SpanSink};
-use crate::audit::span::{
-    HopAttrs, Interner, Outcome, Span, deadline_header, header_budget_ms, parse_base64_id,
-    parse_hex_id,
-};
-use crate::audit::status::{self, Signals};
+use crate::audit::span::{Interner, Span, parse_base64_id, parse_hex_id};
 use crate::audit::{Problem, Problems};
 
 mod scan;
@@ -160,21 +157,9 @@ fn convert(
         Some(k) => k.as_i64().and_then(|k| u8::try_from(k).ok()).unwrap_or(0),
         None => 0,
     };
-    let mut service = service.map(|s| names.intern(s));
-    let mut hop = HopAttrs {
-        remaining_ms: None,
-        source: None,
-        margin_ms: None,
-        outcome: Outcome::Unknown,
-        required_ms: None,
-        overrun_ms: None,
-    };
-    let mut is_hop = false;
-    let mut signals = Signals::default();
-    let mut has_header = false;
-    let mut header_ms = None;
+    let mut reading = SpanReading::new(service.map(|s| names.intern(s)));
     if let Some(code) = span.status.as_ref().and_then(|s| s.code.as_ref()) {
-        signals.span_status(match code {
+        reading.status_code(match code {
             Scalar::Str(s) if s.as_ref() == "STATUS_CODE_OK" => 1,
             Scalar::Str(s) if s.as_ref() == "STATUS_CODE_ERROR" => 2,
             c => c.as_i64().unwrap_or(0),
@@ -186,69 +171,25 @@ fn convert(
         }
         for kv in &event.attributes {
             if kv.key == "exception.type"
-                && let Some(t) = kv.value.as_ref().and_then(AnyValueJson::as_str)
+                && let Some(t) = kv.value.as_ref().and_then(AttrValue::as_str)
             {
-                signals.exception(t);
+                reading.exception_type(t);
             }
         }
     }
     for kv in &span.attributes {
-        if let Some(name) = deadline_header(&kv.key) {
-            has_header = true;
-            header_ms = header_ms.or_else(|| {
-                kv.value
-                    .as_ref()?
-                    .first_str()
-                    .and_then(|v| header_budget_ms(name, v))
-            });
-            continue;
-        }
-        let Some(v) = kv.value.as_ref() else { continue };
-        match kv.key.as_ref() {
-            key @ (status::GRPC_STATUS
-            | status::HTTP_STATUS
-            | status::HTTP_STATUS_OLD
-            | status::EXCEPTION_TYPE) => signals.attribute(key, v.as_i64(), v.as_str()),
-            fields::SERVICE => {
-                if let Some(s) = v.as_str() {
-                    service = Some(names.intern(s));
-                }
-            }
-            // Not a hop by itself: a `degrade` or `cache.read` span inside a hop has it too.
-            fields::REMAINING_MS => hop.remaining_ms = v.as_i64(),
-            fields::SOURCE => {
-                is_hop = true;
-                hop.source = v.as_str().map(|s| names.intern(s));
-            }
-            fields::MARGIN_MS => hop.margin_ms = v.as_i64(),
-            fields::OUTCOME => {
-                is_hop = true;
-                hop.outcome = v.as_str().map_or(Outcome::Unknown, Outcome::parse);
-            }
-            fields::REQUIRED_MS => hop.required_ms = v.as_i64(),
-            fields::OVERRUN_MS => hop.overrun_ms = v.as_i64(),
-            _ => {}
-        }
+        reading.attribute(&kv.key, kv.value.as_ref(), names);
     }
-    let name = names.intern(span.name.as_ref().and_then(Scalar::as_str).unwrap_or(""));
-    Ok((
-        Span {
-            trace,
-            id,
-            parent,
-            service: service.unwrap_or_else(|| names.intern("(unknown service)")),
-            name,
-            kind,
-            start_ns,
-            end_ns,
-            hop: is_hop.then_some(hop),
-            std: signals.outcome(),
-            deadline_header: has_header,
-            header_ms,
-            own_timeout: signals.own_timeout(),
-        },
-        base64,
-    ))
+    let head = SpanHead {
+        trace,
+        id,
+        parent,
+        name: names.intern(span.name.as_ref().and_then(Scalar::as_str).unwrap_or("")),
+        kind,
+        start_ns,
+        end_ns,
+    };
+    Ok((reading.finish(head, names), base64))
 }
 
 // The OTLP JSON shapes, as lenient as the protobuf JSON mapping allows: unknown fields are
@@ -355,8 +296,7 @@ struct ArrayValueJson<'a> {
     values: Vec<AnyValueJson<'a>>,
 }
 
-impl AnyValueJson<'_> {
-    /// The string, or an array's first string.
+impl AttrValue for AnyValueJson<'_> {
     fn first_str(&self) -> Option<&str> {
         self.as_str().or_else(|| {
             self.array_value

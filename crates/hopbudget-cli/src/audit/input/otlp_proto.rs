@@ -9,9 +9,10 @@ use opentelemetry_proto::tonic::common::v1::{AnyValue, any_value};
 use opentelemetry_proto::tonic::trace::v1 as pb;
 use prost::Message;
 
+use super::attributes::{AttrValue, SpanHead, SpanReading};
 use super::sink::{InputStats, SpanSink};
-use crate::audit::span::{HopAttrs, Interner, Outcome, Span, deadline_header, header_budget_ms};
-use crate::audit::status::{self, Signals};
+use crate::audit::span::{Interner, Span};
+use crate::audit::status;
 use crate::audit::{Problem, Problems};
 
 /// Decode one request body and hand its spans to `sink`; `label` and `number` name the
@@ -32,7 +33,7 @@ pub(crate) fn decode_request(
             r.attributes
                 .iter()
                 .find(|kv| kv.key == fields::SERVICE)
-                .and_then(|kv| as_str(kv.value.as_ref()?).map(str::to_owned))
+                .and_then(|kv| kv.value.as_ref()?.as_str().map(str::to_owned))
         });
         for ss in rs.scope_spans {
             for span in ss.spans {
@@ -57,30 +58,31 @@ pub(crate) fn decode_request(
     Ok(())
 }
 
-fn as_str(v: &AnyValue) -> Option<&str> {
-    match v.value.as_ref()? {
-        any_value::Value::StringValue(s) => Some(s),
-        _ => None,
-    }
-}
-
-/// The string, or an array's first string (a captured header is an array).
-fn first_str(v: &AnyValue) -> Option<&str> {
-    match v.value.as_ref()? {
-        any_value::Value::StringValue(s) => Some(s),
-        any_value::Value::ArrayValue(a) => a.values.first().and_then(as_str),
-        _ => None,
-    }
-}
-
-fn as_i64(v: &AnyValue) -> Option<i64> {
-    match v.value.as_ref()? {
-        any_value::Value::IntValue(i) => Some(*i),
-        any_value::Value::DoubleValue(f) if f.is_finite() && f.abs() < 9.0e18 => {
-            Some(f.round() as i64)
+impl AttrValue for AnyValue {
+    fn as_str(&self) -> Option<&str> {
+        match self.value.as_ref()? {
+            any_value::Value::StringValue(s) => Some(s),
+            _ => None,
         }
-        any_value::Value::StringValue(s) => s.trim().parse().ok(),
-        _ => None,
+    }
+
+    fn as_i64(&self) -> Option<i64> {
+        match self.value.as_ref()? {
+            any_value::Value::IntValue(i) => Some(*i),
+            any_value::Value::DoubleValue(f) if f.is_finite() && f.abs() < 9.0e18 => {
+                Some(f.round() as i64)
+            }
+            any_value::Value::StringValue(s) => s.trim().parse().ok(),
+            _ => None,
+        }
+    }
+
+    fn first_str(&self) -> Option<&str> {
+        match self.value.as_ref()? {
+            any_value::Value::StringValue(s) => Some(s),
+            any_value::Value::ArrayValue(a) => a.values.first().and_then(AttrValue::as_str),
+            _ => None,
+        }
     }
 }
 
@@ -113,82 +115,30 @@ fn convert(span: &pb::Span, service: Option<&str>, names: &mut Interner) -> Resu
         return Err("no valid endTimeUnixNano".into());
     }
     let kind = u8::try_from(span.kind).unwrap_or(0);
-    let mut service = service.map(|s| names.intern(s));
-    let mut hop = HopAttrs {
-        remaining_ms: None,
-        source: None,
-        margin_ms: None,
-        outcome: Outcome::Unknown,
-        required_ms: None,
-        overrun_ms: None,
-    };
-    let mut is_hop = false;
-    let mut signals = Signals::default();
-    let mut has_header = false;
-    let mut header_ms = None;
+    let mut reading = SpanReading::new(service.map(|s| names.intern(s)));
     if let Some(st) = &span.status {
-        signals.span_status(i64::from(st.code));
+        reading.status_code(i64::from(st.code));
     }
     for event in span.events.iter().filter(|e| e.name == "exception") {
         for kv in &event.attributes {
             if kv.key == status::EXCEPTION_TYPE
-                && let Some(t) = kv.value.as_ref().and_then(as_str)
+                && let Some(t) = kv.value.as_ref().and_then(AttrValue::as_str)
             {
-                signals.exception(t);
+                reading.exception_type(t);
             }
         }
     }
     for kv in &span.attributes {
-        if let Some(name) = deadline_header(&kv.key) {
-            has_header = true;
-            header_ms = header_ms.or_else(|| {
-                kv.value
-                    .as_ref()
-                    .and_then(first_str)
-                    .and_then(|v| header_budget_ms(name, v))
-            });
-            continue;
-        }
-        let Some(v) = kv.value.as_ref() else { continue };
-        match kv.key.as_str() {
-            key @ (status::GRPC_STATUS
-            | status::HTTP_STATUS
-            | status::HTTP_STATUS_OLD
-            | status::EXCEPTION_TYPE) => signals.attribute(key, as_i64(v), as_str(v)),
-            fields::SERVICE => {
-                if let Some(s) = as_str(v) {
-                    service = Some(names.intern(s));
-                }
-            }
-            // Not a hop by itself: a `degrade` or `cache.read` span inside a hop has it too.
-            fields::REMAINING_MS => hop.remaining_ms = as_i64(v),
-            fields::SOURCE => {
-                is_hop = true;
-                hop.source = as_str(v).map(|s| names.intern(s));
-            }
-            fields::MARGIN_MS => hop.margin_ms = as_i64(v),
-            fields::OUTCOME => {
-                is_hop = true;
-                hop.outcome = as_str(v).map_or(Outcome::Unknown, Outcome::parse);
-            }
-            fields::REQUIRED_MS => hop.required_ms = as_i64(v),
-            fields::OVERRUN_MS => hop.overrun_ms = as_i64(v),
-            _ => {}
-        }
+        reading.attribute(&kv.key, kv.value.as_ref(), names);
     }
-    Ok(Span {
+    let head = SpanHead {
         trace,
         id: sid,
         parent,
-        service: service.unwrap_or_else(|| names.intern("(unknown service)")),
         name: names.intern(&span.name),
         kind,
         start_ns: span.start_time_unix_nano,
         end_ns: span.end_time_unix_nano,
-        hop: is_hop.then_some(hop),
-        std: signals.outcome(),
-        deadline_header: has_header,
-        header_ms,
-        own_timeout: signals.own_timeout(),
-    })
+    };
+    Ok(reading.finish(head, names))
 }
