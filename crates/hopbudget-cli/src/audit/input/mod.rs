@@ -310,20 +310,9 @@ fn memchr(needle: u8, hay: &[u8]) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::audit::span::{Interner, Outcome, Span};
+    use crate::audit::span::{Interner, Outcome};
 
-    struct Collect(Vec<Span>, u64, Interner);
-    impl SpanSink for Collect {
-        fn names(&mut self) -> &mut Interner {
-            &mut self.2
-        }
-        fn span(&mut self, span: Span) {
-            self.0.push(span);
-        }
-        fn line_end(&mut self) {
-            self.1 += 1;
-        }
-    }
+    use super::sink::Collect;
 
     fn read(text: &[u8], max: usize) -> (Collect, Problems, Interner) {
         let mut sink = Collect(Vec::new(), 0, Interner::new(100));

@@ -429,18 +429,7 @@ mod tests {
     use super::*;
     use crate::audit::generate;
 
-    struct Collect(Vec<Span>, u64, Interner);
-    impl SpanSink for Collect {
-        fn names(&mut self) -> &mut Interner {
-            &mut self.2
-        }
-        fn span(&mut self, span: Span) {
-            self.0.push(span);
-        }
-        fn line_end(&mut self) {
-            self.1 += 1;
-        }
-    }
+    use crate::audit::input::sink::Collect;
 
     /// Everything decoding `line` yields (spans, names in the order interned, counts,
     /// problems, the line's error), as text to compare.

@@ -44,3 +44,20 @@ impl InputStats {
         self.base64_ids += other.base64_ids;
     }
 }
+
+/// For tests: every span decoded (in order), the lines ended, and the names table.
+#[cfg(test)]
+pub(crate) struct Collect(pub(crate) Vec<Span>, pub(crate) u64, pub(crate) Interner);
+
+#[cfg(test)]
+impl SpanSink for Collect {
+    fn names(&mut self) -> &mut Interner {
+        &mut self.2
+    }
+    fn span(&mut self, span: Span) {
+        self.0.push(span);
+    }
+    fn line_end(&mut self) {
+        self.1 += 1;
+    }
+}
