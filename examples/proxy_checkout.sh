@@ -169,6 +169,7 @@ report() { # TRACE
             ok) outcome="answered 200" ;;
             child-failed) outcome="answered $status: $err" ;;
             cancelled) outcome="cancelled: r.Context() ended ($err)" ;;
+            late) outcome="finished after its request had ended ($status): its work was not stopped" ;;
         esac
         printf '  %-36s told %4s ms  proxy: %-9s  service: %s\n' "$label" "$told" "${recorded:--}" "$outcome"
     done

@@ -27,8 +27,10 @@
 //	hop name=NAME trace=TRACE_ID told=MS forgot=BOOL outcome=OUTCOME status=STATUS [err=ERR]
 //
 // told: the x-request-timeout-ms it was told ("none" without one). outcome: "ok",
-// "child-failed" (a call failed; status is what the node answered), or "cancelled" (its
-// r.Context() ended before its work and calls did; status=0, nothing was answered).
+// "child-failed" (a call failed; status is what the node answered), "cancelled" (its
+// r.Context() ended and stopped its work or its calls; status=0, nothing was answered), or
+// "late" (it did all its work, but its request had ended meanwhile: what a service that does
+// not watch its context does).
 //
 // Standard library only; built with GO111MODULE=off, as the other programs under interop/.
 package main
@@ -132,13 +134,16 @@ func (n *node) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		told = "none"
 	}
 	trace := traceID(r.Header.Get("traceparent"))
-	status, err := n.handle(r, arrived, trace)
+	status, stopped, err := n.handle(r, arrived, trace)
 	outcome := "ok"
 	switch {
-	case r.Context().Err() != nil:
-		// The proxy in front closed the connection: nothing can be answered any more.
+	case stopped:
+		// The proxy in front closed the connection and Go cancelled r.Context(): the node
+		// stopped its work or its calls there. Nothing can be answered any more.
 		outcome, status = "cancelled", 0
-		err = r.Context().Err()
+	case r.Context().Err() != nil:
+		// Done, but its request had ended meanwhile: work nobody waited for.
+		outcome = "late"
 	case status != http.StatusOK:
 		outcome = "child-failed"
 	}
@@ -156,8 +161,9 @@ func (n *node) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// handle does the node's work and its calls; the status to answer, and what went wrong.
-func (n *node) handle(r *http.Request, arrived time.Time, trace string) (int, error) {
+// handle does the node's work and its calls: the status to answer, whether it stopped
+// because r.Context() ended, and what went wrong.
+func (n *node) handle(r *http.Request, arrived time.Time, trace string) (int, bool, error) {
 	ctx := r.Context()
 	work := n.work
 	for _, name := range r.URL.Query()["slow"] {
@@ -168,7 +174,7 @@ func (n *node) handle(r *http.Request, arrived time.Time, trace string) (int, er
 	select {
 	case <-time.After(work):
 	case <-ctx.Done():
-		return 0, ctx.Err()
+		return 0, true, ctx.Err()
 	}
 	results := make(chan callResult, len(n.calls))
 	for _, target := range n.calls {
@@ -178,7 +184,13 @@ func (n *node) handle(r *http.Request, arrived time.Time, trace string) (int, er
 	}
 	status, failure := http.StatusOK, error(nil)
 	for range n.calls {
-		result := <-results
+		var result callResult
+		select {
+		case result = <-results:
+		case <-ctx.Done():
+			// Its calls were made under ctx: they are being abandoned too.
+			return 0, true, ctx.Err()
+		}
 		switch {
 		case result.err != nil && status == http.StatusOK:
 			status, failure = http.StatusBadGateway, result.err
@@ -188,7 +200,12 @@ func (n *node) handle(r *http.Request, arrived time.Time, trace string) (int, er
 			status, failure = http.StatusBadGateway, result.failure()
 		}
 	}
-	return status, failure
+	if status != http.StatusOK && ctx.Err() != nil {
+		// A call failed because the request it belongs to ended (its proxy's egress answers
+		// 499 once the request is cancelled, racing Go's own notice of it).
+		return 0, true, ctx.Err()
+	}
+	return status, false, failure
 }
 
 type callResult struct {
