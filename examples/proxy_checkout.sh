@@ -32,10 +32,9 @@
 # stopped when it exits; --keep-logs keeps the services' and proxies' output and says where.
 # crates/hopbudget-cli/tests/proxy_checkout.rs runs it and checks what it prints.
 set -euo pipefail
-cd "$(dirname "$0")/.."
 
 forgetful="" budget=500 requests=3 leave=300 bin="" node="" keep=0
-usage() { sed -n '17,18p' "$0" | sed 's/^# //' >&2; exit 2; }
+usage() { sed -n '17,18p' "$0" | sed 's/^# //' >&2; exit 2; }  # the usage lines above
 while [ $# -gt 0 ]; do
     case $1 in
         --forgetful) forgetful=${2:?--forgetful needs a service name}; shift 2 ;;
@@ -61,6 +60,11 @@ declare -A children=([edge-gateway]="checkout-orchestrator"
     [inventory]="warehouse-router" [warehouse-router]="reco-scorer")
 declare -A depth=([edge-gateway]=0 [checkout-orchestrator]=1 [cart-svc]=2 [pricing]=2
     [tax-calc]=3 [inventory]=2 [warehouse-router]=3 [reco-scorer]=4)
+
+# Paths given relative to where the script was started from.
+case $bin in ""|/*) ;; *) bin=$PWD/$bin ;; esac
+case $node in ""|/*) ;; *) node=$PWD/$node ;; esac
+cd "$(dirname "$0")/.."
 
 positive() { [[ $2 =~ ^[0-9]+$ ]] && [ "$2" -gt 0 ] || { echo "proxy_checkout.sh: $1 must be a positive whole number, not '$2'" >&2; exit 2; }; }
 positive --budget "$budget"
