@@ -92,6 +92,14 @@ impl Egress {
     }
 }
 
+// The service's outbound calls go to any destination: hyper-util's pool keeps their
+// connections.
+impl super::serve::PerConnection for Egress {
+    fn for_connection(&self) -> Self {
+        self.clone()
+    }
+}
+
 impl Service<Request<Incoming>> for Egress {
     type Response = Response<ProxyBody>;
     type Error = Infallible;

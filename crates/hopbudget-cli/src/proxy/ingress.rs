@@ -32,8 +32,10 @@ use tower::{Layer, Service, ServiceBuilder, ServiceExt};
 use super::ProxyBody;
 use super::answer;
 use super::options::UpstreamCarrier;
+use super::paired::Pairing;
 use super::registry::Registry;
 use super::restate;
+use super::serve::PerConnection;
 use super::upstream::{Upstream, strip_hop_by_hop};
 
 type Stack = BoxCloneService<Request<Incoming>, Response<ProxyBody>, Infallible>;
@@ -43,6 +45,10 @@ type Stack = BoxCloneService<Request<Incoming>, Response<ProxyBody>, Infallible>
 pub(crate) struct Ingress {
     http: Stack,
     grpc: Stack,
+    forwarder: Arc<Forwarder>,
+    // This caller connection's own connection to the service (see `paired`); none in the
+    // copy the listener clones from.
+    pairing: Option<Pairing>,
 }
 
 impl std::fmt::Debug for Ingress {
@@ -94,6 +100,17 @@ impl Ingress {
         Self {
             http: BoxCloneService::new(http),
             grpc: BoxCloneService::new(grpc),
+            forwarder,
+            pairing: None,
+        }
+    }
+}
+
+impl PerConnection for Ingress {
+    fn for_connection(&self) -> Self {
+        Self {
+            pairing: Some(self.forwarder.upstream.pairing()),
+            ..self.clone()
         }
     }
 }
@@ -107,7 +124,14 @@ impl Service<Request<Incoming>> for Ingress {
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, req: Request<Incoming>) -> Self::Future {
+    fn call(&mut self, mut req: Request<Incoming>) -> Self::Future {
+        // An HTTP/1.x caller's requests come one after another: they share one connection to
+        // the service. HTTP/2 callers' streams run side by side and take the pooled client.
+        if let Some(pairing) = &self.pairing {
+            if req.version() <= http::Version::HTTP_11 {
+                req.extensions_mut().insert(pairing.clone());
+            }
+        }
         let stack = if is_grpc(&req) {
             &self.grpc
         } else {
@@ -146,7 +170,8 @@ async fn forward(
         _ => None,
     };
     restate::strip_carriers(req.headers_mut(), &profile);
-    let client = forwarder.upstream.prepare(&mut req, grpc);
+    let pairing = req.extensions_mut().remove::<Pairing>();
+    let client = forwarder.upstream.prepare_call(&mut req, grpc, pairing);
     let target = forwarder.carrier.for_request(grpc);
     let spell = restate::on_request(profile.clone(), target);
     let call = forwarder.client.layer(MapRequest::new(client, spell));

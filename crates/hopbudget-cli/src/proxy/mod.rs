@@ -26,7 +26,8 @@
 //!   forwards, minus the margin (C2, C3, C8, C19).
 //!
 //! Files: [`options`] (the command line), `ingress` (the per-request stack), `restate` (the
-//! carriers), `upstream` (the client), `answer` (failed calls), `registry` (requests in
+//! carriers), `upstream` (the client), `paired` (an HTTP/1.1 caller's own connection to the
+//! service), `answer` (failed calls), `registry` (requests in
 //! flight by trace context), `egress` (outbound calls), `serve` (accepting and the clean
 //! stop), `admin` (`/metrics`), `log_fields` (the log lines' fields).
 //!
@@ -38,6 +39,7 @@ mod egress;
 mod ingress;
 mod log_fields;
 pub mod options;
+mod paired;
 mod registry;
 mod restate;
 mod serve;

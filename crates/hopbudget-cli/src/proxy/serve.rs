@@ -18,6 +18,13 @@ use hyper::body::Incoming;
 
 use super::ProxyBody;
 
+/// A service that keeps something per caller connection: the ingress, its connection to the
+/// service (see `paired`).
+pub(crate) trait PerConnection {
+    /// The service for a newly accepted connection.
+    fn for_connection(&self) -> Self;
+}
+
 /// Serve `service` on `listener` until `stop` resolves, then drain for at most `drain`.
 /// Returns whether every connection ended within it.
 pub(crate) async fn serve<S>(
@@ -28,6 +35,7 @@ pub(crate) async fn serve<S>(
 ) -> bool
 where
     S: tower::Service<Request<Incoming>, Response = Response<ProxyBody>, Error = Infallible>
+        + PerConnection
         + Clone
         + Send
         + 'static,
@@ -50,7 +58,7 @@ where
                     }
                 };
                 let _ = stream.set_nodelay(true);
-                let service = TowerToHyperService::new(service.clone());
+                let service = TowerToHyperService::new(service.for_connection());
                 let connection = builder
                     .serve_connection(TokioIo::new(stream), service)
                     .into_owned();

@@ -1,5 +1,7 @@
-//! The service behind the proxy: hyper-util's pooled client, over HTTP/1.1 or h2c, and the
-//! few changes a request needs to travel one more hop (absolute URI, no hop-by-hop headers).
+//! The service behind the proxy: over HTTP/1.1 on the caller connection's own connection
+//! ([`paired`](super::paired)), or with hyper-util's pooled client (h2c, HTTP/2 callers, the
+//! egress proxy), and the few changes a request needs to travel one more hop (the URI's form,
+//! no hop-by-hop headers).
 //!
 //! Ending the service's request is dropping the client's response future: hyper then resets
 //! the HTTP/2 stream (`RST_STREAM`), or closes the HTTP/1.1 connection the request was on (a
@@ -9,13 +11,20 @@
 
 use http::header::{self, HeaderMap, HeaderName};
 use http::uri::{Authority, PathAndQuery, Scheme, Uri};
-use http::{Request, Version};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use http::{HeaderValue, Request, Response, Version};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
+use tower::{BoxError, Service};
 
 use super::options::UpstreamProtocol;
+use super::paired::{Connections, Pairing};
 use super::restate::remove_where;
 
 /// The client the proxy forwards with: one pool per protocol.
@@ -28,6 +37,7 @@ pub(crate) struct Upstream {
     protocol: UpstreamProtocol,
     http1: UpstreamClient,
     h2c: UpstreamClient,
+    connections: Arc<Connections>,
 }
 
 impl Upstream {
@@ -36,6 +46,7 @@ impl Upstream {
             .http2_only(true)
             .build(connector());
         Self {
+            connections: Connections::new(authority.clone()),
             authority,
             protocol,
             http1: http1_client(),
@@ -46,6 +57,45 @@ impl Upstream {
     /// The service's address.
     pub(crate) fn authority(&self) -> &Authority {
         &self.authority
+    }
+
+    /// A new caller connection's own connection to the service (made on its first request).
+    pub(crate) fn pairing(&self) -> Pairing {
+        self.connections.pairing()
+    }
+
+    /// The call for one request of the ingress, after making the request fit it: on the
+    /// caller connection's own connection (`pairing`, given for an HTTP/1.x caller) when the
+    /// service is spoken to in HTTP/1.1, else as [`prepare`](Self::prepare).
+    pub(crate) fn prepare_call(
+        &self,
+        req: &mut Request<Incoming>,
+        grpc: bool,
+        pairing: Option<Pairing>,
+    ) -> Call {
+        let pairing = match pairing {
+            Some(pairing) if !self.protocol.http2(grpc) => pairing,
+            _ => return Call::Pooled(Box::new(self.prepare(req, grpc))),
+        };
+        // Origin-form (`/path?query`): what a connection to the service itself is sent.
+        if req.uri().scheme().is_some() || req.uri().authority().is_some() {
+            let path = req
+                .uri()
+                .path_and_query()
+                .cloned()
+                .unwrap_or_else(|| PathAndQuery::from_static("/"));
+            *req.uri_mut() = Uri::from(path);
+        }
+        strip_hop_by_hop(req.headers_mut(), grpc);
+        // The caller's `Host` goes on, as hyper-util's client leaves it; an HTTP/1.0 caller
+        // may have sent none, and HTTP/1.1 requires one.
+        if !req.headers().contains_key(header::HOST) {
+            if let Ok(host) = HeaderValue::from_str(self.authority.as_str()) {
+                req.headers_mut().insert(header::HOST, host);
+            }
+        }
+        *req.version_mut() = Version::HTTP_11;
+        Call::Paired(pairing)
     }
 
     /// The client for one request, after making the request fit it: the service's address in
@@ -71,6 +121,42 @@ impl Upstream {
         } else {
             *req.version_mut() = Version::HTTP_11;
             self.http1.clone()
+        }
+    }
+}
+
+/// The call to the service for one request: see [`Upstream::prepare_call`].
+pub(crate) enum Call {
+    // Boxed: hyper-util's client is some 300 bytes, the pairing one pointer.
+    Pooled(Box<UpstreamClient>),
+    Paired(Pairing),
+}
+
+type CallFuture = Pin<Box<dyn Future<Output = Result<Response<Incoming>, BoxError>> + Send>>;
+
+impl Service<Request<Incoming>> for Call {
+    type Response = Response<Incoming>;
+    type Error = BoxError;
+    type Future = CallFuture;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        match self {
+            Self::Pooled(client) => {
+                Service::<Request<Incoming>>::poll_ready(client, cx).map_err(Into::into)
+            }
+            // Readiness is the connection's, awaited in the call: a request waits for it
+            // inside its budget.
+            Self::Paired(_) => Poll::Ready(Ok(())),
+        }
+    }
+
+    fn call(&mut self, req: Request<Incoming>) -> CallFuture {
+        match self {
+            Self::Pooled(client) => {
+                let call = client.call(req);
+                Box::pin(async move { call.await.map_err(Into::into) })
+            }
+            Self::Paired(pairing) => Box::pin(pairing.clone().send(req)),
         }
     }
 }

@@ -1,0 +1,188 @@
+//! `hopbudget proxy`'s connections to the service (#37 item 5): an HTTP/1.1 caller's requests
+//! share one connection to the service, as nginx's upstream `keepalive` pairs them; a request
+//! ended at its deadline closes its connection (C4, C7) and the caller's next request opens
+//! another; a connection the service closed is replaced; an idle one is reused by the next
+//! caller. The service is hyper's own HTTP/1.1 server, counting the connections it accepts
+//! and the ones that ended; the caller is hyper's HTTP/1.1 client on one keep-alive
+//! connection.
+
+#[path = "proxy_support/mod.rs"]
+mod support;
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty, Full};
+use hyper::client::conn::http1::SendRequest;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use support::{PATIENCE, Proxy};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::Notify;
+
+/// What the service has seen.
+#[derive(Default)]
+struct Seen {
+    accepted: AtomicUsize,
+    ended: AtomicUsize,
+    changed: Notify,
+}
+
+impl Seen {
+    /// Wait until `ended` connections have ended.
+    async fn await_ended(&self, ended: usize) {
+        tokio::time::timeout(PATIENCE, async {
+            loop {
+                let changed = self.changed.notified();
+                if self.ended.load(Ordering::SeqCst) >= ended {
+                    return;
+                }
+                changed.await;
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("{ended} connections to the service end"));
+    }
+}
+
+/// A hyper HTTP/1.1 service: `/ok` answers `ok`, `/hang` never answers. With `keep_alive`
+/// false it closes each connection after one answer.
+async fn service(keep_alive: bool) -> (SocketAddr, Arc<Seen>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen = Arc::new(Seen::default());
+    let counts = seen.clone();
+    tokio::spawn(async move {
+        loop {
+            let (stream, _) = listener.accept().await.unwrap();
+            counts.accepted.fetch_add(1, Ordering::SeqCst);
+            let counts = counts.clone();
+            tokio::spawn(async move {
+                let handler = service_fn(|req: hyper::Request<hyper::body::Incoming>| async move {
+                    if req.uri().path() == "/hang" {
+                        std::future::pending::<()>().await;
+                    }
+                    Ok::<_, Infallible>(hyper::Response::new(Full::new(Bytes::from_static(b"ok"))))
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .keep_alive(keep_alive)
+                    .serve_connection(TokioIo::new(stream), handler)
+                    .await;
+                counts.ended.fetch_add(1, Ordering::SeqCst);
+                counts.changed.notify_waiters();
+            });
+        }
+    });
+    (addr, seen)
+}
+
+/// One keep-alive HTTP/1.1 connection to the proxy.
+async fn caller(proxy: SocketAddr) -> SendRequest<Empty<Bytes>> {
+    let stream = tokio::net::TcpStream::connect(proxy).await.unwrap();
+    let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    sender
+}
+
+/// A GET on `sender` with `budget_ms`; its status.
+async fn get(sender: &mut SendRequest<Empty<Bytes>>, path: &str, budget_ms: u32) -> u16 {
+    sender
+        .ready()
+        .await
+        .expect("the caller's connection is open");
+    let req = hyper::Request::get(path)
+        .header("host", "proxy")
+        .header("x-request-timeout-ms", budget_ms.to_string())
+        .body(Empty::new())
+        .unwrap();
+    let res = tokio::time::timeout(PATIENCE, sender.send_request(req))
+        .await
+        .expect("the proxy answers")
+        .expect("the proxy answers on the same connection");
+    let status = res.status().as_u16();
+    res.into_body().collect().await.unwrap();
+    status
+}
+
+#[tokio::test]
+async fn an_http1_callers_requests_share_one_connection_to_the_service() {
+    let (service, seen) = service(true).await;
+    let proxy = Proxy::start(service, None, &["--no-hop-log"]).await;
+    let mut a = caller(proxy.addr).await;
+    for _ in 0..5 {
+        assert_eq!(get(&mut a, "/ok", 5000).await, 200);
+    }
+    assert_eq!(
+        seen.accepted.load(Ordering::SeqCst),
+        1,
+        "one connection for 5 requests"
+    );
+    // A second caller at the same time gets its own.
+    let mut b = caller(proxy.addr).await;
+    assert_eq!(get(&mut b, "/ok", 5000).await, 200);
+    assert_eq!(get(&mut a, "/ok", 5000).await, 200);
+    assert_eq!(seen.accepted.load(Ordering::SeqCst), 2);
+    assert_eq!(seen.ended.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn an_idle_connection_passes_to_the_next_caller() {
+    let (service, seen) = service(true).await;
+    let proxy = Proxy::start(service, None, &["--no-hop-log"]).await;
+    // A raw caller that says goodbye (`connection: close`) and reads until the proxy has
+    // closed the connection: the proxy has then let go of it, and its connection to the
+    // service is idle. (Not a half-close: a caller whose side of the connection ends is a
+    // caller gone, C5, as nginx takes it too.)
+    let mut raw = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    raw.write_all(
+        b"GET /ok HTTP/1.1\r\nhost: proxy\r\nconnection: close\r\nx-request-timeout-ms: 5000\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(PATIENCE, raw.read_to_end(&mut answer))
+        .await
+        .expect("the proxy answers and closes")
+        .unwrap();
+    assert!(answer.starts_with(b"HTTP/1.1 200"), "{answer:?}");
+    let mut next = caller(proxy.addr).await;
+    assert_eq!(get(&mut next, "/ok", 5000).await, 200);
+    assert_eq!(
+        seen.accepted.load(Ordering::SeqCst),
+        1,
+        "the next caller's request went on the idle connection"
+    );
+}
+
+#[tokio::test]
+async fn a_request_ended_at_its_deadline_closes_its_connection_and_the_next_opens_another() {
+    let (service, seen) = service(true).await;
+    let proxy = Proxy::start(service, None, &["--no-hop-log"]).await;
+    let mut a = caller(proxy.addr).await;
+    assert_eq!(get(&mut a, "/ok", 5000).await, 200);
+    assert_eq!(get(&mut a, "/hang", 300).await, 504);
+    // The service sees the connection its request was on close: what Go's `r.Context()`
+    // and every HTTP/1.1 framework watch (C7).
+    seen.await_ended(1).await;
+    // The caller's connection stays open, and its next request goes on a new connection.
+    assert_eq!(get(&mut a, "/ok", 5000).await, 200);
+    assert_eq!(seen.accepted.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn a_connection_the_service_closes_is_replaced() {
+    let (service, seen) = service(false).await;
+    let proxy = Proxy::start(service, None, &["--no-hop-log"]).await;
+    let mut a = caller(proxy.addr).await;
+    for _ in 0..3 {
+        assert_eq!(get(&mut a, "/ok", 5000).await, 200);
+    }
+    assert_eq!(seen.accepted.load(Ordering::SeqCst), 3);
+    let metrics = proxy.await_outcome("completed", 3).await;
+    assert_eq!(support::hops(&metrics, "expired"), 0, "{metrics}");
+}
