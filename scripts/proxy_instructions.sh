@@ -4,7 +4,11 @@
 # one keep-alive connection (#37 item 5). Callgrind repeats a count exactly whatever else the
 # machine is doing, which a shared machine's wall-clock and CPU timings do not.
 #
-#   scripts/proxy_instructions.sh [TARGET ...]   (default: nginx proxy proxy-no-hop-log)
+#   scripts/proxy_instructions.sh [TARGET ...]   (default: nginx floor proxy proxy-no-hop-log)
+#
+# `floor` is the bare hyper proxy of benches/proxy_overhead.rs (the bench executable run with
+# PROXY_OVERHEAD_FLOOR_UPSTREAM): hyper's server and client connections and nothing else, the
+# least any proxy on hyper and tokio runs per request.
 #
 # Each target runs twice, with SMALL and LARGE requests; (LARGE total - SMALL total) /
 # (LARGE - SMALL) is one request's instructions, start-up and shut-down cancelled out.
@@ -24,7 +28,17 @@ if [ -z "${BIN:-}" ]; then
     BIN=${CARGO_TARGET_DIR:-target}/release/hopbudget
 fi
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(nginx proxy proxy-no-hop-log)
+[ ${#targets[@]} -gt 0 ] || targets=(nginx floor proxy proxy-no-hop-log)
+floor_bin() {
+    cargo bench -q -p hopbudget-cli --bench proxy_overhead --no-run --message-format=json 2>/dev/null |
+        python3 -c 'import json,sys
+for l in sys.stdin:
+    m=json.loads(l)
+    if m.get("reason")=="compiler-artifact" and m["target"]["name"]=="proxy_overhead" and m.get("executable"): print(m["executable"])'
+}
+for t in "${targets[@]}"; do
+    if [ "$t" = floor ] && [ -z "${FLOOR_BIN:-}" ]; then FLOOR_BIN=$(floor_bin); fi
+done
 dir=$(mktemp -d)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$dir"; }
@@ -82,16 +96,26 @@ count() { # TARGET N
             p=$(nginx_conf "ngx$2" "$port" "upstream service { server 127.0.0.1:$up_port; keepalive 64; keepalive_requests 100000000; }
   server { listen 127.0.0.1:$port; location / { proxy_http_version 1.1; proxy_set_header Connection \"\"; proxy_pass http://service; } }")
             "${vg[@]}" nginx -p "$p" -c "$p/nginx.conf" 2>"$dir/vg.log" & pid=$!;;
+        floor)
+            PROXY_OVERHEAD_FLOOR_UPSTREAM="127.0.0.1:$up_port" "${vg[@]}" "$FLOOR_BIN" \
+                >"$dir/floor.out" 2>"$dir/vg.log" & pid=$!
+            # It binds port 0 and says where.
+            for _ in $(seq 1 600); do
+                port=$(sed -n 's/^listening on 127.0.0.1:\([0-9]*\),.*/\1/p' "$dir/floor.out")
+                [ -n "$port" ] && break
+                sleep 0.1
+            done;;
         proxy|proxy-no-hop-log)
             local extra=()
             [ "$1" = proxy-no-hop-log ] && extra=(--no-hop-log)
             "${vg[@]}" "$BIN" proxy --listen "127.0.0.1:$port" --admin 127.0.0.1:0 \
                 --upstream "127.0.0.1:$up_port" "${extra[@]}" >/dev/null 2>"$dir/vg.log" & pid=$!;;
-        *) echo "unknown target $1 (nginx, proxy, proxy-no-hop-log)" >&2; exit 2;;
+        *) echo "unknown target $1 (nginx, floor, proxy, proxy-no-hop-log)" >&2; exit 2;;
     esac
     wait_port "$port"
     send "$port" "$2" || { echo "$1: requests failed; the target's log:" >&2; grep -v '^==' "$dir/vg.log" | tail -5 >&2; kill "$pid"; exit 1; }
     # nginx without a master stops on QUIT gracefully; the proxy on TERM after draining.
+    # The floor has no clean stop: TERM ends it, and callgrind still writes its counts.
     if [ "$1" = nginx ]; then kill -QUIT "$pid"; else kill -TERM "$pid"; fi
     wait "$pid" || true
     # Every thread's file (callgrind.out-NN with --separate-threads off is one file).

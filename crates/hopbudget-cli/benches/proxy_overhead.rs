@@ -15,6 +15,12 @@
 //! keep-alive connections, each sending its next request when the answer arrives. Every
 //! round runs every target in turn; each figure is the median over rounds. CPU per request:
 //! the middle process's user + system time (from `/proc/PID/stat`) over the requests answered.
+//!
+//! One more target is the floor of any proxy made of hyper and tokio, as this one is: this
+//! bench's own executable run again as a bare HTTP/1.1 proxy (hyper's server connection, one
+//! `hyper::client::conn::http1` connection to the upstream per caller connection, a
+//! current-thread runtime) that reads no header and records nothing. What `hopbudget proxy`
+//! costs above it is the deadline contract; what the floor costs above nginx is the stack.
 #![allow(missing_docs)]
 
 use std::io::{BufRead, BufReader};
@@ -238,7 +244,87 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// Set to the upstream's address: this process is the hyper floor, not the bench.
+const FLOOR_ENV: &str = "PROXY_OVERHEAD_FLOOR_UPSTREAM";
+
+/// The hyper floor: a bare HTTP/1.1 proxy, each caller connection with its own connection to
+/// `upstream`; prints `listening on ADDR, upstream UPSTREAM` as the proxy does.
+fn hyper_floor(upstream: String) {
+    use std::io::Error;
+    use std::sync::{Arc, Mutex};
+
+    use hyper::body::Incoming;
+    use hyper::client::conn::http1::SendRequest;
+    type Sender = SendRequest<Incoming>;
+
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        println!(
+            "listening on {}, upstream {upstream}",
+            listener.local_addr().unwrap()
+        );
+        loop {
+            let (stream, _) = listener.accept().await.unwrap();
+            stream.set_nodelay(true).unwrap();
+            let upstream = upstream.clone();
+            tokio::spawn(async move {
+                let slot: Arc<Mutex<Option<Sender>>> = Arc::default();
+                let service = service_fn(move |req: hyper::Request<Incoming>| {
+                    let slot = slot.clone();
+                    let upstream = upstream.clone();
+                    async move {
+                        let held = slot.lock().unwrap().take();
+                        let mut sender = match held {
+                            Some(sender) => sender,
+                            None => {
+                                let stream = tokio::net::TcpStream::connect(&upstream).await?;
+                                stream.set_nodelay(true)?;
+                                let (sender, conn) =
+                                    hyper::client::conn::http1::handshake(TokioIo::new(stream))
+                                        .await
+                                        .map_err(Error::other)?;
+                                tokio::spawn(conn);
+                                sender
+                            }
+                        };
+                        sender.ready().await.map_err(Error::other)?;
+                        let res = sender.send_request(req).await.map_err(Error::other)?;
+                        *slot.lock().unwrap() = Some(sender);
+                        Ok::<_, Error>(res)
+                    }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+}
+
+fn start_floor(upstream: SocketAddr) -> (Child, SocketAddr) {
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .env(FLOOR_ENV, upstream.to_string())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the floor starts");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let line = lines
+        .next()
+        .expect("the floor says where it listens")
+        .unwrap();
+    let rest = line.strip_prefix("listening on ").unwrap();
+    (child, rest.split(',').next().unwrap().parse().unwrap())
+}
+
 fn main() {
+    if let Ok(upstream) = std::env::var(FLOOR_ENV) {
+        return hyper_floor(upstream);
+    }
     // `cargo bench` passes `--bench`; `cargo test --benches` runs it once, briefly.
     let quick = !std::env::args().any(|a| a == "--bench");
     let rounds: usize = if quick { 1 } else { env_or("ROUNDS", 5) };
@@ -262,6 +348,9 @@ fn main() {
             reaper.0.push(child);
             nginx_dir = Some(dir);
         }
+        let (child, addr) = start_floor(up);
+        targets.push(Target { name: "hyper floor", addr, pid: Some(child.id()) });
+        reaper.0.push(child);
         for (name, hop_log) in [("hopbudget proxy", false), ("hopbudget proxy, hop log", true)] {
             let (child, addr) = start_proxy(up, hop_log);
             targets.push(Target { name, addr, pid: Some(child.id()) });
