@@ -11,10 +11,13 @@ mod support;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context, Poll};
 
 use bytes::Bytes;
+use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Empty, Full};
 use hyper::client::conn::http1::SendRequest;
 use hyper::service::service_fn;
@@ -48,8 +51,30 @@ impl Seen {
     }
 }
 
-/// A hyper HTTP/1.1 service: `/ok` answers `ok`, `/hang` never answers. With `keep_alive`
-/// false it closes each connection after one answer.
+/// A body that sends one chunk, then nothing, ever.
+struct Stall(bool);
+
+impl hyper::body::Body for Stall {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Bytes>, Infallible>>> {
+        if self.0 {
+            return Poll::Pending;
+        }
+        self.0 = true;
+        Poll::Ready(Some(Ok(hyper::body::Frame::data(Bytes::from_static(
+            b"first chunk\n",
+        )))))
+    }
+}
+
+/// A hyper HTTP/1.1 service: `/ok` answers `ok`, `/hang` never answers, `/stall` sends its
+/// head and one chunk of its body, then nothing. With `keep_alive` false it closes each
+/// connection after one answer.
 async fn service(keep_alive: bool) -> (SocketAddr, Arc<Seen>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -62,10 +87,12 @@ async fn service(keep_alive: bool) -> (SocketAddr, Arc<Seen>) {
             let counts = counts.clone();
             tokio::spawn(async move {
                 let handler = service_fn(|req: hyper::Request<hyper::body::Incoming>| async move {
-                    if req.uri().path() == "/hang" {
-                        std::future::pending::<()>().await;
-                    }
-                    Ok::<_, Infallible>(hyper::Response::new(Full::new(Bytes::from_static(b"ok"))))
+                    let body = match req.uri().path() {
+                        "/hang" => std::future::pending().await,
+                        "/stall" => BoxBody::new(Stall(false)),
+                        _ => BoxBody::new(Full::new(Bytes::from_static(b"ok"))),
+                    };
+                    Ok::<_, Infallible>(hyper::Response::new(body))
                 });
                 let _ = hyper::server::conn::http1::Builder::new()
                     .keep_alive(keep_alive)
@@ -185,4 +212,32 @@ async fn a_connection_the_service_closes_is_replaced() {
     assert_eq!(seen.accepted.load(Ordering::SeqCst), 3);
     let metrics = proxy.await_outcome("completed", 3).await;
     assert_eq!(support::hops(&metrics, "expired"), 0, "{metrics}");
+}
+
+#[tokio::test]
+async fn a_caller_who_leaves_mid_answer_does_not_hold_up_the_next_caller() {
+    let (service, seen) = service(true).await;
+    let proxy = Proxy::start(service, None, &["--no-hop-log"]).await;
+    // The service sends a head and a first chunk, then stalls; the caller reads the head and
+    // leaves. Its connection to the service cannot be reused (the answer never ended).
+    let mut a = caller(proxy.addr).await;
+    a.ready().await.unwrap();
+    let req = hyper::Request::get("/stall")
+        .header("host", "proxy")
+        .header("x-request-timeout-ms", "20000")
+        .body(Empty::new())
+        .unwrap();
+    let res = tokio::time::timeout(PATIENCE, a.send_request(req))
+        .await
+        .expect("the head comes")
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    drop(res);
+    drop(a);
+    // The connection it was on ends (the caller gone, C5), and the next caller is answered
+    // at once, on another, well inside its budget.
+    seen.await_ended(1).await;
+    let mut b = caller(proxy.addr).await;
+    assert_eq!(get(&mut b, "/ok", 20000).await, 200);
+    assert_eq!(seen.accepted.load(Ordering::SeqCst), 2);
 }
