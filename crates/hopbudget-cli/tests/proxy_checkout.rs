@@ -216,11 +216,17 @@ fn the_checkout_graph_behind_proxies_shrinks_the_budget_hop_by_hop_and_ends_it_e
         "cancelled: r.Context() ended (context canceled)",
         "{expiring:#?}"
     );
+    // Each hop's own deadline is only a margin later than its child's: on a loaded machine
+    // its proxy may end its request before the child's 504 has climbed back (then Go cancels
+    // its r.Context(), or its egress answers its call 499 first, as when a caller leaves).
+    // Either way the hop ended at its deadline, and its proxy recorded `expired` (above).
     for pair in RECO_PATH.windows(2) {
         let (name, child) = (pair[0], pair[1]);
-        assert_eq!(
-            expiring.hop(name).service,
-            format!("answered 504: call to {child} answered 504 (expired)"),
+        let service = &expiring.hop(name).service;
+        assert!(
+            *service == format!("answered 504: call to {child} answered 504 (expired)")
+                || service.starts_with("cancelled: r.Context() ended")
+                || *service == format!("answered 502: call to {child} answered 499 (cancelled)"),
             "{name}: {expiring:#?}"
         );
     }
