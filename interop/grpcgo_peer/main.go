@@ -13,7 +13,7 @@
 //	    the call's context deadline left when the call arrived (`none` without a deadline).
 //
 // Built against Debian's grpc-go (golang-google-grpc-dev) with GOPATH=/usr/share/gocode and
-// GO111MODULE=off; the test builds it into target/go.
+// GO111MODULE=off; the test builds it into its scratch directory.
 package main
 
 import (

@@ -6,7 +6,7 @@
 //! cancels (C5), and that the server's own expiry reaches it marked as such (C4).
 //!
 //! Needs Go and Debian's grpc-go (`apt-get install golang-go golang-google-grpc-dev`): the test
-//! builds `interop/grpcgo_peer` into `target/go` from Debian's Go sources (see
+//! builds `interop/grpcgo_peer` into the test target's scratch directory from Debian's Go sources (see
 //! `go_support`). `.ci/run` installs both. By hand:
 //!
 //! ```sh

@@ -1,7 +1,9 @@
-//! Peers written in Go, built by the tests that use them: `go build` of a directory under
-//! the workspace's `interop/` into `target/go`, with `GO111MODULE=off` and `GOPATH` pointing at Debian's
-//! Go sources (`/usr/share/gocode`), where `golang-google-grpc-dev` puts grpc-go. No module
-//! download is needed, so it builds on a machine that reaches only Debian's packages.
+//! Programs written in Go, built by the tests that use them: `go build` of a directory under
+//! the workspace's `interop/` into the test target's scratch directory, with
+//! `GO111MODULE=off` and `GOPATH` pointing at Debian's Go sources (`/usr/share/gocode`), where
+//! `golang-google-grpc-dev` puts grpc-go. No module download is needed, so it builds on a
+//! machine that reaches only Debian's packages. The library's interop tests and the
+//! `hopbudget-cli` proxy tests share this file.
 //!
 //! `HOPBUDGET_GO` names the `go` command (default `go`), `HOPBUDGET_GOPATH` the sources. Without
 //! them a test says what to install and passes, unless `HOPBUDGET_REQUIRE_SERVICES=1` (CI),
@@ -10,18 +12,17 @@
 
 use std::path::PathBuf;
 
-fn workspace() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// Build the workspace's `interop/<peer>` (a Go `main` package) into `target/go/<peer>`; `Err`
-/// says what is missing. `packages` names the Debian packages it needs beside `golang-go`.
-pub fn build(peer: &str, packages: &str) -> Result<PathBuf, String> {
+/// Build the workspace's `interop/<name>` (a Go `main` package); `Err` says what is missing.
+/// `packages` names the Debian packages it needs beside `golang-go`.
+pub fn build(name: &str, packages: &str) -> Result<PathBuf, String> {
     let go = std::env::var("HOPBUDGET_GO").unwrap_or_else(|_| "go".into());
     let gopath = std::env::var("HOPBUDGET_GOPATH").unwrap_or_else(|_| "/usr/share/gocode".into());
     let install = format!("apt-get install golang-go {packages}");
-    let out = workspace().join("target/go").join(peer);
-    let source = workspace().join("interop").join(peer);
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("go");
+    let out = dir.join(name);
+    let source = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../interop")
+        .join(name);
     let built = std::process::Command::new(&go)
         .args(["build", "-o"])
         .arg(&out)
@@ -29,8 +30,9 @@ pub fn build(peer: &str, packages: &str) -> Result<PathBuf, String> {
         .current_dir(&source)
         .env("GO111MODULE", "off")
         .env("GOPATH", &gopath)
+        .env("GOFLAGS", "")
         // Go needs a build cache; a CI job may have no `$HOME` to put it in.
-        .env("GOCACHE", workspace().join("target/go/cache"))
+        .env("GOCACHE", dir.join("cache"))
         .output();
     match built {
         Ok(o) if o.status.success() => Ok(out),
@@ -45,11 +47,11 @@ pub fn build(peer: &str, packages: &str) -> Result<PathBuf, String> {
     }
 }
 
-/// The built peer, or `None` after saying why the test is skipped; under
-/// `HOPBUDGET_REQUIRE_SERVICES=1` a peer that cannot be built fails the test.
-pub fn peer(built: &Result<PathBuf, String>) -> Option<tokio::process::Command> {
+/// The built program, or `None` after saying why the test is skipped; under
+/// `HOPBUDGET_REQUIRE_SERVICES=1` a program that cannot be built fails the test.
+pub fn skip_unless_built(built: &Result<PathBuf, String>) -> Option<PathBuf> {
     match built {
-        Ok(path) => Some(tokio::process::Command::new(path)),
+        Ok(path) => Some(path.clone()),
         Err(message) => {
             assert!(
                 std::env::var("HOPBUDGET_REQUIRE_SERVICES").as_deref() != Ok("1"),
@@ -59,4 +61,9 @@ pub fn peer(built: &Result<PathBuf, String>) -> Option<tokio::process::Command> 
             None
         }
     }
+}
+
+/// [`skip_unless_built`], as a command to start the program.
+pub fn peer(built: &Result<PathBuf, String>) -> Option<tokio::process::Command> {
+    skip_unless_built(built).map(tokio::process::Command::new)
 }
