@@ -146,15 +146,14 @@ fi
 gateway=${proxy_at[edge-gateway]}
 
 # Per hop: what its service printed for trace TRACE, and its proxy's `hop ended` line for the
-# request (the first after the BEFORE[name] it had before the request was sent).
-declare -A before
+# request, which names the trace (`trace_id`: each service forwards the trace id it got).
 report() { # TRACE
     local name line told outcome status err recorded label
     for name in "${names[@]}"; do
         line="" recorded=""
         for _ in $(seq 1 250); do
             line=$(grep -m1 "trace=$1 " "$dir/$name.out" || true)
-            recorded=$(grep 'hop ended' "$dir/$name.proxy.log" | sed -n "$((before[$name] + 1))p" |
+            recorded=$(grep -m1 "hop ended.* trace_id=$1" "$dir/$name.proxy.log" |
                 grep -o 'outcome="[a-z]*"' | cut -d'"' -f2 || true)
             [ -n "$line" ] && [ -n "$recorded" ] && break
             sleep 0.02
@@ -183,12 +182,9 @@ trace_id() { od -An -N16 -tx1 /dev/urandom | tr -d ' \n'; }
 
 n=0
 send() { # BUDGET QUERY DESCRIPTION [CURL ARGS...]
-    local trace answer status outcome name
+    local trace answer status outcome
     n=$((n + 1))
     trace=$(trace_id)
-    for name in "${names[@]}"; do
-        before[$name]=$(grep -c 'hop ended' "$dir/$name.proxy.log" || true)
-    done
     answer=$(curl -s -o /dev/null -D - "${@:4}" -H "x-request-timeout-ms: $1" \
         -H "traceparent: 00-$trace-$(trace_id | cut -c1-16)-01" "http://$gateway/edge-gateway$2" || true)
     status=$(echo "$answer" | head -1 | awk '{print $2}')

@@ -222,9 +222,19 @@ async fn a_budget_below_the_routes_minimum_is_refused_per_the_profile() {
 async fn at_the_deadline_the_caller_gets_504_and_the_services_request_is_ended() {
     let (service, _, mut events) = upstream().await;
     let mut proxy = Proxy::start(service, None, &[]).await;
-    let answer = http_get(proxy.addr, "/hang", &[("x-request-timeout-ms", "300")])
-        .await
-        .unwrap();
+    let answer = http_get(
+        proxy.addr,
+        "/hang",
+        &[
+            ("x-request-timeout-ms", "300"),
+            (
+                "traceparent",
+                "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            ),
+        ],
+    )
+    .await
+    .unwrap();
     assert_eq!(answer.status, 504, "{answer:?}");
     assert_eq!(answer.header("x-deadline-outcome"), Some("expired"));
     assert_eq!(next_event(&mut events).await, "entered");
@@ -239,6 +249,8 @@ async fn at_the_deadline_the_caller_gets_504_and_the_services_request_is_ended()
             "route=other",
             "outcome=\"expired\"",
             "budget_ms=300",
+            // The caller's trace: the line is found from the trace, and back (C14).
+            "trace_id=4bf92f3577b34da6a3ce929d0e0e4736",
         ])
         .await;
 }

@@ -324,6 +324,7 @@ impl HopConfig {
         // The hop span is the child of the caller's span across the wire (feature `otel`).
         if let Some(headers) = headers {
             observe::follow_remote_parent(hop.span(), headers);
+            hop.name_trace(headers);
         }
         // The budget was made a moment ago from this very value: no second clock read.
         let arrived = budget.at_arrival();

@@ -39,6 +39,18 @@ struct HopLine {
     status: Option<AnswerStatus>,
     /// Enforcement was off and would have done this ([C24](crate::contract#c24)).
     would: Option<Would>,
+    /// The W3C trace id the caller sent in `traceparent`, so a line can be found from a trace
+    /// (and the hops of one request across services from each other's lines).
+    trace_id: Option<u128>,
+}
+
+/// A trace id as W3C and OpenTelemetry write it: 32 lowercase hex digits.
+struct TraceHex(u128);
+
+impl std::fmt::Display for TraceHex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:032x}", self.0)
+    }
 }
 
 /// What enforcement would have done to a hop that ran with enforcement off (rule [C24](crate::contract#c24)).
@@ -210,6 +222,7 @@ impl Hop {
                 started: tokio::time::Instant::now(),
                 status: None,
                 would: None,
+                trace_id: None,
             })
         });
         Self {
@@ -221,6 +234,17 @@ impl Hop {
             arrival: (!count_now).then_some(arrival),
             finished: false,
             unenforced: false,
+        }
+    }
+
+    /// Name on the hop's line (when it has one) the trace the caller's `traceparent` names.
+    /// A header that is not a valid `traceparent` names none.
+    pub(crate) fn name_trace(&mut self, headers: &http::HeaderMap) {
+        if let Some(line) = self.line.as_mut() {
+            line.trace_id = headers
+                .get("traceparent")
+                .and_then(|v| super::TraceParent::parse(v.as_bytes()))
+                .map(|parent| parent.trace_id);
         }
     }
 
@@ -375,6 +399,7 @@ impl Hop {
                     Some(AnswerStatus::Grpc(code)) => Some(code),
                     _ => None,
                 },
+                trace_id = line.trace_id.map(|id| tracing::field::display(TraceHex(id))),
                 "hop ended"
             );
         }

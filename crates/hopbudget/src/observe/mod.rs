@@ -48,7 +48,7 @@ pub mod prometheus;
 #[cfg(feature = "otel")]
 pub mod propagation;
 mod trace_context;
-pub(crate) use trace_context::{add_link, current_position, follow_remote_parent};
+pub(crate) use trace_context::{TraceParent, add_link, current_position, follow_remote_parent};
 mod hop;
 pub use hop::Hop;
 pub(crate) use hop::{AnswerStatus, Would};

@@ -57,3 +57,46 @@ pub(crate) fn add_link(span: &Span, trace_id: u128, span_id: u64, flags: u8) {
     #[cfg(not(feature = "otlp"))]
     let _ = (span, trace_id, span_id, flags);
 }
+
+/// A parsed `traceparent`: version 00, trace id, parent span id, flags.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct TraceParent {
+    pub(crate) trace_id: u128,
+    pub(crate) span_id: u64,
+    pub(crate) flags: u8,
+}
+
+impl TraceParent {
+    /// Parse `00-<32 hex>-<16 hex>-<2 hex>`; all-zero ids are invalid (W3C Trace Context).
+    pub(crate) fn parse(value: &[u8]) -> Option<Self> {
+        let value = std::str::from_utf8(value).ok()?.trim();
+        let mut parts = value.split('-');
+        let (version, trace, span, flags) =
+            (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+        if parts.next().is_some()
+            || version != "00"
+            || trace.len() != 32
+            || span.len() != 16
+            || flags.len() != 2
+        {
+            return None;
+        }
+        let hex = |s: &str| s.bytes().all(|b| b.is_ascii_hexdigit());
+        if !(hex(trace) && hex(span) && hex(flags)) {
+            return None;
+        }
+        let parsed = Self {
+            trace_id: u128::from_str_radix(trace, 16).ok()?,
+            span_id: u64::from_str_radix(span, 16).ok()?,
+            flags: u8::from_str_radix(flags, 16).ok()?,
+        };
+        (parsed.trace_id != 0 && parsed.span_id != 0).then_some(parsed)
+    }
+
+    pub(crate) fn format(&self) -> String {
+        format!(
+            "00-{:032x}-{:016x}-{:02x}",
+            self.trace_id, self.span_id, self.flags
+        )
+    }
+}

@@ -396,7 +396,18 @@ async fn the_layer_logs_one_line_per_hop_and_rate_limited_notices() {
         }
         async move { req.send().await.unwrap().status().as_u16() }
     };
-    assert_eq!(get("/", Some("300")).await, 200);
+    // The first request names its trace, as an OpenTelemetry-instrumented caller does.
+    let traced = client
+        .get(format!("{url}/"))
+        .header("x-request-timeout-ms", "300")
+        .header(
+            "traceparent",
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(traced.status(), 200);
     assert_eq!(get("/", None).await, 200);
     for _ in 0..20 {
         assert_eq!(get("/short", Some("50")).await, 503);
@@ -422,6 +433,15 @@ async fn the_layer_logs_one_line_per_hop_and_rate_limited_notices() {
     assert!(first.contains_key("used_ms"), "{first:?}");
     // The answer's status beside the outcome: `completed` is the deadline's word only.
     assert_eq!(first["http_status"], "200", "{first:?}");
+    // The caller's trace, so the line can be found from the trace and the trace from it.
+    assert_eq!(
+        first["trace_id"], "0af7651916cd43dd8448eb211c80319c",
+        "{first:?}"
+    );
+    assert!(
+        !hops[1].contains_key("trace_id"),
+        "no traceparent, no trace id"
+    );
     assert_eq!(hops[1]["source"], "fallback");
     assert_eq!(hops[2]["outcome"], "refused");
     assert_eq!(hops[2]["required_ms"], "200");
