@@ -155,6 +155,26 @@ fn shrinks_hop_by_hop(request: &Request) {
     }
 }
 
+/// On reco-scorer's path every proxy recorded `outcome`, reco-scorer's `r.Context()` was
+/// cancelled, and each service above it ended as `ended(service, child)` accepts.
+fn path_ended(request: &Request, outcome: &str, ended: impl Fn(&str, &str) -> bool) {
+    for name in RECO_PATH {
+        assert_eq!(request.hop(name).proxy, outcome, "{name}: {request:#?}");
+    }
+    assert_eq!(
+        request.hop("reco-scorer").service,
+        "cancelled: r.Context() ended (context canceled)",
+        "{request:#?}"
+    );
+    for pair in RECO_PATH.windows(2) {
+        let (name, child) = (pair[0], pair[1]);
+        assert!(
+            ended(&request.hop(name).service, child),
+            "{name}: {request:#?}"
+        );
+    }
+}
+
 #[test]
 fn the_checkout_graph_behind_proxies_shrinks_the_budget_hop_by_hop_and_ends_it_everywhere() {
     let Some(node) = node() else {
@@ -208,28 +228,15 @@ fn the_checkout_graph_behind_proxies_shrinks_the_budget_hop_by_hop_and_ends_it_e
         "{expiring:#?}"
     );
     shrinks_hop_by_hop(expiring);
-    for name in RECO_PATH {
-        assert_eq!(expiring.hop(name).proxy, "expired", "{name}: {expiring:#?}");
-    }
-    assert_eq!(
-        expiring.hop("reco-scorer").service,
-        "cancelled: r.Context() ended (context canceled)",
-        "{expiring:#?}"
-    );
     // Each hop's own deadline is only a margin later than its child's: on a loaded machine
     // its proxy may end its request before the child's 504 has climbed back (then Go cancels
     // its r.Context(), or its egress answers its call 499 first, as when a caller leaves).
-    // Either way the hop ended at its deadline, and its proxy recorded `expired` (above).
-    for pair in RECO_PATH.windows(2) {
-        let (name, child) = (pair[0], pair[1]);
-        let service = &expiring.hop(name).service;
-        assert!(
-            *service == format!("answered 504: call to {child} answered 504 (expired)")
-                || service.starts_with("cancelled: r.Context() ended")
-                || *service == format!("answered 502: call to {child} answered 499 (cancelled)"),
-            "{name}: {expiring:#?}"
-        );
-    }
+    // Either way the hop ended at its deadline, and its proxy recorded `expired`.
+    path_ended(expiring, "expired", |service, child| {
+        *service == format!("answered 504: call to {child} answered 504 (expired)")
+            || service.starts_with("cancelled: r.Context() ended")
+            || *service == format!("answered 502: call to {child} answered 499 (cancelled)")
+    });
     for name in ["cart-svc", "pricing", "tax-calc"] {
         assert_eq!(expiring.hop(name).service, "answered 200", "{expiring:#?}");
         assert_eq!(expiring.hop(name).proxy, "completed", "{expiring:#?}");
@@ -244,21 +251,8 @@ fn the_checkout_graph_behind_proxies_shrinks_the_budget_hop_by_hop_and_ends_it_e
     let leaving = &requests[3];
     assert!(leaving.head.ends_with("-> no answer"), "{leaving:#?}");
     shrinks_hop_by_hop(leaving);
-    for name in RECO_PATH {
-        assert_eq!(leaving.hop(name).proxy, "cancelled", "{name}: {leaving:#?}");
-    }
-    assert_eq!(
-        leaving.hop("reco-scorer").service,
-        "cancelled: r.Context() ended (context canceled)",
-        "{leaving:#?}"
-    );
-    for pair in RECO_PATH.windows(2) {
-        let (name, child) = (pair[0], pair[1]);
-        let service = &leaving.hop(name).service;
-        assert!(
-            service == "cancelled: r.Context() ended (context canceled)"
-                || *service == format!("answered 502: call to {child} answered 499 (cancelled)"),
-            "{name}: {leaving:#?}"
-        );
-    }
+    path_ended(leaving, "cancelled", |service, child| {
+        service == "cancelled: r.Context() ended (context canceled)"
+            || *service == format!("answered 502: call to {child} answered 499 (cancelled)")
+    });
 }
