@@ -4,20 +4,12 @@
 //! classifies all of them alike (rules [C3](crate::contract#c3), [C9](crate::contract#c9), [C10](crate::contract#c10), [C17](crate::contract#c17)). Protocol-neutral in its
 //! dependencies (the `http` crate only), so the core's admission layer spells with it too.
 
-use http::{HeaderName, HeaderValue, Response, StatusCode};
+use http::{HeaderValue, Response, StatusCode};
 
 use crate::BudgetError;
-use crate::codec::{MalformedHeader, millis};
-use crate::status::{
-    HttpStatusMap, OUTCOME_METADATA, Outcome, REMAINING_MS_HEADER, REQUIRED_MS_HEADER,
-};
-
-/// `x-deadline-outcome`: the outcome an answer names.
-pub(crate) static OUTCOME_HEADER: HeaderName = HeaderName::from_static(OUTCOME_METADATA);
-/// `x-deadline-required-ms` on a refusal.
-pub(crate) static REQUIRED_HEADER: HeaderName = HeaderName::from_static(REQUIRED_MS_HEADER);
-/// `x-deadline-remaining-ms` on a refusal.
-pub(crate) static REMAINING_HEADER: HeaderName = HeaderName::from_static(REMAINING_MS_HEADER);
+use crate::codec::MalformedHeader;
+use crate::codec::marker::{self, Marker};
+use crate::status::{HttpStatusMap, Outcome};
 
 /// The answer for `err`: the status `map` gives its outcome, a one-line plain-text body, the
 /// outcome header; a refusal adds `Retry-After: 0` and the required and remaining budget.
@@ -36,20 +28,11 @@ pub(crate) fn http_answer<B: From<String>>(err: &BudgetError, map: &HttpStatusMa
         http::header::CONTENT_TYPE,
         HeaderValue::from_static("text/plain; charset=utf-8"),
     );
-    headers.insert(
-        OUTCOME_HEADER.clone(),
-        HeaderValue::from_static(outcome.as_str()),
-    );
     if let BudgetError::Refused(r) = err {
         headers.insert(http::header::RETRY_AFTER, HeaderValue::from_static("0"));
-        headers.insert(
-            REQUIRED_HEADER.clone(),
-            millis::encode(r.required()).to_header_value(),
-        );
-        headers.insert(
-            REMAINING_HEADER.clone(),
-            millis::encode(r.remaining()).to_header_value(),
-        );
+        marker::mark_refusal(headers, r);
+    } else {
+        marker::mark(headers, Marker::Stated(outcome));
     }
     res
 }
@@ -69,9 +52,6 @@ pub(crate) fn malformed_answer<B: From<String>>(
         http::header::CONTENT_TYPE,
         HeaderValue::from_static("text/plain; charset=utf-8"),
     );
-    headers.insert(
-        OUTCOME_HEADER.clone(),
-        HeaderValue::from_static("malformed"),
-    );
+    marker::mark(headers, Marker::Malformed);
     res
 }

@@ -149,44 +149,23 @@ impl GrpcStatusMap {
     }
 }
 
-/// Response header / gRPC metadata naming the budget a refuser needed, in ms.
+/// Response header / gRPC metadata naming the budget a refuser needed, in ms: the same as
+/// [`codec::marker::REQUIRED_MS`](crate::codec::marker::REQUIRED_MS), where the markers are
+/// read and written.
 ///
-/// See the [example](OUTCOME_METADATA#examples).
-pub const REQUIRED_MS_HEADER: &str = "x-deadline-required-ms";
-/// Response header / gRPC metadata naming the budget a refuser was given, in ms.
+/// See the [example](crate::codec::marker#examples).
+pub const REQUIRED_MS_HEADER: &str = crate::codec::marker::REQUIRED_MS;
+/// Response header / gRPC metadata naming the budget a refuser was given, in ms: the same as
+/// [`codec::marker::REMAINING_MS`](crate::codec::marker::REMAINING_MS).
 ///
-/// See the [example](OUTCOME_METADATA#examples).
-pub const REMAINING_MS_HEADER: &str = "x-deadline-remaining-ms";
+/// See the [example](crate::codec::marker#examples).
+pub const REMAINING_MS_HEADER: &str = crate::codec::marker::REMAINING_MS;
 /// Response header / gRPC metadata naming how the hop ended, on every answer a hopbudget
-/// layer makes itself: `refused`, `expired` or `cancelled`. A client reads it before the status
-/// code, so a refusal (which shares 503 / DEADLINE_EXCEEDED with other causes) and a proxy's
-/// 504 are told apart from hopbudget's own answers. A refusal adds [`REQUIRED_MS_HEADER`] and
-/// [`REMAINING_MS_HEADER`].
+/// layer makes itself (`refused`, `expired`, `cancelled`, `malformed`): the same as
+/// [`codec::marker::OUTCOME`](crate::codec::marker::OUTCOME).
 ///
-/// # Examples
-///
-/// A refusal as a hopbudget server sends it, read back by hand (the client layers and
-/// `grpc::refusal` do this for you):
-///
-/// ```
-/// use std::time::Duration;
-/// use hopbudget::Refused;
-/// use hopbudget::status::{OUTCOME_METADATA, REMAINING_MS_HEADER, REQUIRED_MS_HEADER};
-///
-/// let mut headers = http::HeaderMap::new();
-/// headers.insert(OUTCOME_METADATA, "refused".parse().unwrap());
-/// headers.insert(REQUIRED_MS_HEADER, "200".parse().unwrap());
-/// headers.insert(REMAINING_MS_HEADER, "120".parse().unwrap());
-///
-/// let ms = |name: &str| headers[name].to_str().ok()?.parse().ok().map(Duration::from_millis);
-/// let refused = match headers.get(OUTCOME_METADATA).map(|v| v.as_bytes()) {
-///     Some(b"refused") => ms(REQUIRED_MS_HEADER).zip(ms(REMAINING_MS_HEADER)),
-///     _ => None,
-/// };
-/// let (required, remaining) = refused.expect("a refusal");
-/// assert_eq!(Refused::new(required, remaining).required(), Duration::from_millis(200));
-/// ```
-pub const OUTCOME_METADATA: &str = "x-deadline-outcome";
+/// See the [example](crate::codec::marker#examples).
+pub const OUTCOME_METADATA: &str = crate::codec::marker::OUTCOME;
 
 #[cfg(test)]
 mod tests {

@@ -12,7 +12,6 @@ use std::time::Duration;
 use axum::http::HeaderMap;
 use hopbudget::grpc::client::{GrpcClient, GrpcClientLayer};
 use hopbudget::http::reqwest::{BudgetMiddleware, budget_error};
-use hopbudget::status::{REMAINING_MS_HEADER, REQUIRED_MS_HEADER};
 use hopbudget::{BudgetError, Outcome, Refused, SharedProfile};
 use reqwest_middleware::ClientWithMiddleware;
 use tonic::transport::Channel;
@@ -186,22 +185,13 @@ pub fn from_grpc(status: &tonic::Status) -> HopError {
 pub fn from_http(status: u16, headers: &HeaderMap) -> HopError {
     let map = hopbudget::status::HttpStatusMap::default();
     match hopbudget::http::client::classify(&map, status, headers) {
-        Outcome::Refused => HopError::Budget(BudgetError::Refused(Refused::new(
-            ms_header(headers, REQUIRED_MS_HEADER),
-            ms_header(headers, REMAINING_MS_HEADER),
-        ))),
+        Outcome::Refused => HopError::Budget(BudgetError::Refused(
+            hopbudget::codec::marker::refusal(headers)
+                .unwrap_or(Refused::new(Duration::ZERO, Duration::ZERO)),
+        )),
         Outcome::Expired => HopError::Budget(BudgetError::Expired),
         Outcome::Cancelled => HopError::Budget(BudgetError::Cancelled),
         Outcome::Completed if status == 400 => HopError::Malformed(format!("HTTP status {status}")),
         Outcome::Completed => HopError::Failed(format!("HTTP status {status}")),
     }
-}
-
-fn ms_header(h: &HeaderMap, name: &str) -> Duration {
-    Duration::from_millis(
-        h.get(name)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0),
-    )
 }

@@ -320,7 +320,9 @@ impl EdgeClient {
                 if let Some(f) = forward {
                     req = req.header(
                         hopbudget::codec::REQUEST_TIMEOUT_MS,
-                        hopbudget::codec::millis::encode(f).to_header_value(),
+                        hopbudget::codec::Carrier::RelativeMs
+                            .encode(f, || 0)
+                            .to_header_value(),
                     );
                 }
                 let resp = req
@@ -345,7 +347,7 @@ impl EdgeClient {
                 req.metadata_mut()
                     .insert(REQUEST_ID, tonic::metadata::MetadataValue::from(id));
                 if let Some(f) = forward {
-                    let v = hopbudget::codec::grpc_timeout::encode(f);
+                    let v = hopbudget::codec::Carrier::GrpcTimeout.encode(f, || 0);
                     if let Ok(v) = tonic::metadata::AsciiMetadataValue::try_from(v.as_bytes()) {
                         req.metadata_mut().insert(hopbudget::codec::GRPC_TIMEOUT, v);
                     }

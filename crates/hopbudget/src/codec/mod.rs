@@ -38,13 +38,18 @@
 //!
 //! Guide: *Budgets, carriers and retries*, `docs/guide/concepts.md` in the repository.
 
+pub(crate) mod answer;
 mod encoded;
 pub mod epoch;
 pub mod grpc_timeout;
 mod inbound;
+pub mod marker;
 pub mod millis;
 
 use std::fmt;
+use std::time::Duration;
+
+use http::{HeaderMap, HeaderName};
 
 pub use encoded::Encoded;
 pub use inbound::{Inbound, InboundCarriers, MalformedHeader, read_inbound};
@@ -78,6 +83,51 @@ pub const QUEUE_DEADLINE_EPOCH_MS: &str = "deadline-epoch-ms";
 /// See the [module example](self#example).
 pub const QUEUE_ORIGIN_BUDGET_MS: &str = "deadline-origin-ms";
 
+/// The deadline headers every stack knows, whatever a profile reads: what a hop removes
+/// before it restates the budget in its own carrier, and what never reaches a third party
+/// ([C9](crate::contract#c9), [C19](crate::contract#c19)). The queue's headers travel on
+/// messages, not requests.
+///
+/// ```
+/// use hopbudget::codec::{self, Carrier};
+///
+/// assert!(codec::WELL_KNOWN.contains(&Carrier::GrpcTimeout.default_header()));
+/// assert!(!codec::WELL_KNOWN.contains(&codec::QUEUE_DEADLINE_EPOCH_MS));
+/// ```
+pub const WELL_KNOWN: [&str; 5] = [
+    GRPC_TIMEOUT,
+    REQUEST_TIMEOUT_MS,
+    REQUEST_DEADLINE,
+    CONNECT_TIMEOUT_MS,
+    ENVOY_EXPECTED_RQ_TIMEOUT_MS,
+];
+
+/// Remove every [well-known](WELL_KNOWN) deadline header, and every header `also` picks (a
+/// profile's own carrier names), in one walk over the names: most requests carry one deadline
+/// header among a handful of others, so this beats one hashed `remove` per name.
+///
+/// ```
+/// use hopbudget::codec;
+///
+/// let mut headers = http::HeaderMap::new();
+/// headers.insert("grpc-timeout", "1H".parse().unwrap());
+/// headers.insert("x-budget", "900".parse().unwrap());
+/// headers.insert("traceparent", "00-x".parse().unwrap());
+/// codec::remove_deadline_headers(&mut headers, |name| name == "x-budget");
+/// assert_eq!(headers.len(), 1);
+/// ```
+pub fn remove_deadline_headers(headers: &mut HeaderMap, also: impl Fn(&HeaderName) -> bool) {
+    // Usually zero or one name: the vector allocates only when there is one to remove.
+    let found: Vec<HeaderName> = headers
+        .keys()
+        .filter(|name| WELL_KNOWN.contains(&name.as_str()) || also(name))
+        .cloned()
+        .collect();
+    for name in found {
+        headers.remove(name);
+    }
+}
+
 /// Where a budget came from: one of the wire carriers in the contract's table.
 ///
 /// # Examples
@@ -93,6 +143,10 @@ pub const QUEUE_ORIGIN_BUDGET_MS: &str = "deadline-origin-ms";
 /// // Relative carriers never call the wall clock; absolute ones subtract "now".
 /// assert_eq!(carrier.decode(b"250m", || unreachable!()), Ok(Duration::from_millis(250)));
 /// assert_eq!(Carrier::EpochMs.decode(b"1000400", || 1_000_000), Ok(Duration::from_millis(400)));
+/// // And back, rounded down (C2): the callee is never told more than it has.
+/// assert_eq!(carrier.encode(Duration::from_micros(250_999), || unreachable!()).as_str(), "250999u");
+/// assert_eq!(Carrier::RelativeMs.encode(Duration::from_micros(250_999), || unreachable!()).as_str(), "250");
+/// assert_eq!(Carrier::EpochMs.encode(Duration::from_millis(400), || 1_000_000).as_str(), "1000400");
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -173,12 +227,27 @@ impl Carrier {
         self,
         value: &[u8],
         now_unix_ms: impl FnOnce() -> u64,
-    ) -> Result<std::time::Duration, InvalidValue> {
+    ) -> Result<Duration, InvalidValue> {
         match self {
             Carrier::GrpcTimeout => grpc_timeout::decode(value),
             Carrier::RelativeMs | Carrier::Envoy => millis::decode(value),
             Carrier::Connect => millis::decode_connect(value),
             Carrier::EpochMs | Carrier::Queue => epoch::decode(value, now_unix_ms()),
+        }
+    }
+
+    /// Encode a relative budget in this carrier, rounded down and within the carrier's
+    /// limits ([C2](crate::contract#c2)). Absolute carriers add `now_unix_ms`, which the caller
+    /// reads from its wall clock at most once; relative ones never call it.
+    ///
+    /// See the [example](Self#examples).
+    #[inline]
+    pub fn encode(self, budget: Duration, now_unix_ms: impl FnOnce() -> u64) -> Encoded {
+        match self {
+            Carrier::GrpcTimeout => grpc_timeout::encode(budget),
+            Carrier::RelativeMs | Carrier::Envoy => millis::encode(budget),
+            Carrier::Connect => millis::encode_connect(budget),
+            Carrier::EpochMs | Carrier::Queue => epoch::encode(budget, now_unix_ms()),
         }
     }
 }
@@ -286,5 +355,26 @@ mod tests {
         assert_eq!(parse_digits(b"12a", 8), Err(InvalidValue::NotADigit));
         assert_eq!(parse_digits(b"", 8), Err(InvalidValue::Empty));
         assert_eq!(parse_digits(b"99999999999999999999", 20), Ok(u64::MAX));
+    }
+
+    #[test]
+    fn every_carrier_reads_back_what_it_writes_never_more() {
+        let now = || 1_700_000_000_000;
+        for carrier in Carrier::ALL {
+            for budget in [0, 1, 999, 294_999, 86_400_000_000] {
+                let budget = Duration::from_micros(budget);
+                let encoded = carrier.encode(budget, now);
+                let back = carrier.decode(encoded.as_bytes(), now).unwrap();
+                assert!(
+                    back <= budget,
+                    "{carrier}: {budget:?} came back as {back:?}"
+                );
+                assert!(
+                    budget - back < Duration::from_millis(1)
+                        || budget > Duration::from_secs(99_999),
+                    "{carrier}: {budget:?} lost more than rounding: {back:?}"
+                );
+            }
+        }
     }
 }

@@ -61,10 +61,10 @@ pub mod server;
 
 use std::time::Duration;
 
+use crate::codec::answer::{grpc_code_outcome, grpc_status_of};
+use crate::codec::marker::{self, Field, Marker};
 use crate::error::{BudgetError, Refused};
-use crate::status::{
-    GrpcCode, GrpcStatusMap, OUTCOME_METADATA, Outcome, REMAINING_MS_HEADER, REQUIRED_MS_HEADER,
-};
+use crate::status::{GrpcCode, GrpcStatusMap, Outcome};
 
 /// The tonic code for a profile's [`GrpcCode`].
 pub(crate) fn tonic_code(code: GrpcCode) -> tonic::Code {
@@ -72,10 +72,17 @@ pub(crate) fn tonic_code(code: GrpcCode) -> tonic::Code {
 }
 
 fn ms_metadata(d: Duration) -> tonic::metadata::AsciiMetadataValue {
-    let ms = crate::codec::millis::encode(d);
+    let ms = marker::encode_ms(d);
     // Decimal digits are always valid ASCII metadata.
     tonic::metadata::AsciiMetadataValue::try_from(ms.as_bytes())
         .unwrap_or_else(|_| tonic::metadata::AsciiMetadataValue::from_static("0"))
+}
+
+// A `tonic::Status`'s metadata carries the same marker fields as HTTP headers.
+impl marker::Fields for tonic::metadata::MetadataMap {
+    fn field(&self, field: Field) -> Option<&[u8]> {
+        self.get(field.name()).map(|v| v.as_encoded_bytes())
+    }
 }
 
 /// A `tonic::Status` for a budget outcome, spelled with `map` and marked with
@@ -109,8 +116,8 @@ pub fn budget_status(err: &BudgetError, map: &GrpcStatusMap) -> tonic::Status {
 pub(crate) fn malformed_status(map: &GrpcStatusMap, message: String) -> tonic::Status {
     let mut status = tonic::Status::new(tonic_code(map.malformed), message);
     status.metadata_mut().insert(
-        OUTCOME_METADATA,
-        tonic::metadata::AsciiMetadataValue::from_static("malformed"),
+        marker::OUTCOME,
+        tonic::metadata::AsciiMetadataValue::from_static(Marker::Malformed.as_str()),
     );
     status
 }
@@ -125,12 +132,12 @@ fn err_refused(err: &BudgetError) -> Option<Refused> {
 fn mark(status: &mut tonic::Status, outcome: Outcome, refused: Option<Refused>) {
     let md = status.metadata_mut();
     md.insert(
-        OUTCOME_METADATA,
-        tonic::metadata::AsciiMetadataValue::from_static(outcome.as_str()),
+        marker::OUTCOME,
+        tonic::metadata::AsciiMetadataValue::from_static(Marker::Stated(outcome).as_str()),
     );
     if let Some(r) = refused {
-        md.insert(REQUIRED_MS_HEADER, ms_metadata(r.required()));
-        md.insert(REMAINING_MS_HEADER, ms_metadata(r.remaining()));
+        md.insert(marker::REQUIRED_MS, ms_metadata(r.required()));
+        md.insert(marker::REMAINING_MS, ms_metadata(r.remaining()));
     }
 }
 
@@ -151,11 +158,7 @@ impl From<BudgetError> for tonic::Status {
 ///
 /// See the [example](budget_status#examples).
 pub fn outcome(status: &tonic::Status) -> Option<Outcome> {
-    let marker = status
-        .metadata()
-        .get(OUTCOME_METADATA)
-        .and_then(|v| crate::hop::outbound::reply::parse_marker(v.as_encoded_bytes()));
-    match crate::hop::outbound::reply::grpc_code_outcome(status.code() as i32, marker) {
+    match grpc_code_outcome(status.code() as i32, marker::read(status.metadata())) {
         Outcome::Completed => None,
         outcome => Some(outcome),
     }
@@ -169,14 +172,7 @@ pub fn refusal(status: &tonic::Status) -> Option<Refused> {
     if outcome(status) != Some(Outcome::Refused) {
         return None;
     }
-    let ms = |name: &str| -> Option<Duration> {
-        let v = status.metadata().get(name)?.to_str().ok()?;
-        Some(Duration::from_millis(v.parse().ok()?))
-    };
-    Some(Refused::new(
-        ms(REQUIRED_MS_HEADER)?,
-        ms(REMAINING_MS_HEADER)?,
-    ))
+    marker::refusal(status.metadata())
 }
 
 /// The header part of a trailers-only gRPC response for `status`.
@@ -192,21 +188,13 @@ pub(crate) fn note_answer(
     headers: &http::HeaderMap,
     map: &GrpcStatusMap,
 ) {
-    let Some(code) = crate::hop::outbound::reply::grpc_status_of(headers) else {
+    let Some(code) = grpc_status_of(headers) else {
         return;
     };
     guard.answer_status(crate::observe::AnswerStatus::Grpc(code));
-    let marked = headers
-        .get(&crate::http_answer::OUTCOME_HEADER)
-        .map(|v| v.as_bytes());
-    let ms = |name: &http::HeaderName| -> Option<Duration> {
-        let v = std::str::from_utf8(headers.get(name)?.as_bytes()).ok()?;
-        Some(Duration::from_millis(v.trim().parse().ok()?))
-    };
-    if marked == Some(b"refused".as_slice()) {
-        if let Some(required) = ms(&crate::http_answer::REQUIRED_HEADER) {
-            let remaining = ms(&crate::http_answer::REMAINING_HEADER).unwrap_or_default();
-            guard.answered_refused(Refused::new(required, remaining));
+    if marker::read(headers) == Some(Marker::Stated(Outcome::Refused)) {
+        if let Some(refused) = marker::refusal(headers) {
+            guard.answered_refused(refused);
             return;
         }
     }

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use super::HeaderCarrier;
 use super::trace_link;
 use crate::clock::{SystemClock, WallClock};
-use crate::codec::{epoch, millis};
+use crate::codec::Carrier;
 use crate::{BudgetError, Profile, RequestBudget, Source};
 
 /// What a [`Stamper`] wrote on a message.
@@ -225,8 +225,8 @@ impl Stamper {
         headers: &mut C,
     ) -> Result<Stamp, BudgetError> {
         let forward = budget.admit_forward()?;
-        let deadline = epoch::encode(forward, self.clock.now_unix_ms());
-        let origin = millis::encode(budget.at_arrival());
+        let deadline = Carrier::Queue.encode(forward, || self.clock.now_unix_ms());
+        let origin = Carrier::RelativeMs.encode(budget.at_arrival(), || 0);
         headers.set(&self.deadline_header, deadline.as_str());
         headers.set(&self.origin_header, origin.as_str());
         trace_link::inject(headers);

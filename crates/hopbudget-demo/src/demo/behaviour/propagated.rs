@@ -136,7 +136,9 @@ impl HopMode for Propagated {
         if stamper.stamp_with(&budget, &mut headers).is_err() {
             headers.insert(
                 codec::QUEUE_DEADLINE_EPOCH_MS,
-                codec::epoch::encode(Duration::ZERO, SystemClock.now_unix_ms()).to_header_value(),
+                codec::Carrier::Queue
+                    .encode(Duration::ZERO, || SystemClock.now_unix_ms())
+                    .to_header_value(),
             );
         }
         headers

@@ -1,9 +1,8 @@
 //! Reading a gRPC answer for a retry policy ([C6](crate::contract#c6)): a refusal arrives as a successful HTTP
 //! response whose status is in its headers, so it is classified from those.
 
-use crate::codec::millis;
-use crate::hop::outbound::reply::{grpc_outcome, grpc_status_of};
-use crate::http_answer::REQUIRED_HEADER;
+use crate::codec::answer::{grpc_outcome, grpc_status_of};
+use crate::codec::marker;
 use crate::retry::{self, Attempt, Classify};
 use crate::status::{GrpcCode, Outcome};
 
@@ -77,9 +76,7 @@ impl<B> Classify<http::Response<B>, tower::BoxError> for GrpcReplies {
             // The status is in the trailers: the answer is under way, not for a retry.
             None => Attempt::Done,
             Some(Outcome::Refused) => Attempt::Refused {
-                required: headers
-                    .get(&REQUIRED_HEADER)
-                    .and_then(|v| millis::decode(v.as_bytes()).ok()),
+                required: marker::required(headers),
             },
             Some(Outcome::Expired) => Attempt::Expired,
             Some(Outcome::Cancelled) => Attempt::Cancelled,

@@ -9,7 +9,7 @@ use super::future::ResponseFuture;
 use super::{GrpcClientLayer, ResponseBody};
 use crate::SharedProfile;
 use crate::budget::RequestBudget;
-use crate::codec::grpc_timeout;
+use crate::codec::Carrier;
 use crate::grpc::{budget_status, status_parts};
 use crate::hop::outbound::{Bound, Shared, host_header};
 use tower::BoxError;
@@ -88,7 +88,7 @@ where
         let per_call = req
             .headers()
             .get(&GRPC_TIMEOUT)
-            .and_then(|v| grpc_timeout::decode(v.as_bytes()).ok());
+            .and_then(|v| Carrier::GrpcTimeout.decode(v.as_bytes(), || 0).ok());
         // The explicit budget, else the ambient one, else the edge total, counted and logged
         // as the HTTP client does (C8); then C3: below the threshold nothing is sent, not even
         // a connection attempt.
@@ -115,7 +115,9 @@ where
             // tighter value already: C16).
             req.headers_mut().insert(
                 GRPC_TIMEOUT,
-                grpc_timeout::encode(call.forward).to_header_value(),
+                Carrier::GrpcTimeout
+                    .encode(call.forward, || 0)
+                    .to_header_value(),
             );
         } else {
             // C19, S16: a third party learns nothing of our deadlines.

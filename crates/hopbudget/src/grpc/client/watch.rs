@@ -7,11 +7,13 @@ use std::sync::Arc;
 use http::HeaderValue;
 
 use crate::budget::{Deadline, RequestBudget};
+use crate::codec::answer::grpc_outcome;
+use crate::codec::marker::{self, Marker};
 use crate::error::BudgetError;
 use crate::grpc::{budget_status, status_parts};
 use crate::hop::outbound::Shared;
-use crate::hop::outbound::reply::{grpc_outcome, settle};
-use crate::status::{OUTCOME_METADATA, Outcome};
+use crate::hop::outbound::reply::settle;
+use crate::status::Outcome;
 
 /// What the response needs to tell a late CANCELLED from a real one.
 #[derive(Clone, Debug)]
@@ -77,8 +79,5 @@ pub(super) fn relabel_late_cancel(headers: &mut http::HeaderMap, watch: &Watch) 
             "deadline exceeded (the peer reported CANCELLED after the deadline)",
         ),
     );
-    headers.insert(
-        OUTCOME_METADATA,
-        HeaderValue::from_static(Outcome::Expired.as_str()),
-    );
+    marker::mark(headers, Marker::Stated(Outcome::Expired));
 }

@@ -8,10 +8,11 @@ use pin_project_lite::pin_project;
 use tokio::time::Sleep;
 
 use super::method::{self, Proof};
+use crate::codec::marker;
 use crate::error::BudgetError;
 use crate::grpc::{budget_status, note_answer, status_parts};
 use crate::hop::{HopConfig, HopGuard};
-use crate::status::{GrpcStatusMap, OUTCOME_METADATA};
+use crate::status::GrpcStatusMap;
 
 pin_project! {
     /// Response body of [`GrpcServer`](super::GrpcServer): the handler's body, polled inside
@@ -187,7 +188,7 @@ impl<B: Body> Body for ResponseBody<B> {
 /// The trailers of a body the layer ended: `grpc-status` and `grpc-message` as a
 /// trailers-only response would carry them, plus the outcome mark.
 fn expired_trailers(parts: http::response::Parts, trailers: &mut HeaderMap) {
-    for name in ["grpc-status", "grpc-message", OUTCOME_METADATA] {
+    for name in ["grpc-status", "grpc-message", marker::OUTCOME] {
         if let Some(v) = parts.headers.get(name) {
             trailers.insert(name, v.clone());
         }

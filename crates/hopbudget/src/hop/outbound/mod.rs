@@ -6,13 +6,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::{HeaderMap, HeaderName, HeaderValue};
+use http::{HeaderMap, HeaderName};
 
 mod bound;
 pub(crate) mod reply;
 
 use crate::clock::{SystemClock, WallClock};
-use crate::codec::{Carrier, epoch, grpc_timeout, millis};
+use crate::codec::{self, Carrier, marker};
 use crate::profile::UnknownDestination;
 use crate::status::{HttpStatusMap, Outcome};
 use crate::{BudgetError, Deadline, Refused, RequestBudget, SharedProfile};
@@ -39,6 +39,9 @@ pub(crate) struct Shared {
     /// The host every call of this layer reaches, named when the layer was built (a tonic
     /// channel's endpoint: its requests carry only the method path, [C19](crate::contract#c19)).
     pub(crate) destination: Option<Arc<str>>,
+    /// The carrier calls are stamped in, when the layer's owner chose one (a sidecar telling a
+    /// gRPC service in `grpc-timeout`); otherwise the profile's outbound HTTP carrier.
+    pub(crate) carrier: Option<(Carrier, HeaderName)>,
 }
 
 /// One outbound call, planned: the budget it runs under, what the callee is told, how long
@@ -69,7 +72,24 @@ impl Shared {
             service,
             trust: Trust::Profile,
             destination: None,
+            carrier: None,
         })
+    }
+
+    /// A copy of `shared` that stamps `carrier`, under its default header name.
+    pub(crate) fn with_carrier(shared: &Arc<Self>, carrier: Carrier) -> Arc<Self> {
+        let mut copy = Self::clone(shared);
+        copy.carrier = Some((carrier, HeaderName::from_static(carrier.default_header())));
+        Arc::new(copy)
+    }
+
+    /// The carrier this layer stamps and reads a hand-set timeout from, and its header name.
+    #[inline]
+    fn carrier<'a>(&'a self, profile: &'a crate::Profile) -> (Carrier, &'a HeaderName) {
+        match &self.carrier {
+            Some((carrier, name)) => (*carrier, name),
+            None => profile.outbound_http(),
+        }
     }
 
     /// A copy of `shared` with another trust mode.
@@ -170,13 +190,13 @@ impl Shared {
         RequestBudget::fallback(edge_total, self.profile.current().policy())
     }
 
-    /// Write the forward budget into the profile's outbound carrier ([C2](crate::contract#c2): already rounded down
-    /// by the encoders).
+    /// Write the forward budget into this layer's carrier ([C2](crate::contract#c2): the
+    /// codec rounds down).
     pub(crate) fn stamp(&self, headers: &mut HeaderMap, forward: Duration) {
         let profile = self.profile.current();
-        let (carrier, name) = profile.outbound_http();
-        let value = encode(carrier, forward);
-        headers.insert(name.clone(), value);
+        let (carrier, name) = self.carrier(&profile);
+        let value = carrier.encode(forward, || SystemClock.now_unix_ms());
+        headers.insert(name.clone(), value.to_header_value());
     }
 
     /// Stamp the call's forward budget for a trusted destination, or remove every deadline
@@ -189,55 +209,28 @@ impl Shared {
         }
     }
 
-    /// A timeout the application put on the request by hand in the profile's outbound
-    /// carrier ([C16](crate::contract#c16)). A value that does not parse is replaced by the stamp, not trusted.
+    /// A timeout the application put on the request by hand in this layer's carrier
+    /// ([C16](crate::contract#c16)). A value that does not parse is replaced by the stamp, not
+    /// trusted.
     pub(crate) fn hand_set_http(&self, headers: &HeaderMap) -> Option<Duration> {
         let profile = self.profile.current();
-        let (carrier, name) = profile.outbound_http();
+        let (carrier, name) = self.carrier(&profile);
         let value = headers.get(name)?.as_bytes();
-        match carrier {
-            Carrier::EpochMs => epoch::decode(value, SystemClock.now_unix_ms()).ok(),
-            _ => millis::decode(value).ok(),
-        }
+        carrier.decode(value, || SystemClock.now_unix_ms()).ok()
     }
 
-    /// Remove every header that would tell a third party about this system's deadlines.
+    /// Remove every header that would tell a third party about this system's deadlines: the
+    /// well-known carriers, this layer's own, and hopbudget's `x-deadline-*` markers.
     pub(crate) fn strip(&self, headers: &mut HeaderMap) {
         let profile = self.profile.current();
-        let (_, ours) = profile.outbound_http();
-        headers.remove(ours);
-        for name in [
-            crate::codec::REQUEST_TIMEOUT_MS,
-            crate::codec::REQUEST_DEADLINE,
-            crate::codec::GRPC_TIMEOUT,
-            crate::codec::CONNECT_TIMEOUT_MS,
-            crate::codec::ENVOY_EXPECTED_RQ_TIMEOUT_MS,
-        ] {
-            headers.remove(name);
-        }
-        let internal: Vec<HeaderName> = headers
-            .keys()
-            .filter(|k| k.as_str().starts_with("x-deadline-"))
-            .cloned()
-            .collect();
-        for name in internal {
-            headers.remove(name);
-        }
+        let (_, ours) = self.carrier(&profile);
+        codec::remove_deadline_headers(headers, |name| {
+            name == ours || name.as_str().starts_with("x-deadline-")
+        });
     }
 
     pub(crate) fn status(&self) -> HttpStatusMap {
         *self.profile.current().http_status()
-    }
-}
-
-fn encode(carrier: Carrier, forward: Duration) -> HeaderValue {
-    match carrier {
-        Carrier::EpochMs | Carrier::Queue => {
-            epoch::encode(forward, SystemClock.now_unix_ms()).to_header_value()
-        }
-        Carrier::GrpcTimeout => grpc_timeout::encode(forward).to_header_value(),
-        Carrier::Connect => millis::encode_connect(forward).to_header_value(),
-        _ => millis::encode(forward).to_header_value(),
     }
 }
 
@@ -259,7 +252,7 @@ fn encode(carrier: Carrier, forward: Duration) -> HeaderValue {
 /// See the [module example](super#example).
 #[inline]
 pub fn classify(map: &HttpStatusMap, status: u16, headers: &HeaderMap) -> Outcome {
-    reply::http_outcome(map, status, headers)
+    codec::answer::http_outcome(map, status, headers)
 }
 
 /// The error a classified reply turns into; `None` for a completed call, and for a proxy's
@@ -288,18 +281,10 @@ pub(crate) fn reply_error(
         }
         Outcome::Expired => Some(BudgetError::Expired),
         Outcome::Cancelled => Some(BudgetError::Cancelled),
-        Outcome::Refused => {
-            let ms = |h| {
-                headers
-                    .get(h)
-                    .and_then(|v| millis::decode(v.as_bytes()).ok())
-                    .unwrap_or_default()
-            };
-            Some(BudgetError::Refused(Refused::new(
-                ms(&crate::http_answer::REQUIRED_HEADER),
-                ms(&crate::http_answer::REMAINING_HEADER),
-            )))
-        }
+        // A refusal that does not say what it needed still refused.
+        Outcome::Refused => Some(BudgetError::Refused(
+            marker::refusal(headers).unwrap_or(Refused::new(Duration::ZERO, Duration::ZERO)),
+        )),
     }
 }
 
@@ -321,7 +306,7 @@ pub(crate) fn host_header(headers: &HeaderMap) -> Option<&str> {
 /// An expiry status without hopbudget's marker, while the caller could still start a call:
 /// not this request's deadline (a hopbudget server always marks its own expiry).
 fn is_proxy_timeout(headers: &HeaderMap, budget: &RequestBudget) -> bool {
-    !headers.contains_key(&crate::http_answer::OUTCOME_HEADER)
+    marker::Fields::field(headers, marker::Field::Outcome).is_none()
         && budget.forward() >= budget.policy().refuse_below
 }
 
@@ -348,7 +333,7 @@ mod tests {
             .map(|(k, v)| {
                 (
                     http::HeaderName::from_static(k),
-                    HeaderValue::from_static(v),
+                    http::HeaderValue::from_static(v),
                 )
             })
             .collect()

@@ -42,6 +42,43 @@ impl ClientBudgetLayer {
         }
     }
 
+    /// Stamp the forward budget in `carrier`, under its default header, instead of the
+    /// profile's outbound HTTP carrier: for a callee whose stack reads another carrier (a
+    /// sidecar telling a gRPC service in `grpc-timeout`, or a service behind it that reads
+    /// Envoy's header). A timeout set by hand on a request ([C16](crate::contract#c16)) is read
+    /// from the same header. Every encoder rounds down ([C2](crate::contract#c2)).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use std::convert::Infallible;
+    /// use std::time::Duration;
+    /// use http::{Request, Response};
+    /// use hopbudget::codec::Carrier;
+    /// use hopbudget::http::client::ClientBudgetLayer;
+    /// use hopbudget::{Profile, RequestBudget};
+    /// use tower::{ServiceBuilder, ServiceExt};
+    ///
+    /// let profile = Profile::default();
+    /// let client = ServiceBuilder::new()
+    ///     .layer(ClientBudgetLayer::new(profile.clone()).stamp_in(Carrier::GrpcTimeout))
+    ///     .service_fn(|req: Request<()>| async move {
+    ///         assert!(!req.headers().contains_key("x-request-timeout-ms"));
+    ///         let sent = req.headers()["grpc-timeout"].to_str().unwrap().to_owned();
+    ///         Ok::<_, Infallible>(Response::new(sent))
+    ///     });
+    /// let budget = RequestBudget::local(Duration::from_millis(300), profile.policy());
+    /// let res = budget.scope(client.oneshot(Request::new(()))).await.unwrap();
+    /// // At most 294 ms, in the finest unit gRPC's eight digits allow (C2).
+    /// assert!(res.into_body().into_inner().ends_with('u'));
+    /// # }
+    /// ```
+    pub fn stamp_in(self, carrier: crate::codec::Carrier) -> Self {
+        Self {
+            shared: Shared::with_carrier(&self.shared, carrier),
+        }
+    }
+
     /// Send no deadline header from this client (rule [C19](crate::contract#c19), [S16](crate::contract#s16)): a third-party API client.
     /// The wait is still bounded by the budget, and a call is still refused locally when too
     /// little is left ([C2](crate::contract#c2), [C3](crate::contract#c3)).

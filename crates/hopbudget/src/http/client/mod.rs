@@ -6,14 +6,16 @@
 //! 1. takes the budget from the request extensions, else the task-local scope
 //!    ([`RequestBudget::current`](crate::RequestBudget::current)), else a fresh budget of the
 //!    profile's edge total, counted and logged ([C8](crate::contract#c8)): a call is never unbounded;
-//! 2. narrows it to a timeout the application set on this call by hand in the carrier header
+//! 2. narrows it to a timeout the application set on this call, a [`CallTimeout`] in the
+//!    request's extensions or a value set by hand in the carrier header
 //!    (`x-request-timeout-ms: 150`), as a child budget
 //!    ([`RequestBudget::child_until`](crate::RequestBudget::child_until)): the tighter of the
 //!    two wins, a longer per-call value never extends the budget ([C16](crate::contract#c16));
 //! 3. computes the forward budget, `remaining - hop_margin - transit_allowance` ([C2](crate::contract#c2)), and
 //!    fails with [`BudgetError::Refused`](crate::BudgetError::Refused) below the refuse
 //!    threshold without calling the inner client, so no connection is opened ([C3](crate::contract#c3));
-//! 4. stamps the profile's outbound carrier: relative milliseconds by default
+//! 4. stamps the profile's outbound carrier (or the one chosen with
+//!    [`stamp_in`](ClientBudgetLayer::stamp_in)): relative milliseconds by default
 //!    (`x-request-timeout-ms`), absolute epoch milliseconds (`x-request-deadline`) when the
 //!    profile says clocks are trusted; but only for a trusted destination ([C19](crate::contract#c19), [S16](crate::contract#s16)): for a
 //!    host outside the profile's `outbound.trusted_hosts`, or from a layer made
@@ -96,3 +98,35 @@ pub use body::ResponseBody;
 pub use future::ResponseFuture;
 pub use layer::ClientBudgetLayer;
 pub use service::ClientBudget;
+
+/// A timeout for one call, put in the request's extensions: the call runs under the tighter of
+/// it and the request's budget, never the looser ([C16](crate::contract#c16)), as a timeout
+/// set by hand in the carrier header does, without spelling it in a header first. A sidecar
+/// hands the deadline a service put on its own call this way.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use std::convert::Infallible;
+/// use std::time::Duration;
+/// use http::{Request, Response};
+/// use hopbudget::http::client::{CallTimeout, ClientBudgetLayer};
+/// use hopbudget::{Profile, RequestBudget};
+/// use tower::{ServiceBuilder, ServiceExt};
+///
+/// let profile = Profile::default();
+/// let client = ServiceBuilder::new()
+///     .layer(ClientBudgetLayer::new(profile.clone()))
+///     .service_fn(|req: Request<()>| async move {
+///         let sent = req.headers()["x-request-timeout-ms"].to_str().unwrap().to_owned();
+///         Ok::<_, Infallible>(Response::new(sent))
+///     });
+/// let budget = RequestBudget::local(Duration::from_secs(2), profile.policy());
+/// let mut call = Request::new(());
+/// call.extensions_mut().insert(CallTimeout(Duration::from_millis(100)));
+/// let res = budget.scope(client.oneshot(call)).await.unwrap();
+/// assert!(res.into_body().into_inner().parse::<u64>().unwrap() <= 94, "the call's 100 ms, less the margin");
+/// # }
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CallTimeout(pub std::time::Duration);

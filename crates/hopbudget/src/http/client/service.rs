@@ -4,7 +4,7 @@ use std::task::{Context, Poll};
 use http::{Request, Response};
 use tower_service::Service;
 
-use super::{ClientBudgetLayer, ResponseBody, ResponseFuture};
+use super::{CallTimeout, ClientBudgetLayer, ResponseBody, ResponseFuture};
 use crate::hop::outbound::{Bound, Shared, host_header};
 use tower::BoxError;
 
@@ -76,8 +76,14 @@ where
     }
 
     fn call(&mut self, mut req: Request<ReqBody>) -> Self::Future {
-        // C16: a timeout set by hand in the carrier header narrows this call, never widens it.
-        let per_call = self.shared.hand_set_http(req.headers());
+        // C16: a timeout set on the call (an extension, or by hand in the carrier header)
+        // narrows this call, never widens it.
+        let hand_set = self.shared.hand_set_http(req.headers());
+        let per_call = match (req.extensions().get::<CallTimeout>(), hand_set) {
+            (Some(CallTimeout(set)), Some(hand)) => Some((*set).min(hand)),
+            (Some(CallTimeout(set)), None) => Some(*set),
+            (None, hand) => hand,
+        };
         // C19: the URI's host and the `Host` header are both judged (an egress proxy on
         // loopback whose `Host` names a third party leads to the third party).
         let call = match self.shared.plan(

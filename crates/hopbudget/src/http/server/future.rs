@@ -14,8 +14,8 @@ use tokio::time::Sleep;
 use super::ResponseBody;
 use super::body::answer_length;
 use super::linger::LentBody;
+use crate::codec::marker::Marker;
 use crate::hop::HopGuard;
-use crate::hop::outbound::classify;
 use crate::http_answer::http_answer;
 use crate::status::{HttpStatusMap, Outcome};
 use crate::{Refused, RequestBudget};
@@ -139,16 +139,12 @@ impl<F, B> fmt::Debug for ResponseFuture<F, B> {
 fn note_answer(guard: &mut HopGuard, status: &HttpStatusMap, res: &http::response::Parts) {
     guard.answer_status(crate::observe::AnswerStatus::Http(res.status.as_u16()));
     let headers = &res.headers;
-    match classify(status, res.status.as_u16(), headers) {
+    match crate::codec::answer::http_outcome(status, res.status.as_u16(), headers) {
         Outcome::Completed => {}
         Outcome::Refused => {
-            let ms = |name: &http::HeaderName| {
-                let text = headers.get(name)?.to_str().ok()?;
-                Some(Duration::from_millis(text.trim().parse().ok()?))
-            };
-            let required = ms(&crate::http_answer::REQUIRED_HEADER).unwrap_or_default();
-            let remaining = ms(&crate::http_answer::REMAINING_HEADER).unwrap_or_default();
-            guard.answered_refused(Refused::new(required, remaining));
+            let refused = crate::codec::marker::refusal(headers)
+                .unwrap_or(Refused::new(Duration::ZERO, Duration::ZERO));
+            guard.answered_refused(refused);
         }
         outcome => guard.answered(outcome),
     }
@@ -160,16 +156,15 @@ fn note_answer(guard: &mut HopGuard, status: &HttpStatusMap, res: &http::respons
 #[inline]
 fn mark_handler_outcome(res: &mut http::response::Parts, status: &HttpStatusMap) {
     let code = res.status.as_u16();
-    let name = if code == status.expired {
-        "expired"
+    let outcome = if code == status.expired {
+        Outcome::Expired
     } else if code == status.cancelled {
-        "cancelled"
+        Outcome::Cancelled
     } else {
         return;
     };
-    res.headers
-        .entry(&crate::http_answer::OUTCOME_HEADER)
-        .or_insert(http::HeaderValue::from_static(name));
+    // The handler's own marker, if it set one, stands.
+    crate::codec::marker::mark_unless_marked(&mut res.headers, Marker::Stated(outcome));
 }
 
 impl<F, B, E> Future for ResponseFuture<F, B>

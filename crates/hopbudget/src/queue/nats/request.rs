@@ -7,12 +7,13 @@ use async_nats::{Client, HeaderMap, RequestErrorKind};
 use bytes::Bytes;
 use futures_util::StreamExt;
 
-use crate::codec::{Carrier, Inbound, MalformedHeader, millis};
+use crate::codec::marker::{self, Field, Marker};
+use crate::codec::{Carrier, Inbound, MalformedHeader};
 use crate::hop::{HopConfig, RouteLabel, Verdict};
 use crate::observe::Protocol;
 use crate::queue::HeaderCarrier;
 use crate::queue::gate::run_guarded;
-use crate::status::{OUTCOME_METADATA, REMAINING_MS_HEADER, REQUIRED_MS_HEADER};
+use crate::status::Outcome;
 use crate::{BudgetError, EndCause, Profile, Refused, RequestBudget};
 
 /// Core NATS requests carrying the caller's budget, like an outbound HTTP call.
@@ -135,7 +136,9 @@ impl Requester {
         };
         let forward = budget.admit_forward().map_err(budget_err)?;
         let mut headers = HeaderMap::new();
-        headers.insert(&*self.header, millis::encode(forward).as_str());
+        // Relative: a request/reply waits for its answer, so skew-immune time fits.
+        let told = Carrier::RelativeMs.encode(forward, || 0);
+        headers.insert(&*self.header, told.as_str());
         let request = async_nats::Request::new()
             .headers(headers)
             .payload(payload)
@@ -167,22 +170,15 @@ impl Requester {
         let Some(headers) = &reply.headers else {
             return Ok(reply);
         };
-        let ms = |h: &str| {
-            headers
-                .get(h)
-                .and_then(|v| millis::decode(v.as_str().as_bytes()).ok())
-                .unwrap_or_default()
-        };
-        match headers.get(OUTCOME_METADATA).map(|v| v.as_str()) {
-            Some("refused") => Err(budget_err(BudgetError::Refused(Refused::new(
-                ms(REQUIRED_MS_HEADER),
-                ms(REMAINING_MS_HEADER),
-            )))),
-            Some("expired") => Err(budget_err(BudgetError::Expired)),
+        match marker::read(headers) {
+            Some(Marker::Stated(Outcome::Refused)) => Err(budget_err(BudgetError::Refused(
+                marker::refusal(headers).unwrap_or(Refused::new(Duration::ZERO, Duration::ZERO)),
+            ))),
+            Some(Marker::Stated(Outcome::Expired)) => Err(budget_err(BudgetError::Expired)),
             // The responder's budget was cancelled: it answered with nothing, and an empty
             // payload must not pass for a successful reply (C4).
-            Some("cancelled") => Err(budget_err(BudgetError::Cancelled)),
-            Some("malformed") => Err(RequestError::Malformed {
+            Some(Marker::Stated(Outcome::Cancelled)) => Err(budget_err(BudgetError::Cancelled)),
+            Some(Marker::Malformed) => Err(RequestError::Malformed {
                 subject: name.clone(),
                 detail: headers
                     .get(DETAIL_HEADER)
@@ -349,7 +345,8 @@ impl Responder {
             .and_then(|h| HeaderCarrier::get(h, &self.header))
         {
             None => Ok(None),
-            Some(value) => millis::decode(value)
+            Some(value) => Carrier::RelativeMs
+                .decode(value, || 0)
                 .map(|left| {
                     Some(Inbound {
                         carrier: Carrier::RelativeMs,
@@ -367,11 +364,11 @@ impl Responder {
         let mut guard = match config.admit_inbound(inbound, RouteLabel::Known(subject)) {
             Verdict::Malformed(malformed) => {
                 // C9: a clear error naming the header, never "no deadline".
-                let mut headers = outcome("malformed");
+                let mut headers = outcome(Marker::Malformed);
                 headers.insert(DETAIL_HEADER, malformed.to_string());
                 return (headers, Bytes::new());
             }
-            Verdict::Expired => return (outcome("expired"), Bytes::new()),
+            Verdict::Expired => return (outcome(Marker::Stated(Outcome::Expired)), Bytes::new()),
             Verdict::Refused(refused) => return (refusal(refused), Bytes::new()),
             Verdict::Admitted(guard) => guard,
         };
@@ -389,31 +386,38 @@ impl Responder {
             }
             Err(EndCause::Expired) => {
                 guard.expired();
-                (outcome("expired"), Bytes::new())
+                (outcome(Marker::Stated(Outcome::Expired)), Bytes::new())
             }
             Err(EndCause::Cancelled) => {
                 guard.finish();
-                (outcome("cancelled"), Bytes::new())
+                (outcome(Marker::Stated(Outcome::Cancelled)), Bytes::new())
             }
         }
     }
 }
 
+// A NATS message's headers carry the same marker fields as HTTP headers.
+impl marker::Fields for HeaderMap {
+    fn field(&self, field: Field) -> Option<&[u8]> {
+        self.get(field.name()).map(|v| v.as_str().as_bytes())
+    }
+}
+
 fn refusal(refused: Refused) -> HeaderMap {
-    let mut headers = outcome("refused");
+    let mut headers = outcome(Marker::Stated(Outcome::Refused));
     headers.insert(
-        REQUIRED_MS_HEADER,
-        millis::encode(refused.required()).as_str(),
+        marker::REQUIRED_MS,
+        marker::encode_ms(refused.required()).as_str(),
     );
     headers.insert(
-        REMAINING_MS_HEADER,
-        millis::encode(refused.remaining()).as_str(),
+        marker::REMAINING_MS,
+        marker::encode_ms(refused.remaining()).as_str(),
     );
     headers
 }
 
-fn outcome(value: &str) -> HeaderMap {
+fn outcome(marker: Marker) -> HeaderMap {
     let mut headers = HeaderMap::new();
-    headers.insert(OUTCOME_METADATA, value);
+    headers.insert(marker::OUTCOME, marker.as_str());
     headers
 }
