@@ -30,20 +30,34 @@ use tokio::io::AsyncWriteExt;
 async fn destination() -> (SocketAddr, Arc<AtomicUsize>) {
     let calls = Arc::new(AtomicUsize::new(0));
     let counter = calls.clone();
-    let router = Router::new().route(
-        "/echo",
-        get(move |headers: HeaderMap| {
-            let counter = counter.clone();
-            async move {
-                counter.fetch_add(1, Ordering::SeqCst);
-                let mut text = String::new();
-                for (name, value) in &headers {
-                    text.push_str(&format!("{name}: {}\n", value.to_str().unwrap_or("?")));
+    let slow_counter = calls.clone();
+    let router = Router::new()
+        .route(
+            "/echo",
+            get(move |headers: HeaderMap| {
+                let counter = counter.clone();
+                async move {
+                    counter.fetch_add(1, Ordering::SeqCst);
+                    let mut text = String::new();
+                    for (name, value) in &headers {
+                        text.push_str(&format!("{name}: {}\n", value.to_str().unwrap_or("?")));
+                    }
+                    text
                 }
-                text
-            }
-        }),
-    );
+            }),
+        )
+        // Answers after 5 s: longer than any budget here.
+        .route(
+            "/slow",
+            get(move || {
+                let counter = slow_counter.clone();
+                async move {
+                    counter.fetch_add(1, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_secs(5)).await;
+                    "late"
+                }
+            }),
+        );
     (serve(router).await, calls)
 }
 
@@ -85,6 +99,11 @@ async fn service(ways: Ways) -> SocketAddr {
                         .and_then(|v| v.to_str().ok())
                         .unwrap_or("none")
                         .to_owned();
+                    let trace_seen = headers
+                        .get("traceparent")
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or("none")
+                        .to_owned();
                     if let Some(ms) = q.get("sleep") {
                         tokio::time::sleep(Duration::from_millis(ms.parse().unwrap())).await;
                     }
@@ -111,7 +130,10 @@ async fn service(ways: Ways) -> SocketAddr {
                     let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
                     stream.write_all(head.as_bytes()).await.unwrap();
                     let answer = read_answer(&mut stream).await.unwrap();
-                    let mut text = format!("told={told}\nstatus={}\n", answer.status);
+                    let mut text = format!(
+                        "told={told}\ntraceparent={trace_seen}\nstatus={}\n",
+                        answer.status
+                    );
                     for (name, value) in &answer.headers {
                         text.push_str(&format!("answer {name}: {value}\n"));
                     }
@@ -246,4 +268,141 @@ async fn an_untrusted_destination_gets_no_deadline_header() {
         }
     }
     assert_eq!(calls.load(Ordering::SeqCst), 2);
+}
+
+/// A gateway's client usually sends a deadline and no `traceparent`. The ingress starts the
+/// trace (C26): the service sees a valid one, carries it on its call as any OpenTelemetry SDK
+/// does, and the call is matched, so the destination is told less than the service was, not
+/// the 1000 ms edge total (issue #45: 986 ms for an 800 ms request).
+#[tokio::test]
+async fn without_a_traceparent_from_the_client_the_call_still_gets_its_requests_budget() {
+    let (proxy, calls) = setup(None).await;
+    for via in ["proxy", "to"] {
+        let path = format!("/call?via={via}");
+        let answer = http_get(proxy.addr, &path, &[("x-request-timeout-ms", "800")])
+            .await
+            .unwrap();
+        assert_eq!(answer.status, 200, "{answer:?}");
+        let body = &answer.body;
+        let started = line(body, "traceparent=").unwrap();
+        assert_eq!(started.len(), 55, "a W3C traceparent: {body}");
+        assert!(
+            started.starts_with("00-") && started.ends_with("-01"),
+            "{body}"
+        );
+        let told_service = ms(body, "told=");
+        let told_destination = ms(body, "x-request-timeout-ms: ");
+        assert!(told_service <= 794, "{body}");
+        assert!(
+            told_destination + 6 <= told_service,
+            "never more than the caller had: {body}"
+        );
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    let metrics = proxy.metrics().await;
+    assert!(
+        !metrics.contains("route=\"(outbound)\""),
+        "no call went unmatched: {metrics}"
+    );
+}
+
+/// `sidecar.unmatched: refuse`: a call the sidecar cannot match is refused before any
+/// connection, with an answer that says what to do, and counted (C26).
+#[tokio::test]
+async fn an_unmatched_call_can_be_refused_and_is_counted() {
+    let (proxy, calls) = setup(Some("sidecar: {unmatched: refuse}")).await;
+    let caller = [("x-request-timeout-ms", "5000"), ("traceparent", TRACE)];
+    let answer = http_get(proxy.addr, "/call?trace=no", &caller)
+        .await
+        .unwrap();
+    let body = &answer.body;
+    assert_eq!(line(body, "status="), Some("503"), "{body}");
+    assert!(
+        body.contains("forward the inbound request's traceparent"),
+        "{body}"
+    );
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        0,
+        "refused before any connection"
+    );
+    let metrics = proxy.metrics().await;
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("hopbudget_deadline_missing_total{")
+                && l.contains("route=\"(outbound)\"")
+                && l.ends_with(" 1")),
+        "{metrics}"
+    );
+}
+
+/// `sidecar.unmatched: no-deadline`: sent on with no deadline header at all.
+#[tokio::test]
+async fn an_unmatched_call_can_be_sent_without_a_deadline() {
+    let (proxy, calls) = setup(Some("sidecar: {unmatched: no-deadline}")).await;
+    let caller = [("x-request-timeout-ms", "5000"), ("traceparent", TRACE)];
+    let answer = http_get(proxy.addr, "/call?trace=no&own=700", &caller)
+        .await
+        .unwrap();
+    let body = &answer.body;
+    assert_eq!(line(body, "status="), Some("200"), "{body}");
+    for header in ["x-request-timeout-ms", "grpc-timeout", "x-request-deadline"] {
+        assert_eq!(line(body, &format!("{header}: ")), None, "{body}");
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+}
+
+/// By default an unmatched call gets the edge total, and is never silent: a WARN line names
+/// the service and the destination (C26).
+#[tokio::test]
+async fn an_unmatched_call_is_logged_at_warn_with_its_destination() {
+    let (mut proxy, _) = setup(None).await;
+    let caller = [("x-request-timeout-ms", "5000"), ("traceparent", TRACE)];
+    let answer = http_get(proxy.addr, "/call?trace=no", &caller)
+        .await
+        .unwrap();
+    assert_eq!(
+        line(&answer.body, "status="),
+        Some("200"),
+        "{}",
+        answer.body
+    );
+    let warned = proxy
+        .await_log(&["WARN", "matched no inbound request", "destination="])
+        .await;
+    assert!(warned.contains("unmatched=EdgeTotal"), "{warned}");
+}
+
+/// A caller that gives up on an egress call (`curl -m 0.3`) still leaves its one
+/// `egress call ended` line, as `cancelled` (issue #45 item 7).
+#[tokio::test]
+async fn an_abandoned_egress_call_leaves_its_line_as_cancelled() {
+    let (mut proxy, calls) = setup(None).await;
+    let destination = {
+        // The destination is the one `setup` started: find it through a matched call.
+        let caller = [("x-request-timeout-ms", "5000"), ("traceparent", TRACE)];
+        let answer = http_get(proxy.addr, "/call", &caller).await.unwrap();
+        line(&answer.body, "host: ").unwrap().to_owned()
+    };
+    let egress = proxy.egress.unwrap();
+    let mut stream = tokio::net::TcpStream::connect(egress).await.unwrap();
+    let head = format!(
+        "GET http://{destination}/slow HTTP/1.1\r\nhost: {destination}\r\ntraceparent: {TRACE}\r\n\r\n"
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    // Wait until the destination has the call, then leave.
+    let deadline = tokio::time::Instant::now() + support::PATIENCE;
+    while calls.load(Ordering::SeqCst) < 2 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the call never arrived"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    drop(stream);
+    let line = proxy
+        .await_log(&["egress call ended", "outcome=\"cancelled\""])
+        .await;
+    assert!(line.contains("matched=false"), "{line}");
 }

@@ -41,18 +41,36 @@ pub(crate) fn failure(error: &BoxError, profile: &Profile, grpc: bool) -> Respon
 
 /// A trailers-only gRPC answer: UNAVAILABLE (14), the status a gRPC client retries on.
 fn grpc_unavailable() -> Response<ProxyBody> {
+    grpc_error(14, "the service behind the proxy could not be reached")
+}
+
+/// A trailers-only gRPC answer with `code` and `message` (percent-encoded as gRPC asks).
+pub(crate) fn grpc_error(code: u8, message: &str) -> Response<ProxyBody> {
+    let encoded = grpc_message(message);
     let mut res = Response::new(empty());
     let headers = res.headers_mut();
     headers.insert(
         http::header::CONTENT_TYPE,
         HeaderValue::from_static("application/grpc"),
     );
-    headers.insert("grpc-status", HeaderValue::from_static("14"));
-    headers.insert(
-        "grpc-message",
-        HeaderValue::from_static("the service behind the proxy could not be reached"),
-    );
+    headers.insert("grpc-status", HeaderValue::from(u16::from(code)));
+    if let Ok(message) = HeaderValue::from_str(&encoded) {
+        headers.insert("grpc-message", message);
+    }
     res
+}
+
+/// gRPC's `grpc-message` spelling: percent-encode what is not printable ASCII, and `%` itself.
+fn grpc_message(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    for b in message.bytes() {
+        if (0x20..0x7f).contains(&b) && b != b'%' {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }
 
 pub(crate) fn full(bytes: Bytes) -> ProxyBody {

@@ -18,17 +18,18 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use hopbudget::SharedProfile;
 use hopbudget::clock::{SystemClock, WallClock};
 use hopbudget::codec::read_inbound;
-use hopbudget::http::client::ClientBudgetLayer;
+use hopbudget::http::client::CallTimeout;
+use hopbudget::profile::Unmatched;
+use hopbudget::{BudgetError, Outcome, Profile, SharedProfile};
 use http::{HeaderValue, Method, Request, Response, StatusCode, Version};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use tower::util::MapRequest;
 use tower::{Layer, Service, ServiceExt};
 
 use super::ProxyBody;
@@ -36,7 +37,7 @@ use super::answer::{self, full};
 use super::ingress::is_grpc;
 use super::options::UpstreamCarrier;
 use super::registry::Registry;
-use super::restate;
+use super::restate::{self, Stampers};
 use super::upstream::{Upstream, UpstreamClient, http1_client, strip_hop_by_hop};
 
 /// Where an egress listener sends calls.
@@ -58,10 +59,13 @@ pub(crate) struct Egress {
 #[derive(Debug)]
 struct Shared {
     profile: SharedProfile,
+    // The last second an unmatched call was logged, and the ones left out since.
+    unmatched_warned_s: AtomicU64,
+    unmatched_quiet: AtomicU64,
     registry: Arc<Registry>,
-    carrier: UpstreamCarrier,
-    // Judges each destination against the profile's `outbound.trusted_hosts` (C19).
-    client: ClientBudgetLayer,
+    // Judge each destination against the profile's `outbound.trusted_hosts` (C19); one layer
+    // per carrier the destination is told in.
+    client: Stampers,
 }
 
 impl Egress {
@@ -71,12 +75,13 @@ impl Egress {
         registry: Arc<Registry>,
         carrier: UpstreamCarrier,
     ) -> Self {
-        let client = ClientBudgetLayer::new(profile.clone());
+        let client = Stampers::for_profile(profile.clone(), carrier);
         Self {
             shared: Arc::new(Shared {
                 profile,
+                unmatched_warned_s: AtomicU64::new(0),
+                unmatched_quiet: AtomicU64::new(0),
                 registry,
-                carrier,
                 client,
             }),
             destination: Arc::new(Destination::Named(Box::new(http1_client()))),
@@ -123,8 +128,8 @@ async fn call(
     let profile = shared.profile.current();
     let found = shared.registry.find(req.headers());
     // C16: a deadline the service put on the call itself narrows the budget, never widens
-    // it. Handed to the client layer in the profile's outbound carrier, which it reads as
-    // the call's own timeout; every other deadline header goes.
+    // it. Read once here and handed to the client layer as the call's own timeout, in the
+    // request's extensions; every deadline header goes, and the client layer stamps once.
     let own = read_inbound(
         req.headers(),
         profile.inbound(),
@@ -136,13 +141,28 @@ async fn call(
     .map(|inbound| inbound.budget);
     restate::strip_carriers(req.headers_mut(), &profile);
     if let Some(own) = own {
-        let (carrier, name) = profile.outbound_http();
-        let value = restate::encode(carrier, own, || SystemClock.now_unix_ms());
-        req.headers_mut().insert(name.clone(), value);
+        req.extensions_mut().insert(CallTimeout(own));
     }
-    let matched = found.is_some();
-    if let Some(budget) = found {
-        req.extensions_mut().insert(budget);
+    let destination_host = match &*destination {
+        Destination::Fixed(upstream) => Some(upstream.authority().to_string()),
+        Destination::Named(_) => req.uri().authority().map(ToString::to_string),
+    };
+    // One line for this call however it ends, the caller leaving included (item 7).
+    let mut record = CallRecord::new(destination_host, found.is_some());
+    let unmatched = match found {
+        Some(found) => {
+            if found.ambiguous {
+                count_ambiguous(profile.service());
+            }
+            req.extensions_mut().insert(found.budget);
+            None
+        }
+        None => Some(shared.unmatched(&profile, record.destination())),
+    };
+    if unmatched == Some(Unmatched::Refuse) {
+        hopbudget::observe::outbound_missing(profile.service());
+        record.finish("refused", StatusCode::SERVICE_UNAVAILABLE.as_u16(), None);
+        return Ok(unmatched_refusal(grpc));
     }
     let client = match &*destination {
         Destination::Fixed(upstream) => {
@@ -156,17 +176,15 @@ async fn call(
         }
         Destination::Named(client) => {
             if req.method() == Method::CONNECT {
-                return Ok(plain(
-                    StatusCode::NOT_IMPLEMENTED,
-                    "hopbudget proxy: CONNECT (HTTPS) is not supported by the egress proxy: \
-                     the deadline headers of a tunnelled request cannot be read or written",
-                ));
+                record.finish("refused", StatusCode::NOT_IMPLEMENTED.as_u16(), None);
+                return Ok(connect_refusal(grpc));
             }
             if req.uri().authority().is_none() {
+                record.finish("refused", StatusCode::BAD_REQUEST.as_u16(), None);
                 return Ok(plain(
                     StatusCode::BAD_REQUEST,
                     "hopbudget proxy: the egress proxy needs an absolute URI \
-                     (GET http://host:port/path); for one fixed destination use --egress-to",
+                     (GET http://host:port/path); for one fixed destination use --egress-to\n",
                 ));
             }
             strip_hop_by_hop(req.headers_mut(), grpc);
@@ -174,36 +192,156 @@ async fn call(
             (**client).clone()
         }
     };
-    let destination_host = req.uri().authority().map(ToString::to_string);
-    let target = shared.carrier.for_request(grpc);
-    let spell = restate::on_request(profile.clone(), target);
-    let call = shared.client.layer(MapRequest::new(client, spell));
-    let result = call.oneshot(req).await;
-    let status = match &result {
-        Ok(res) => res.status().as_u16(),
-        Err(_) => 0,
+    let layer = if unmatched == Some(Unmatched::NoDeadline) {
+        shared.client.untrusted()
+    } else {
+        shared.client.get(grpc)
     };
-    tracing::info!(
-        target: "hopbudget::egress",
-        destination = destination_host.as_deref().unwrap_or("?"),
-        matched,
-        status,
-        error = result.as_ref().err().map(|e| e.to_string()),
-        "egress call ended"
-    );
+    let result = layer.layer(client).oneshot(req).await;
     match result {
         Ok(mut res) => {
+            let status = res.status().as_u16();
+            let outcome = answer_outcome(&profile, status, res.headers(), grpc);
+            record.finish(outcome, status, None);
             if !grpc {
                 strip_hop_by_hop(res.headers_mut(), false);
             }
             Ok(res.map(BodyExt::boxed_unsync))
         }
-        Err(error) => Ok(answer::failure(&error, &profile, grpc)),
+        Err(error) => {
+            let outcome = BudgetError::find(&*error).map_or("error", |e| e.outcome().as_str());
+            record.finish(outcome, 0, Some(error.to_string()));
+            Ok(answer::failure(&error, &profile, grpc))
+        }
     }
+}
+
+/// How an answer that came back ended, as the client layers read it: `completed` unless it
+/// is marked (or, over HTTP, coded) as a deadline outcome.
+fn answer_outcome(
+    profile: &Profile,
+    status: u16,
+    headers: &http::HeaderMap,
+    grpc: bool,
+) -> &'static str {
+    let outcome = if grpc {
+        hopbudget::codec::marker::outcome(headers).unwrap_or(Outcome::Completed)
+    } else {
+        hopbudget::http::client::classify(profile.http_status(), status, headers)
+    };
+    outcome.as_str()
+}
+
+/// The `egress call ended` line of one call, written once: when the call ends, or, if the
+/// service leaves first (the future is dropped), as `cancelled`.
+struct CallRecord {
+    destination: Option<String>,
+    matched: bool,
+    written: bool,
+}
+
+impl CallRecord {
+    fn new(destination: Option<String>, matched: bool) -> Self {
+        Self {
+            destination,
+            matched,
+            written: false,
+        }
+    }
+
+    fn destination(&self) -> &str {
+        self.destination.as_deref().unwrap_or("?")
+    }
+
+    fn finish(&mut self, outcome: &str, status: u16, error: Option<String>) {
+        self.written = true;
+        tracing::info!(
+            target: "hopbudget::egress",
+            destination = self.destination(),
+            matched = self.matched,
+            outcome,
+            status,
+            error,
+            "egress call ended"
+        );
+    }
+}
+
+impl Drop for CallRecord {
+    fn drop(&mut self) {
+        if !self.written {
+            self.finish("cancelled", 0, None);
+        }
+    }
+}
+
+/// More than one request in flight matched an outbound call; it got the tightest budget.
+fn count_ambiguous(service: &str) {
+    metrics::counter!(AMBIGUOUS_TOTAL, "service" => service.to_owned()).increment(1);
+}
+
+/// Counter: outbound calls whose trace context (or request id) matched more than one inbound
+/// request in flight; each got the smallest remaining budget among them (C26).
+pub(crate) const AMBIGUOUS_TOTAL: &str = "hopbudget_proxy_match_ambiguous_total";
+
+impl Shared {
+    /// The profile's choice for a call that matches no request in flight, logged at WARN
+    /// with its destination, at most one line a second (a service that never forwards trace
+    /// context would otherwise write one per call); the lines left out are counted on the next.
+    fn unmatched(&self, profile: &Profile, destination: &str) -> Unmatched {
+        let choice = profile.spec().sidecar.unmatched;
+        let now_s = SystemClock.now_unix_ms() / 1000;
+        let last = self.unmatched_warned_s.swap(now_s, Ordering::Relaxed);
+        if last == now_s {
+            self.unmatched_quiet.fetch_add(1, Ordering::Relaxed);
+        } else {
+            let left_out = self.unmatched_quiet.swap(0, Ordering::Relaxed);
+            tracing::warn!(
+                target: "hopbudget::egress",
+                service = profile.service(),
+                destination,
+                unmatched = ?choice,
+                left_out,
+                "outbound call matched no inbound request in flight: the service does not forward \
+                 trace context (traceparent, b3 or a request id) on this call, so its deadline is \
+                 unknown (C26)"
+            );
+        }
+        choice
+    }
+}
+
+/// The answer to an unmatched call under `sidecar.unmatched: refuse`.
+fn unmatched_refusal(grpc: bool) -> Response<ProxyBody> {
+    const WHY: &str = "hopbudget proxy: this outbound call matched no inbound request in flight, \
+        and the profile refuses such calls (sidecar.unmatched: refuse): forward the inbound \
+        request's traceparent (or b3, or its request id) on every outbound call";
+    if grpc {
+        return answer::grpc_error(9, WHY);
+    }
+    plain(StatusCode::SERVICE_UNAVAILABLE, WHY)
+}
+
+/// The answer to `CONNECT` (an HTTPS tunnel, or a gRPC client that takes `http_proxy` for a
+/// tunnel): what to do instead.
+fn connect_refusal(grpc: bool) -> Response<ProxyBody> {
+    const WHY: &str = "hopbudget proxy: CONNECT is not supported by the egress proxy: the \
+        deadline headers of a tunnelled request cannot be read or written. For gRPC and h2c, \
+        dial a --egress-to LISTEN=HOST:PORT listener instead of using http_proxy (grpcio: set \
+        the channel option grpc.enable_http_proxy=0, or unset http_proxy for it); for HTTPS, \
+        call the destination directly.";
+    if grpc {
+        return answer::grpc_error(14, WHY);
+    }
+    plain(StatusCode::NOT_IMPLEMENTED, WHY)
 }
 
 fn plain(status: StatusCode, text: &'static str) -> Response<ProxyBody> {
     let mut res = Response::new(full(Bytes::from_static(text.as_bytes())));
+    res.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
     *res.status_mut() = status;
     res
 }

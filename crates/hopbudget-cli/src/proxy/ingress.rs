@@ -2,10 +2,11 @@
 //! layer behind, the service's own address at the end.
 //!
 //! ```text
-//! caller ─> ServerBudget | GrpcServer ─> forward ─> ClientBudget ─> restate ─> hyper-util ─> service
-//!           carriers read, clamped (C9)   carriers   forward budget  one carrier
-//!           malformed/expired/refused     stripped   refuse (C3)     for the service
-//!           answered here (C3, C18)                  wait bounded (C2, S4)
+//! caller ─> ServerBudget | GrpcServer ─> forward ─> ClientBudget ─────────────> hyper-util ─> service
+//!           carriers read, clamped (C9)   carriers   budget from extensions
+//!           malformed/expired/refused     stripped   forward budget, refuse (C3)
+//!           answered here (C3, C18)                  stamped once, in the service's carrier
+//!                                                    wait bounded (C2, S4)
 //!           deadline: 504 / DEADLINE_EXCEEDED, the call below dropped (C4, C7)
 //!           caller gone: cancelled, the call below dropped (C5)
 //!           one outcome per hop, recorded by the hop guard (C14, C17)
@@ -26,7 +27,7 @@ use hopbudget::{RequestBudget, SharedProfile};
 use http::{Request, Response};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use tower::util::{BoxCloneService, MapRequest, Oneshot};
+use tower::util::{BoxCloneService, Oneshot};
 use tower::{Layer, Service, ServiceBuilder, ServiceExt};
 
 use super::ProxyBody;
@@ -34,8 +35,9 @@ use super::answer;
 use super::options::UpstreamCarrier;
 use super::paired::Pairing;
 use super::registry::Registry;
-use super::restate;
+use super::restate::{self, Stampers};
 use super::serve::PerConnection;
+use super::trace_context::Starter;
 use super::upstream::{Upstream, strip_hop_by_hop};
 
 type Stack = BoxCloneService<Request<Incoming>, Response<ProxyBody>, Infallible>;
@@ -62,13 +64,16 @@ impl std::fmt::Debug for Ingress {
 struct Forwarder {
     profile: SharedProfile,
     upstream: Upstream,
-    carrier: UpstreamCarrier,
     // The service behind a sidecar is internal by definition: the budget always goes to it
-    // (C19's trust list is for the service's own outbound calls).
-    client: ClientBudgetLayer,
+    // (C19's trust list is for the service's own outbound calls). One layer per carrier.
+    client: Stampers,
     // Set when the service's outbound calls come back through the proxy (egress): admitted
     // requests are findable by their trace context while their answer is being sent.
     registry: Option<Arc<Registry>>,
+    // Set with the registry: a request without trace context or request id gets one, so its
+    // outbound calls can be matched (C26). Without an egress nothing would read it, and the
+    // service's own spans would name a parent no one exports.
+    starter: Option<Starter>,
 }
 
 impl Ingress {
@@ -77,13 +82,14 @@ impl Ingress {
         upstream: Upstream,
         carrier: UpstreamCarrier,
         registry: Option<Arc<Registry>>,
+        starter: Option<Starter>,
     ) -> Self {
         let forwarder = Arc::new(Forwarder {
-            client: ClientBudgetLayer::new(profile.clone()).trust_all(),
+            client: Stampers::new(ClientBudgetLayer::new(profile.clone()).trust_all(), carrier),
             profile: profile.clone(),
             upstream,
-            carrier,
             registry,
+            starter,
         });
         let to = |grpc: bool| {
             let forwarder = forwarder.clone();
@@ -125,6 +131,10 @@ impl Service<Request<Incoming>> for Ingress {
     }
 
     fn call(&mut self, mut req: Request<Incoming>) -> Self::Future {
+        // Before the server layer reads the request: its hop line and span name the trace.
+        if let Some(starter) = &self.forwarder.starter {
+            starter.ensure(req.headers_mut());
+        }
         // An HTTP/1.x caller's requests come one after another: they share one connection to
         // the service. HTTP/2 callers' streams run side by side and take the pooled client.
         if let Some(pairing) = &self.pairing {
@@ -172,9 +182,7 @@ async fn forward(
     restate::strip_carriers(req.headers_mut(), &profile);
     let pairing = req.extensions_mut().remove::<Pairing>();
     let client = forwarder.upstream.prepare_call(&mut req, grpc, pairing);
-    let target = forwarder.carrier.for_request(grpc);
-    let spell = restate::on_request(profile.clone(), target);
-    let call = forwarder.client.layer(MapRequest::new(client, spell));
+    let call = forwarder.client.get(grpc).layer(client);
     // Dropping this future (the deadline passed, or the caller left) drops hyper's: the
     // stream is reset or the connection closed, and the service's handler is cancelled.
     match call.oneshot(req).await {

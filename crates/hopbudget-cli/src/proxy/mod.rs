@@ -22,13 +22,16 @@
 //!   admin port's `/metrics`, and one `hop ended` line on stderr (C14, C17).
 //!
 //! - the service's outbound calls through the proxy (`--egress`, `--egress-to`) get the
-//!   remaining budget of the request they belong to, found by the `traceparent` the service
-//!   forwards, minus the margin (C2, C3, C8, C19).
+//!   remaining budget of the request they belong to, found by the trace context (or request
+//!   id) the service forwards, minus the margin (C2, C3, C8, C19); a request that arrives
+//!   without trace context gets one at the ingress, so that its calls can be matched, and a
+//!   call that matches nothing is counted and logged, and gets what the profile's
+//!   `sidecar.unmatched` says (C26).
 //!
 //! Files: [`options`] (the command line), `ingress` (the per-request stack), `restate` (the
 //! carriers), `upstream` (the client), `paired` (an HTTP/1.1 caller's own connection to the
-//! service), `answer` (failed calls), `registry` (requests in
-//! flight by trace context), `egress` (outbound calls), `serve` (accepting and the clean
+//! service), `answer` (failed calls), `trace_context` (trace context started at the ingress),
+//! `registry` (requests in flight by trace context), `egress` (outbound calls), `serve` (accepting and the clean
 //! stop), `admin` (`/metrics`), `log_fields` (the log lines' fields).
 //!
 //! Not yet: TLS, reloading the profile while running.
@@ -43,6 +46,7 @@ mod paired;
 mod registry;
 mod restate;
 mod serve;
+mod trace_context;
 mod upstream;
 
 use std::io::Write;
@@ -154,12 +158,17 @@ async fn run_async(args: &ProxyArgs, profile: Profile) -> ExitCode {
     let shared = SharedProfile::new(profile);
     let egress_wanted = args.egress.is_some() || !args.egress_to.is_empty();
     let registry = egress_wanted.then(|| registry::Registry::new(args.request_id_header.clone()));
+    let starter = egress_wanted.then(|| {
+        let ratio = shared.current().spec().sidecar.sample_ratio;
+        trace_context::Starter::new(ratio, args.request_id_header.clone())
+    });
     let upstream = upstream::Upstream::new(args.upstream.clone(), args.upstream_protocol);
     let ingress = ingress::Ingress::new(
         shared.clone(),
         upstream,
         args.upstream_carrier,
         registry.clone(),
+        starter,
     );
     let mut egress_listeners = Vec::new();
     if let Some(registry) = registry {

@@ -1,11 +1,14 @@
-//! The inbound requests in flight, found again when the service calls out: by the W3C trace
-//! context it forwards (`traceparent`, which OpenTelemetry-instrumented services propagate on
-//! their own), or by a request-id header the operator names.
+//! The inbound requests in flight, found again when the service calls out: by the trace
+//! context it forwards (W3C `traceparent`, which OpenTelemetry-instrumented services propagate
+//! on their own, or Zipkin's B3), or by a request id (`x-request-id`, which Envoy and Istio
+//! fleets forward, or a header the operator names).
 //!
-//! An admitted request is registered under its trace id (and request id) for as long as its
-//! answer is being sent; an outbound call carrying the same trace id gets that request's
-//! budget (rule C25). Several requests in flight under one trace id (a chain that comes back
-//! through the same service) resolve to the latest, the innermost hop of the chain.
+//! An admitted request is registered under each of those keys for as long as its answer is
+//! being sent; an outbound call carrying one of them gets that request's budget (rule C25). A
+//! request id names one request and is tried first, then the trace id. Several requests in
+//! flight under one key (a client reusing a `traceparent`, fan-out through one sidecar, a chain
+//! that comes back through the same service) resolve to the smallest remaining budget among
+//! them, never a larger one, and the ambiguity is counted (C26).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,8 +17,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use hopbudget::RequestBudget;
 use http::{HeaderMap, HeaderName};
 
-/// W3C Trace Context's header.
-const TRACEPARENT: &str = "traceparent";
+use super::trace_context::{TRACEPARENT, b3_trace_id, traceparent_trace_id};
+
+/// Envoy's and Istio's request id, read whatever `--request-id-header` names.
+const X_REQUEST_ID: &str = "x-request-id";
 
 /// Budgets of the requests in flight, by trace id and request id.
 #[derive(Debug)]
@@ -23,6 +28,16 @@ pub(crate) struct Registry {
     requests: Mutex<HashMap<String, Vec<(u64, RequestBudget)>>>,
     next: AtomicU64,
     request_id: Option<HeaderName>,
+}
+
+/// The request an outbound call belongs to.
+#[derive(Debug)]
+pub(crate) struct Found {
+    /// Its budget: what the call's own budget derives from.
+    pub(crate) budget: RequestBudget,
+    /// More than one request in flight carried the key the call matched by; `budget` is the
+    /// tightest of them.
+    pub(crate) ambiguous: bool,
 }
 
 /// Keeps a request findable; dropping it (the answer is out, or the request ended) forgets it.
@@ -68,28 +83,44 @@ impl Registry {
     }
 
     /// The budget of the request an outbound call belongs to: by request id first (it names
-    /// one request), then by trace id.
-    pub(crate) fn find(&self, headers: &HeaderMap) -> Option<RequestBudget> {
+    /// one request), then by trace id. Several requests under the first key that matches:
+    /// the one with the least time left.
+    pub(crate) fn find(&self, headers: &HeaderMap) -> Option<Found> {
         let requests = self.requests.lock().unwrap_or_else(PoisonError::into_inner);
-        self.keys(headers)
-            .iter()
-            .find_map(|key| requests.get(key)?.last().map(|(_, b)| b.clone()))
+        self.keys(headers).iter().find_map(|key| {
+            let list = requests.get(key)?;
+            let budget = list.iter().map(|(_, b)| b).min_by_key(|b| b.deadline())?;
+            Some(Found {
+                budget: budget.clone(),
+                ambiguous: list.len() > 1,
+            })
+        })
     }
 
     fn keys(&self, headers: &HeaderMap) -> Vec<String> {
-        let mut keys = Vec::with_capacity(2);
-        if let Some(name) = &self.request_id {
+        let mut keys = Vec::with_capacity(3);
+        let mut request_id = |name: &str| {
             if let Some(value) = headers.get(name).and_then(|v| v.to_str().ok()) {
                 if !value.is_empty() {
-                    keys.push(format!("r:{value}"));
+                    let key = format!("r:{value}");
+                    if !keys.contains(&key) {
+                        keys.push(key);
+                    }
                 }
             }
+        };
+        if let Some(name) = &self.request_id {
+            request_id(name.as_str());
         }
+        request_id(X_REQUEST_ID);
+        // A trace id is lowercase hex in both spellings; B3's is padded to 128 bits.
         if let Some(trace) = headers
             .get(TRACEPARENT)
             .and_then(|v| v.to_str().ok())
-            .and_then(trace_id)
+            .and_then(traceparent_trace_id)
         {
+            keys.push(format!("t:{}", trace.to_ascii_lowercase()));
+        } else if let Some(trace) = b3_trace_id(headers) {
             keys.push(format!("t:{trace}"));
         }
         keys
@@ -112,22 +143,6 @@ impl Drop for Registration {
             }
         }
     }
-}
-
-/// The trace id of a `traceparent` value (`00-<32 hex>-<16 hex>-<2 hex>`), or `None` for a
-/// value that is not one: version `ff`, an all-zero id, wrong lengths or characters.
-fn trace_id(value: &str) -> Option<&str> {
-    let mut parts = value.trim().split('-');
-    let (version, trace, span, flags) =
-        (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
-    let hex = |s: &str, len: usize| s.len() == len && s.bytes().all(|b| b.is_ascii_hexdigit());
-    let valid = hex(version, 2)
-        && version != "ff"
-        && hex(trace, 32)
-        && trace.bytes().any(|b| b != b'0')
-        && hex(span, 16)
-        && hex(flags, 2);
-    valid.then_some(trace)
 }
 
 #[cfg(test)]
@@ -161,7 +176,7 @@ mod tests {
         assert!(registration.is_some());
         // The service's own span id differs; the trace id is what matches.
         let found = registry.find(&headers(&[("traceparent", T1_CHILD)]));
-        assert_eq!(found.map(|b| b.deadline()), Some(inbound.deadline()));
+        assert_eq!(found.map(|f| f.budget.deadline()), Some(inbound.deadline()));
         drop(registration);
         assert!(
             registry
@@ -171,7 +186,7 @@ mod tests {
     }
 
     #[test]
-    fn the_request_id_header_names_one_request_and_the_latest_of_a_trace_wins() {
+    fn the_request_id_header_names_one_request_and_the_tightest_of_a_trace_wins() {
         let registry = Registry::new(Some(HeaderName::from_static("x-request-id")));
         let outer = budget(900);
         let inner = budget(300);
@@ -183,24 +198,61 @@ mod tests {
             &headers(&[("traceparent", T1), ("x-request-id", "b")]),
             &inner,
         );
-        let by_id = registry.find(&headers(&[("x-request-id", "a"), ("traceparent", T1)]));
-        assert_eq!(by_id.map(|b| b.deadline()), Some(outer.deadline()));
-        let by_trace = registry.find(&headers(&[("traceparent", T1)]));
-        assert_eq!(by_trace.map(|b| b.deadline()), Some(inner.deadline()));
+        let by_id = registry
+            .find(&headers(&[("x-request-id", "a"), ("traceparent", T1)]))
+            .unwrap();
+        assert_eq!(by_id.budget.deadline(), outer.deadline());
+        assert!(!by_id.ambiguous);
+        let by_trace = registry.find(&headers(&[("traceparent", T1)])).unwrap();
+        assert_eq!(by_trace.budget.deadline(), inner.deadline());
+        assert!(
+            by_trace.ambiguous,
+            "two requests in flight under one trace id"
+        );
+    }
+
+    #[test]
+    fn under_a_shared_trace_id_the_call_gets_the_smallest_budget_whichever_came_last() {
+        let registry = Registry::new(None);
+        let tight = budget(200);
+        let loose = budget(900);
+        // The tighter request registered first: "latest wins" would hand out 900 ms.
+        let _a = registry.register(&headers(&[("traceparent", T1)]), &tight);
+        let _b = registry.register(&headers(&[("traceparent", T1)]), &loose);
+        let found = registry
+            .find(&headers(&[("traceparent", T1_CHILD)]))
+            .unwrap();
+        assert_eq!(found.budget.deadline(), tight.deadline());
+        assert!(found.ambiguous);
+    }
+
+    #[test]
+    fn b3_and_x_request_id_match_too() {
+        let registry = Registry::new(None);
+        let inbound = budget(500);
+        let _r = registry.register(
+            &headers(&[
+                ("x-b3-traceid", "463ac35c9f6413ad"),
+                ("x-request-id", "req-7"),
+            ]),
+            &inbound,
+        );
+        let by_b3 = registry.find(&headers(&[("b3", "463ac35c9f6413ad-0020000000000001-1")]));
+        assert_eq!(by_b3.map(|f| f.budget.deadline()), Some(inbound.deadline()));
+        // The same trace in W3C form (OpenTelemetry pads a 64-bit B3 id).
+        let w3c = "00-0000000000000000463ac35c9f6413ad-00f067aa0ba902b7-01";
+        assert!(registry.find(&headers(&[("traceparent", w3c)])).is_some());
+        let by_id = registry.find(&headers(&[("x-request-id", "req-7")]));
+        assert_eq!(by_id.map(|f| f.budget.deadline()), Some(inbound.deadline()));
+        assert!(
+            registry
+                .find(&headers(&[("x-request-id", "other")]))
+                .is_none()
+        );
     }
 
     #[test]
     fn malformed_or_absent_trace_context_matches_nothing() {
-        assert_eq!(trace_id(T1), Some("4bf92f3577b34da6a3ce929d0e0e4736"));
-        for bad in [
-            "",
-            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7",
-            "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
-            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
-            "00-4bf92f3577b34da6a3ce929d0e0e473g-00f067aa0ba902b7-01",
-        ] {
-            assert_eq!(trace_id(bad), None, "{bad}");
-        }
         let registry = Registry::new(None);
         assert!(registry.register(&HeaderMap::new(), &budget(100)).is_none());
         assert!(

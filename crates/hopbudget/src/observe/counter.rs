@@ -40,9 +40,17 @@ impl Counter {
     }
 }
 
-/// `hopbudget_deadline_missing_total` for an outbound call made outside any request ([C8](crate::contract#c8)): the
-/// route is `(outbound)`, since no inbound route is there to name.
-pub(crate) fn outbound_missing(service: &str) {
+/// Count an outbound call that no inbound request's deadline covers in
+/// `hopbudget_deadline_missing_total` ([C8](crate::contract#c8)): the route is `(outbound)`,
+/// since no inbound route is there to name. The client layers count their own calls made
+/// outside any request; this is for a caller that decides otherwise, such as a sidecar that
+/// refuses a call it cannot match to a request ([C26](crate::contract#c26)). Without the
+/// `metrics` feature it does nothing.
+///
+/// ```
+/// hopbudget::observe::outbound_missing("checkout");
+/// ```
+pub fn outbound_missing(service: &str) {
     #[cfg(feature = "metrics")]
     metrics::counter!(
         super::DEADLINE_MISSING_TOTAL,

@@ -37,7 +37,8 @@ mod metrics_names;
 #[cfg(feature = "metrics")]
 pub use metrics_names::*;
 mod counter;
-pub(crate) use counter::{Counter, outbound_missing};
+pub(crate) use counter::Counter;
+pub use counter::outbound_missing;
 pub mod fields;
 mod notice;
 pub(crate) use notice::{missing as notice_missing, refused as notice_refused};

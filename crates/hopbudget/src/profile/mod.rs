@@ -10,7 +10,7 @@
 //! layers read. The YAML schema it is built from is [`ProfileSpec`], with one part per section
 //! of the file, and each section has a file of its own here that holds its part of the schema
 //! and its checks: `budgets` (the top-level numbers), `routes`, `admission`, `inbound`,
-//! `outbound` (with `trust`), `headers`, `status`, `queue` and `log`. [`RouteRule`] and
+//! `outbound` (with `trust`), `headers`, `status`, `queue`, `log` and `sidecar`. [`RouteRule`] and
 //! [`TrustedHosts`] are the resolved pieces a profile hands out. Its errors are
 //! [`config::ConfigError`](crate::config::ConfigError)s.
 //!
@@ -39,6 +39,7 @@ mod outbound;
 mod queue;
 mod routes;
 pub(crate) mod shared;
+mod sidecar;
 mod spec;
 mod status;
 mod trust;
@@ -49,6 +50,7 @@ pub use log::LogSpec;
 pub use outbound::OutboundSpec;
 pub use queue::QueueSpec;
 pub use routes::{LearnSpec, RouteMode, RouteRule, RouteSpec};
+pub use sidecar::{SidecarSpec, Unmatched};
 pub use spec::ProfileSpec;
 pub use status::StatusSpec;
 pub use trust::{TrustedHosts, UnknownDestination};
@@ -193,6 +195,7 @@ impl Profile {
         let inbound = inbound::check(&spec.inbound, &relative_header, &epoch_header, &mut issues);
         let trusted_hosts = spec.outbound.check(&mut issues);
         spec.status.check(&mut issues);
+        spec.sidecar.check(&mut issues);
         let admission = spec.admission.as_ref().map(|a| {
             a.resolve(
                 budgets.policy.refuse_below,

@@ -4,7 +4,9 @@
 use serde::{Deserialize, Serialize};
 
 use super::issues::Issues;
-use super::{AdmissionSpec, HeaderSpec, LogSpec, OutboundSpec, QueueSpec, RouteSpec, StatusSpec};
+use super::{
+    AdmissionSpec, HeaderSpec, LogSpec, OutboundSpec, QueueSpec, RouteSpec, SidecarSpec, StatusSpec,
+};
 use crate::codec::Carrier;
 
 /// The profile as written in YAML: plain values, before validation. Every field has a default,
@@ -56,6 +58,9 @@ pub struct ProfileSpec {
     pub admission: Option<AdmissionSpec>,
     /// What the server layers log of their hops (see [`LogSpec`]).
     pub log: LogSpec,
+    /// What `hopbudget proxy` does where the library would have the application's context
+    /// (see [`SidecarSpec`]).
+    pub sidecar: SidecarSpec,
 }
 
 impl Default for ProfileSpec {
@@ -83,6 +88,7 @@ impl Default for ProfileSpec {
             queue: QueueSpec::default(),
             admission: None,
             log: LogSpec::default(),
+            sidecar: SidecarSpec::default(),
         }
     }
 }
