@@ -443,11 +443,15 @@ mod tests {
                 outcome: Outcome::Completed,
                 required_ms: None,
                 overrun_ms: None,
+                told_ms: None,
+                matched: None,
             }),
             std: Default::default(),
             deadline_header: false,
             header_ms: None,
             own_timeout: false,
+            proxy: Default::default(),
+            peer: None,
         }
     }
 

@@ -141,6 +141,8 @@ mod tests {
             deadline_header: header.is_some(),
             header_ms: header,
             own_timeout: false,
+            proxy: Default::default(),
+            peer: None,
         }
     }
 

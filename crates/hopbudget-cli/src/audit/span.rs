@@ -153,6 +153,36 @@ pub(crate) struct HopAttrs {
     pub(crate) required_ms: Option<i64>,
     /// `deadline.overrun_ms`: work finished this long after the deadline.
     pub(crate) overrun_ms: Option<i64>,
+    /// `deadline.told_ms`, on a sidecar's spans: what the service behind an ingress was told,
+    /// or what the next hop of an egress call was told. `None` when nothing was stamped.
+    pub(crate) told_ms: Option<i64>,
+    /// `deadline.matched`, on a sidecar's egress span: `Some(false)` when the call matched no
+    /// inbound request (the service does not carry trace context, C26).
+    pub(crate) matched: Option<bool>,
+}
+
+/// What a span is to `hopbudget proxy` (`hopbudget.proxy`): an ingress hop, an egress call,
+/// or not one of its spans.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Proxy {
+    /// Not a sidecar's span (an application's, or a library hop span).
+    #[default]
+    None,
+    /// The sidecar's span of one inbound request (kind SERVER).
+    Ingress,
+    /// The sidecar's span of one outbound call of its service (kind CLIENT).
+    Egress,
+}
+
+impl Proxy {
+    /// The attribute's value; anything else is not a sidecar span.
+    pub(crate) fn parse(s: &str) -> Self {
+        match s {
+            "ingress" => Proxy::Ingress,
+            "egress" => Proxy::Egress,
+            _ => Proxy::None,
+        }
+    }
 }
 
 /// One span, as the audit keeps it while its trace is open.
@@ -180,6 +210,10 @@ pub(crate) struct Span {
     /// An `exception.type` naming a timeout was recorded on it: this side's own timeout
     /// fired (it gave up), as opposed to being answered 504 or DEADLINE_EXCEEDED.
     pub(crate) own_timeout: bool,
+    /// A sidecar's ingress or egress span (`hopbudget.proxy`).
+    pub(crate) proxy: Proxy,
+    /// `server.address`: where a client span called (an egress call's destination).
+    pub(crate) peer: Option<Sym>,
 }
 
 impl Span {

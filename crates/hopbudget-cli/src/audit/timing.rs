@@ -284,6 +284,8 @@ mod tests {
             deadline_header: false,
             header_ms: None,
             own_timeout: false,
+            proxy: Default::default(),
+            peer: None,
         }
     }
 
@@ -307,6 +309,8 @@ mod tests {
                 outcome: Outcome::Completed,
                 required_ms: None,
                 overrun_ms: None,
+                told_ms: None,
+                matched: None,
             });
             let mut plain = span(&mut names, t + 1_000, SERVER, dur);
             plain.header_ms = Some(300);
