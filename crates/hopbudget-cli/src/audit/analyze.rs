@@ -9,12 +9,13 @@
 
 use foldhash::{HashMap, HashMapExt};
 
+use super::fired::Fired;
 use super::group::Finish;
 use super::header_reset::HeaderResetAcc;
 pub(crate) use super::histogram::Histogram;
 use super::rollout::{NoCarrier, RolloutAcc};
 use super::span::{Interner, Outcome, Span, Sym};
-use super::timing::{TimingAcc, lasted_its_budget};
+use super::timing::TimingAcc;
 
 /// A hop as the report names it: its service and its span name (route).
 pub(crate) type HopKey = (Sym, Sym);
@@ -186,8 +187,9 @@ impl Accumulated {
             epoch: names.lookup("epoch-ms"),
         };
         let index: HashMap<u64, usize> = spans.iter().enumerate().map(|(i, s)| (s.id, i)).collect();
+        let fired = Fired::of_trace(spans, &index);
         self.timing
-            .trace(spans, &index, self.settings.late_tolerance_ms);
+            .trace(spans, &index, &fired, self.settings.late_tolerance_ms);
         self.header_resets
             .trace(spans, &index, self.settings.tolerance_ms);
         self.rollout.trace(
@@ -234,9 +236,9 @@ impl Accumulated {
             let key = self.key(s);
             let depth = depth_of(i);
             let link = links[i];
-            // Ended when its budget ran out: the deadline working, unless that budget was a
-            // reset (counted below, once the reset is known).
-            let at_budget = lasted_its_budget(spans, &index, s);
+            // Ended because a deadline fired (its own, or one below it): the deadline working,
+            // unless that budget was a reset (counted below, once the reset is known).
+            let at_budget = fired.at_deadline(i);
             let is_missing = hop.remaining_ms.is_none()
                 || (hop.source.is_some() && kinds.missing.contains(&hop.source));
             let outcome_slot = match hop.outcome {

@@ -38,6 +38,7 @@ use serde::Serialize;
 
 pub mod analyze;
 pub mod command;
+mod fired;
 pub mod generate;
 pub mod group;
 pub mod header_reset;

@@ -217,6 +217,16 @@ pub(crate) struct Span {
 }
 
 impl Span {
+    /// A sidecar's egress span: the call's record, not a hop of its own.
+    pub(crate) fn is_egress(&self) -> bool {
+        self.proxy == Proxy::Egress
+    }
+
+    /// The hop attributes of a hop span; an egress span is the caller's call, not a hop.
+    pub(crate) fn hop_attrs(&self) -> Option<HopAttrs> {
+        self.hop.filter(|_| !self.is_egress())
+    }
+
     /// How long the span lasted, in whole milliseconds (zero if its end precedes its start).
     pub(crate) fn duration_ms(&self) -> u64 {
         self.end_ns.saturating_sub(self.start_ns) / 1_000_000

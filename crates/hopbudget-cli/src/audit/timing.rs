@@ -9,10 +9,9 @@
 //! - **duration spikes** on CLIENT and SERVER spans (at least the finding's share of a span
 //!   name's durations at one value: a default timeout firing), with how many of those spans
 //!   ended expired or cancelled by their standard status ([`super::status`]), which tells
-//!   which side timed out. A span that ended when its hop's own budget ran out (its
-//!   `deadline.remaining_ms` or the deadline header it received; at the origin, the one it
-//!   sent) is not counted towards a spike: that is the deadline working, not a default
-//!   timeout.
+//!   which side timed out. A span that ended because a deadline fired (its own, or one below
+//!   it in the same request: `fired.rs`) is not counted towards a spike: that is the
+//!   deadline working, not a default timeout.
 //!
 //! The excess compares the end of a server span (on the server's clock) with the end of its
 //! caller's span (on the caller's clock), so skew between hosts shifts it. Work that ends up to
@@ -22,6 +21,7 @@
 
 use foldhash::HashMap;
 
+use super::fired::Fired;
 use super::histogram::Histogram;
 use super::span::{Span, Sym};
 use super::status::StdOutcome;
@@ -115,53 +115,17 @@ fn ms_later(end_ns: u64, than_ns: u64) -> i64 {
     ((i128::from(end_ns) - i128::from(than_ns)) / 1_000_000) as i64
 }
 
-/// Where the budget of the hop `s` belongs to ran out, if it is known: a server (or hop)
-/// span's own budget on arrival (`deadline.remaining_ms`, or the deadline header it
-/// received) from its start; for a client span, the budget of the server span of the same
-/// service it was made in, or, at the origin (no server span of its own above it), the
-/// deadline header it sent.
-fn budget_end_ns(spans: &[Span], index: &HashMap<u64, usize>, s: &Span) -> Option<u64> {
-    let own = |x: &Span| {
-        x.hop
-            .and_then(|h| h.remaining_ms)
-            .or(x.header_ms.map(i64::from))
-            .map(|b| x.start_ns.saturating_add(b.max(0) as u64 * 1_000_000))
-    };
-    if s.kind != CLIENT {
-        return own(s);
-    }
-    let mut parent = s.parent;
-    for _ in 0..spans.len() {
-        let Some(&j) = index.get(&parent) else { break };
-        let p = &spans[j];
-        if p.service != s.service {
-            break;
-        }
-        if p.kind == SERVER || p.hop.is_some() {
-            return own(p);
-        }
-        parent = p.parent;
-    }
-    s.header_ms
-        .map(|b| s.start_ns.saturating_add(u64::from(b) * 1_000_000))
-}
-
-/// Whether a span ended when its hop's budget ran out (from 1% before to 2% or 20 ms after,
-/// a timer's lateness): that is the deadline firing, not a default timeout.
-pub(crate) fn lasted_its_budget(spans: &[Span], index: &HashMap<u64, usize>, s: &Span) -> bool {
-    let Some(budget_end) = budget_end_ns(spans, index, s) else {
-        return false;
-    };
-    let d = s.duration_ms() as i64;
-    let off = ms_later(s.end_ns, budget_end);
-    off >= -(d / 100).max(2) && off <= (d / 50).max(20)
-}
-
 impl TimingAcc {
     /// Time one finished trace; `index` maps span ids to their place in `spans`. A server
     /// span that ended at most `tolerance_ms` after its caller or the root is not late (the
     /// late-work tolerance, `--late-tolerance-ms`).
-    pub(crate) fn trace(&mut self, spans: &[Span], index: &HashMap<u64, usize>, tolerance_ms: i64) {
+    pub(crate) fn trace(
+        &mut self,
+        spans: &[Span],
+        index: &HashMap<u64, usize>,
+        fired: &Fired,
+        tolerance_ms: i64,
+    ) {
         let root = spans.iter().find(|s| s.parent == 0);
         let mut deepest = 0u32;
         let depths = server_depths(spans, index);
@@ -172,7 +136,7 @@ impl TimingAcc {
             if self.spans.len() < MAX_KEYS || self.spans.contains_key(&(s.service, s.name, s.kind))
             {
                 let t = self.spans.entry((s.service, s.name, s.kind)).or_default();
-                if lasted_its_budget(spans, index, s) {
+                if fired.at_deadline(i) {
                     t.at_budget += 1;
                 } else if s.hop.is_none() {
                     // A hop span's spikes are the hop table's (`report::findings`).

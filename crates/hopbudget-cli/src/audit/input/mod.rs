@@ -421,6 +421,7 @@ mod tests {
             assert_eq!(problems.total, 0, "{:?}", problems.shown);
             let s = sink.0[0];
             assert_eq!(s.proxy, Proxy::Egress, "{encoding:?}");
+            assert!(s.is_egress() && s.hop_attrs().is_none());
             let hop = s.hop.unwrap();
             assert_eq!((hop.told_ms, hop.matched), (Some(986), Some(false)));
             assert_eq!(sink.2.name(s.peer.unwrap()), "orders");
