@@ -9,13 +9,15 @@
 
 use foldhash::{HashMap, HashMapExt};
 
+use super::calls::Calls;
 use super::fired::Fired;
 use super::group::Finish;
 use super::header_reset::HeaderResetAcc;
 pub(crate) use super::histogram::Histogram;
 use super::rollout::{NoCarrier, RolloutAcc};
-use super::span::{Interner, Outcome, Span, Sym};
+use super::span::{Interner, Outcome, Proxy, Span, Sym};
 use super::timing::TimingAcc;
+use super::told::ToldAcc;
 
 /// A hop as the report names it: its service and its span name (route).
 pub(crate) type HopKey = (Sym, Sym);
@@ -53,6 +55,9 @@ pub(crate) struct HopAcc {
     pub(crate) reset_below: HashMap<HopKey, u64>,
     #[serde(with = "crate::audit::serde_as::hex_id")]
     pub(crate) reset_example: Option<u128>,
+    /// Arrivals through a sidecar (an ingress span, or called through an egress span) told
+    /// more than the caller had left: judged, and reported, by [`super::told`] (C26).
+    pub(crate) told_more: u64,
     pub(crate) min_depth: Option<u32>,
 }
 
@@ -122,6 +127,12 @@ pub(crate) struct Accumulated {
     pub(crate) header_resets: HeaderResetAcc,
     /// The rollout map, per service ([`RolloutAcc`]).
     pub(crate) rollout: RolloutAcc,
+    /// Spans `hopbudget proxy` emitted (`hopbudget.proxy`): something to judge, even where
+    /// only egress spans (calls, not hops) were exported.
+    pub(crate) sidecar_spans: u64,
+    /// What each hop was told against what its caller had left, and calls that matched no
+    /// request ([`ToldAcc`], C26).
+    pub(crate) told: ToldAcc,
 }
 
 const MAX_DEPTH: usize = 64;
@@ -166,6 +177,8 @@ impl Accumulated {
             timing: TimingAcc::default(),
             header_resets: HeaderResetAcc::default(),
             rollout: RolloutAcc::default(),
+            sidecar_spans: 0,
+            told: ToldAcc::default(),
         }
     }
 
@@ -190,14 +203,19 @@ impl Accumulated {
         let fired = Fired::of_trace(spans, &index);
         self.timing
             .trace(spans, &index, &fired, self.settings.late_tolerance_ms);
-        self.header_resets
-            .trace(spans, &index, self.settings.tolerance_ms);
+        self.told
+            .trace(spans, &index, kinds.epoch, self.settings.tolerance_ms);
+        let no_carrier = NoCarrier::new(names);
+        let calls = Calls::of_trace(spans, &no_carrier);
         self.rollout.trace(
             spans,
             &index,
             self.settings.late_tolerance_ms,
-            &NoCarrier::new(names),
+            &no_carrier,
+            &calls,
         );
+        self.header_resets
+            .trace(spans, &index, &calls, self.settings.tolerance_ms);
         let links: Vec<Link> = (0..spans.len()).map(|i| link(spans, &index, i)).collect();
         let mut partial = how != Finish::Complete;
         let mut children: Vec<Vec<usize>> = vec![Vec::new(); spans.len()];
@@ -231,7 +249,8 @@ impl Accumulated {
         };
         for (i, s) in spans.iter().enumerate() {
             self.header_spans += u64::from(s.deadline_header);
-            let Some(hop) = s.hop else { continue };
+            self.sidecar_spans += u64::from(s.proxy != Proxy::None);
+            let Some(hop) = s.hop_attrs() else { continue };
             self.hop_spans += 1;
             let key = self.key(s);
             let depth = depth_of(i);
@@ -310,7 +329,7 @@ impl Accumulated {
                     let pkey = self.key(p);
                     let edge = self.edges.entry((pkey, key)).or_default();
                     edge.calls += 1;
-                    let phop = p.hop.unwrap_or(hop);
+                    let phop = p.hop_attrs().unwrap_or(hop);
                     let (Some(prem), Some(crem)) = (phop.remaining_ms, hop.remaining_ms) else {
                         continue;
                     };
@@ -326,10 +345,24 @@ impl Accumulated {
                     let b = &spans[bracket];
                     let called_after = ms_between(p.start_ns, b.start_ns).max(0);
                     let left = prem - called_after;
-                    let gain = crem - left;
+                    // Through a sidecar, what the callee was told is what the egress stamped
+                    // (a number from the caller's host: no skew); the arrival otherwise.
+                    let via_sidecar = s.proxy == Proxy::Ingress || b.is_egress();
+                    let told = b
+                        .hop
+                        .and_then(|h| h.told_ms)
+                        .filter(|_| b.is_egress())
+                        .unwrap_or(crem);
+                    let gain = told - left;
                     let reset = gain > self.settings.tolerance_ms;
                     if reset {
                         edge.resets += 1;
+                    }
+                    if via_sidecar {
+                        // Any increase is an error there, with its own finding (`told`).
+                        let acc = self.hops.entry(key).or_default();
+                        acc.told_more += u64::from(reset);
+                        continue;
                     }
                     if reset && at_budget {
                         // A budget made up below a chain break is a default, not its own.
@@ -391,7 +424,7 @@ fn ms_between(from_ns: u64, to_ns: u64) -> i64 {
 }
 
 fn link(spans: &[Span], index: &HashMap<u64, usize>, i: usize) -> Link {
-    if spans[i].hop.is_none() {
+    if spans[i].hop_attrs().is_none() {
         return Link::NotHop;
     }
     let mut parent = spans[i].parent;
@@ -407,7 +440,7 @@ fn link(spans: &[Span], index: &HashMap<u64, usize>, i: usize) -> Link {
             return Link::Missing;
         }
         let bracket = *bracket.get_or_insert(j);
-        if spans[j].hop.is_some() {
+        if spans[j].hop_attrs().is_some() {
             return Link::Hop { parent: j, bracket };
         }
         parent = spans[j].parent;

@@ -32,6 +32,7 @@ use super::rollout::{RolloutAcc, ServiceRollout};
 use super::span::{Interner, Sym};
 use super::status::StdOutcome;
 use super::timing::{Excess, ServiceTiming, SpanTiming, TimingAcc};
+use super::told::{ToldAcc, ToldEdge, Unmatched};
 use super::{AuditOptions, ProblemKind, Problems, Report};
 
 pub use super::report::state::{MergeState, STATE_FORMAT, VERSION};
@@ -279,6 +280,7 @@ impl Merge for HopAcc {
         map(&mut self.reset_from, o.reset_from, r);
         map(&mut self.reset_below, o.reset_below, r);
         self.reset_example = self.reset_example.or(o.reset_example);
+        self.told_more += o.told_more;
         self.min_depth = least(self.min_depth, o.min_depth);
     }
 }
@@ -373,6 +375,8 @@ impl Merge for HeaderEdge {
         self.received.merge(o.received);
         self.sent.merge(o.sent);
         self.dropped += o.dropped;
+        self.capped += o.capped;
+        self.capped_added.merge(o.capped_added);
         self.reset_example = self.reset_example.or(o.reset_example);
         self.drop_example = self.drop_example.or(o.drop_example);
     }
@@ -381,6 +385,33 @@ impl Merge for HeaderEdge {
 impl Merge for HeaderResetAcc {
     fn merge(&mut self, o: Self, r: &Remap) {
         map(&mut self.edges, o.edges, r);
+    }
+}
+
+impl Merge for ToldEdge {
+    fn merge(&mut self, o: Self, _: &Remap) {
+        self.compared += o.compared;
+        self.more += o.more;
+        self.added.merge(o.added);
+        self.told.merge(o.told);
+        self.left.merge(o.left);
+        self.example = self.example.or(o.example);
+    }
+}
+
+impl Merge for Unmatched {
+    fn merge(&mut self, o: Self, _: &Remap) {
+        self.calls += o.calls;
+        self.told.merge(o.told);
+        self.example = self.example.or(o.example);
+    }
+}
+
+impl Merge for ToldAcc {
+    fn merge(&mut self, o: Self, r: &Remap) {
+        map(&mut self.edges, o.edges, r);
+        map(&mut self.egress_calls, o.egress_calls, r);
+        map(&mut self.unmatched, o.unmatched, r);
     }
 }
 
@@ -407,5 +438,7 @@ impl Merge for Accumulated {
         self.timing.merge(o.timing, r);
         self.header_resets.merge(o.header_resets, r);
         self.rollout.merge(o.rollout, r);
+        self.sidecar_spans += o.sidecar_spans;
+        self.told.merge(o.told, r);
     }
 }

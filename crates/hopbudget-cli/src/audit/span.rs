@@ -222,6 +222,21 @@ impl Span {
         self.proxy == Proxy::Egress
     }
 
+    /// Whether this span records again what its parent (`parent`, if in the trace) already
+    /// records: one request or one call seen twice, by a sidecar and by the service's own
+    /// instrumentation (a SERVER span of a service directly under another of the same
+    /// service, as under its sidecar's ingress span; a CLIENT span directly under a CLIENT
+    /// span of the same service, as an egress span under the client span it carried).
+    /// Counting both would double the service's requests, calls and depth.
+    pub(crate) fn repeats(&self, parent: Option<&Span>) -> bool {
+        parent.is_some_and(|p| {
+            p.service == self.service
+                && p.kind == self.kind
+                && (self.kind == 2 || self.kind == 3)
+                && self.parent != 0
+        })
+    }
+
     /// The hop attributes of a hop span; an egress span is the caller's call, not a hop.
     pub(crate) fn hop_attrs(&self) -> Option<HopAttrs> {
         self.hop.filter(|_| !self.is_egress())

@@ -139,7 +139,8 @@ impl TimingAcc {
                 if fired.at_deadline(i) {
                     t.at_budget += 1;
                 } else if s.hop.is_none() {
-                    // A hop span's spikes are the hop table's (`report::findings`).
+                    // A hop span's spikes are the hop table's (`report::findings`); an egress
+                    // span's are those of the client span it carried.
                     t.durations.add(s.duration_ms());
                     if s.own_timeout {
                         t.own_timeout.add(s.duration_ms());
@@ -149,6 +150,10 @@ impl TimingAcc {
                 }
             }
             if self.services.len() >= MAX_KEYS && !self.services.contains_key(&s.service) {
+                continue;
+            }
+            if s.repeats(index.get(&s.parent).map(|&j| &spans[j])) {
+                // Counted once, as its parent (the sidecar's span, or the service's).
                 continue;
             }
             let svc = self.services.entry(s.service).or_default();
@@ -196,7 +201,9 @@ impl TimingAcc {
     }
 }
 
-/// Per span, how many SERVER spans are on the path from the root to it, itself included;
+/// Per span, how many SERVER spans are on the path from the root to it, itself included
+/// (a SERVER span directly under one of its own service's counts once with it: a service
+/// behind its sidecar is one hop, [`Span::repeats`]);
 /// each span's depth is found once (a walk up to the first ancestor already known), so a
 /// trace costs time linear in its spans, however deep. A cycle of parent ids stops the walk.
 fn server_depths(spans: &[Span], index: &HashMap<u64, usize>) -> Vec<u32> {
@@ -218,7 +225,8 @@ fn server_depths(spans: &[Span], index: &HashMap<u64, usize>) -> Vec<u32> {
             base = depth[j];
         }
         while let Some(k) = path.pop() {
-            base += u32::from(spans[k].kind == SERVER);
+            let parent = index.get(&spans[k].parent).map(|&p| &spans[p]);
+            base += u32::from(spans[k].kind == SERVER && !spans[k].repeats(parent));
             depth[k] = base;
         }
     }
