@@ -58,7 +58,16 @@ pub(crate) struct HopAcc {
     /// Arrivals through a sidecar (an ingress span, or called through an egress span) told
     /// more than the caller had left: judged, and reported, by [`super::told`] (C26).
     pub(crate) told_more: u64,
-    pub(crate) min_depth: Option<u32>,
+    /// The depths it was seen at: the report shows the median (a health check that calls
+    /// it directly must not make it look shallow).
+    pub(crate) depths: Histogram,
+}
+
+impl HopAcc {
+    /// Its typical depth: the median of the depths it was seen at.
+    pub(crate) fn depth(&self) -> Option<u32> {
+        self.depths.quantile(0.5).map(|d| d as u32)
+    }
 }
 
 /// One caller-to-callee edge of the hop tree, summed over traces.
@@ -299,7 +308,7 @@ impl Accumulated {
                     acc.required_max = Some(acc.required_max.map_or(req, |m| m.max(req)));
                 }
                 if let Some(d) = depth {
-                    acc.min_depth = Some(acc.min_depth.map_or(d, |m| m.min(d)));
+                    acc.depths.add(u64::from(d));
                 }
             }
             if let Some(d) = depth {

@@ -5,8 +5,8 @@
 //! The merge is exact: besides the report, `--json` writes `merge_state`, the counters the
 //! report was built from (per-hop and per-service counts, and the histograms behind every
 //! median, maximum and spike, in fixed buckets), with the names they refer to. `--merge` adds
-//! the counters (names matched by text, counts and histogram buckets added, least depths and
-//! greatest gains kept) and builds the report again, with the same code and this command's
+//! the counters (names matched by text, counts and histogram buckets added, depths too, for
+//! their medians; least offsets and greatest gains kept) and builds the report again, with the same code and this command's
 //! finding thresholds; so the merged medians, shares and findings are what one audit of all
 //! the spans gives. What can differ is only which trace a finding names as its example (the
 //! first input's, when several had one) and, for a trace whose spans were split between
@@ -281,7 +281,7 @@ impl Merge for HopAcc {
         map(&mut self.reset_below, o.reset_below, r);
         self.reset_example = self.reset_example.or(o.reset_example);
         self.told_more += o.told_more;
-        self.min_depth = least(self.min_depth, o.min_depth);
+        self.depths.merge(o.depths);
     }
 }
 
@@ -327,7 +327,7 @@ impl Merge for ServiceTiming {
         map(&mut self.server_outcomes, o.server_outcomes, r);
         map(&mut self.client_outcomes, o.client_outcomes, r);
         self.client_gave_up += o.client_gave_up;
-        self.min_depth = least(self.min_depth, o.min_depth);
+        self.depths.merge(o.depths);
     }
 }
 

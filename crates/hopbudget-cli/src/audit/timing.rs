@@ -72,8 +72,16 @@ pub(crate) struct ServiceTiming {
     /// Client spans that recorded a timeout exception: this service gave up on its own
     /// timeout.
     pub(crate) client_gave_up: u64,
-    /// The least depth its server spans were seen at (1 is the first server of a request).
-    pub(crate) min_depth: Option<u32>,
+    /// The depths its server spans were seen at (1 is the first server of a request): the
+    /// report shows the median.
+    pub(crate) depths: Histogram,
+}
+
+impl ServiceTiming {
+    /// Its typical depth: the median of the depths its server spans were seen at.
+    pub(crate) fn depth(&self) -> Option<u32> {
+        self.depths.quantile(0.5).map(|d| d as u32)
+    }
 }
 
 /// A span name of one service and kind: its durations, for spikes.
@@ -165,7 +173,7 @@ impl TimingAcc {
             svc.server_spans += 1;
             *svc.server_outcomes.entry(s.std).or_default() += 1;
             let depth = depths[i];
-            svc.min_depth = Some(svc.min_depth.map_or(depth, |m| m.min(depth)));
+            svc.depths.add(u64::from(depth));
             deepest = deepest.max(depth);
             let caller = index
                 .get(&s.parent)

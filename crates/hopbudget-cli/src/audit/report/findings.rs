@@ -55,7 +55,7 @@ pub(crate) fn build(i: Inputs<'_>) -> Report {
     let grouping_read = grouping;
     let mut findings = Vec::new();
     let mut keys: Vec<HopKey> = acc.hops.keys().copied().collect();
-    keys.sort_by_key(|k| (acc.hops[k].min_depth.unwrap_or(u32::MAX), label(names, *k)));
+    keys.sort_by_key(|k| (acc.hops[k].depth().unwrap_or(u32::MAX), label(names, *k)));
     let mut hops = Vec::new();
     for key in &keys {
         let h = &acc.hops[key];
@@ -65,7 +65,7 @@ pub(crate) fn build(i: Inputs<'_>) -> Report {
             hop,
             service: names.name(key.0).to_owned(),
             route: names.name(key.1).to_owned(),
-            depth: h.min_depth,
+            depth: h.depth(),
             spans: h.spans,
             completed: h.outcomes[0],
             refused: h.outcomes[1],

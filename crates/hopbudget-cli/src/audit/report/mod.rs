@@ -114,7 +114,7 @@ pub struct HopRow {
     pub service: String,
     /// Span name (route).
     pub route: String,
-    /// Smallest depth seen (0 = entry hop).
+    /// Typical depth: the median of the depths it was seen at (0 = entry hop).
     pub depth: Option<u32>,
     /// Hop spans.
     pub spans: u64,
