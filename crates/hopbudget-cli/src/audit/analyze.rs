@@ -9,12 +9,15 @@
 
 use foldhash::{HashMap, HashMapExt};
 
+use super::calls::Calls;
+use super::fired::Fired;
 use super::group::Finish;
 use super::header_reset::HeaderResetAcc;
 pub(crate) use super::histogram::Histogram;
 use super::rollout::{NoCarrier, RolloutAcc};
-use super::span::{Interner, Outcome, Span, Sym};
-use super::timing::{TimingAcc, lasted_its_budget};
+use super::span::{Interner, Outcome, Proxy, Span, Sym};
+use super::timing::TimingAcc;
+use super::told::ToldAcc;
 
 /// A hop as the report names it: its service and its span name (route).
 pub(crate) type HopKey = (Sym, Sym);
@@ -52,7 +55,19 @@ pub(crate) struct HopAcc {
     pub(crate) reset_below: HashMap<HopKey, u64>,
     #[serde(with = "crate::audit::serde_as::hex_id")]
     pub(crate) reset_example: Option<u128>,
-    pub(crate) min_depth: Option<u32>,
+    /// Arrivals through a sidecar (an ingress span, or called through an egress span) told
+    /// more than the caller had left: judged, and reported, by [`super::told`] (C26).
+    pub(crate) told_more: u64,
+    /// The depths it was seen at: the report shows the median (a health check that calls
+    /// it directly must not make it look shallow).
+    pub(crate) depths: Histogram,
+}
+
+impl HopAcc {
+    /// Its typical depth: the median of the depths it was seen at.
+    pub(crate) fn depth(&self) -> Option<u32> {
+        self.depths.quantile(0.5).map(|d| d as u32)
+    }
 }
 
 /// One caller-to-callee edge of the hop tree, summed over traces.
@@ -121,6 +136,12 @@ pub(crate) struct Accumulated {
     pub(crate) header_resets: HeaderResetAcc,
     /// The rollout map, per service ([`RolloutAcc`]).
     pub(crate) rollout: RolloutAcc,
+    /// Spans `hopbudget proxy` emitted (`hopbudget.proxy`): something to judge, even where
+    /// only egress spans (calls, not hops) were exported.
+    pub(crate) sidecar_spans: u64,
+    /// What each hop was told against what its caller had left, and calls that matched no
+    /// request ([`ToldAcc`], C26).
+    pub(crate) told: ToldAcc,
 }
 
 const MAX_DEPTH: usize = 64;
@@ -165,6 +186,8 @@ impl Accumulated {
             timing: TimingAcc::default(),
             header_resets: HeaderResetAcc::default(),
             rollout: RolloutAcc::default(),
+            sidecar_spans: 0,
+            told: ToldAcc::default(),
         }
     }
 
@@ -186,16 +209,22 @@ impl Accumulated {
             epoch: names.lookup("epoch-ms"),
         };
         let index: HashMap<u64, usize> = spans.iter().enumerate().map(|(i, s)| (s.id, i)).collect();
+        let fired = Fired::of_trace(spans, &index);
         self.timing
-            .trace(spans, &index, self.settings.late_tolerance_ms);
-        self.header_resets
-            .trace(spans, &index, self.settings.tolerance_ms);
+            .trace(spans, &index, &fired, self.settings.late_tolerance_ms);
+        self.told
+            .trace(spans, &index, kinds.epoch, self.settings.tolerance_ms);
+        let no_carrier = NoCarrier::new(names);
+        let calls = Calls::of_trace(spans, &no_carrier);
         self.rollout.trace(
             spans,
             &index,
             self.settings.late_tolerance_ms,
-            &NoCarrier::new(names),
+            &no_carrier,
+            &calls,
         );
+        self.header_resets
+            .trace(spans, &index, &calls, self.settings.tolerance_ms);
         let links: Vec<Link> = (0..spans.len()).map(|i| link(spans, &index, i)).collect();
         let mut partial = how != Finish::Complete;
         let mut children: Vec<Vec<usize>> = vec![Vec::new(); spans.len()];
@@ -229,14 +258,15 @@ impl Accumulated {
         };
         for (i, s) in spans.iter().enumerate() {
             self.header_spans += u64::from(s.deadline_header);
-            let Some(hop) = s.hop else { continue };
+            self.sidecar_spans += u64::from(s.proxy != Proxy::None);
+            let Some(hop) = s.hop_attrs() else { continue };
             self.hop_spans += 1;
             let key = self.key(s);
             let depth = depth_of(i);
             let link = links[i];
-            // Ended when its budget ran out: the deadline working, unless that budget was a
-            // reset (counted below, once the reset is known).
-            let at_budget = lasted_its_budget(spans, &index, s);
+            // Ended because a deadline fired (its own, or one below it): the deadline working,
+            // unless that budget was a reset (counted below, once the reset is known).
+            let at_budget = fired.at_deadline(i);
             let is_missing = hop.remaining_ms.is_none()
                 || (hop.source.is_some() && kinds.missing.contains(&hop.source));
             let outcome_slot = match hop.outcome {
@@ -278,7 +308,7 @@ impl Accumulated {
                     acc.required_max = Some(acc.required_max.map_or(req, |m| m.max(req)));
                 }
                 if let Some(d) = depth {
-                    acc.min_depth = Some(acc.min_depth.map_or(d, |m| m.min(d)));
+                    acc.depths.add(u64::from(d));
                 }
             }
             if let Some(d) = depth {
@@ -308,7 +338,7 @@ impl Accumulated {
                     let pkey = self.key(p);
                     let edge = self.edges.entry((pkey, key)).or_default();
                     edge.calls += 1;
-                    let phop = p.hop.unwrap_or(hop);
+                    let phop = p.hop_attrs().unwrap_or(hop);
                     let (Some(prem), Some(crem)) = (phop.remaining_ms, hop.remaining_ms) else {
                         continue;
                     };
@@ -324,10 +354,24 @@ impl Accumulated {
                     let b = &spans[bracket];
                     let called_after = ms_between(p.start_ns, b.start_ns).max(0);
                     let left = prem - called_after;
-                    let gain = crem - left;
+                    // Through a sidecar, what the callee was told is what the egress stamped
+                    // (a number from the caller's host: no skew); the arrival otherwise.
+                    let via_sidecar = s.proxy == Proxy::Ingress || b.is_egress();
+                    let told = b
+                        .hop
+                        .and_then(|h| h.told_ms)
+                        .filter(|_| b.is_egress())
+                        .unwrap_or(crem);
+                    let gain = told - left;
                     let reset = gain > self.settings.tolerance_ms;
                     if reset {
                         edge.resets += 1;
+                    }
+                    if via_sidecar {
+                        // Any increase is an error there, with its own finding (`told`).
+                        let acc = self.hops.entry(key).or_default();
+                        acc.told_more += u64::from(reset);
+                        continue;
                     }
                     if reset && at_budget {
                         // A budget made up below a chain break is a default, not its own.
@@ -389,7 +433,7 @@ fn ms_between(from_ns: u64, to_ns: u64) -> i64 {
 }
 
 fn link(spans: &[Span], index: &HashMap<u64, usize>, i: usize) -> Link {
-    if spans[i].hop.is_none() {
+    if spans[i].hop_attrs().is_none() {
         return Link::NotHop;
     }
     let mut parent = spans[i].parent;
@@ -405,7 +449,7 @@ fn link(spans: &[Span], index: &HashMap<u64, usize>, i: usize) -> Link {
             return Link::Missing;
         }
         let bracket = *bracket.get_or_insert(j);
-        if spans[j].hop.is_some() {
+        if spans[j].hop_attrs().is_some() {
             return Link::Hop { parent: j, bracket };
         }
         parent = spans[j].parent;
@@ -443,11 +487,15 @@ mod tests {
                 outcome: Outcome::Completed,
                 required_ms: None,
                 overrun_ms: None,
+                told_ms: None,
+                matched: None,
             }),
             std: Default::default(),
             deadline_header: false,
             header_ms: None,
             own_timeout: false,
+            proxy: Default::default(),
+            peer: None,
         }
     }
 

@@ -195,6 +195,8 @@ mod tests {
             deadline_header: false,
             header_ms: None,
             own_timeout: false,
+            proxy: Default::default(),
+            peer: None,
         }
     }
 

@@ -14,9 +14,17 @@
 //! `x-request-deadline` counts as received and sent (so a drop is still seen) but is not
 //! measured. A server span with hopbudget's own `deadline.*` attributes is left to the hop
 //! analysis ([`super::analyze`]), which finds its resets already.
+//!
+//! Behind `hopbudget proxy`, the service's header is not what the callee is told: the
+//! sidecar's egress span of the call says what was (`deadline.told_ms`). A header with more
+//! than was left that the egress cut down to no more than was left is counted as **capped**,
+//! not as a reset; one the egress passed on is reported by [`super::told`]. A call without a
+//! header is a drop only when it carried no deadline at all (`calls.rs`: the egress stamps
+//! one for a service that forwards none), as the rollout map counts it.
 
 use foldhash::HashMap;
 
+use super::calls::Calls;
 use super::histogram::Histogram;
 use super::span::{Span, Sym};
 
@@ -37,8 +45,13 @@ pub(crate) struct HeaderEdge {
     /// What was received and what was sent, of the resets (ms).
     pub(crate) received: Histogram,
     pub(crate) sent: Histogram,
-    /// Of which sent no deadline header.
+    /// Of which sent no deadline header, and the call carried none ([`Calls`]).
     pub(crate) dropped: u64,
+    /// Of which sent more than was left, but the sidecar's egress told the callee no more
+    /// than was left: capped, not a reset.
+    pub(crate) capped: u64,
+    /// Sent minus left, of the capped calls (ms).
+    pub(crate) capped_added: Histogram,
     #[serde(with = "crate::audit::serde_as::hex_id")]
     pub(crate) reset_example: Option<u128>,
     #[serde(with = "crate::audit::serde_as::hex_id")]
@@ -70,25 +83,36 @@ fn server_above<'a>(spans: &'a [Span], index: &HashMap<u64, usize>, c: &Span) ->
 
 impl HeaderResetAcc {
     /// Compare one finished trace; `index` maps span ids to their place in `spans`.
-    pub(crate) fn trace(&mut self, spans: &[Span], index: &HashMap<u64, usize>, tolerance_ms: i64) {
+    pub(crate) fn trace(
+        &mut self,
+        spans: &[Span],
+        index: &HashMap<u64, usize>,
+        calls: &Calls,
+        tolerance_ms: i64,
+    ) {
         // The service each client span called: its child server span's, else its own name.
         let callee: HashMap<u64, Sym> = spans
             .iter()
             .filter(|s| s.kind == SERVER && s.parent != 0)
             .map(|s| (s.parent, s.service))
             .collect();
-        for c in spans.iter().filter(|s| s.kind == CLIENT) {
+        // A sidecar's egress span is the call's record, not a call the service made itself.
+        for c in spans.iter().filter(|s| s.kind == CLIENT && !s.is_egress()) {
             let Some(server) = server_above(spans, index, c) else {
                 continue;
             };
             if !server.deadline_header || server.hop.is_some() {
                 continue;
             }
-            let key = (c.service, callee.get(&c.id).copied().unwrap_or(c.name));
+            // Through the sidecar's egress: the callee is the one below the egress.
+            let egress = calls.egress_of(c.id).map(|j| &spans[j]);
+            let to = egress.map_or(c.id, |e| e.id);
+            let named = callee.get(&to).copied().or(egress.and_then(|e| e.peer));
+            let key = (c.service, named.unwrap_or(c.name));
             if self.edges.len() >= MAX_EDGES && !self.edges.contains_key(&key) {
                 continue;
             }
-            if !c.deadline_header {
+            if !calls.carried(c.id) {
                 let e = self.edges.entry(key).or_default();
                 e.calls += 1;
                 e.dropped += 1;
@@ -101,9 +125,19 @@ impl HeaderResetAcc {
             let spent_ms = (i128::from(c.start_ns) - i128::from(server.start_ns)) / 1_000_000;
             let left_ms = i128::from(received) - spent_ms.max(0);
             let added = (i128::from(sent) - left_ms) as i64;
+            // What the egress told the callee decides: the service's header went no further.
+            let told = egress.and_then(|e| e.hop).and_then(|h| h.told_ms);
             let e = self.edges.entry(key).or_default();
             e.calls += 1;
-            if added > tolerance_ms {
+            if added > tolerance_ms
+                && let Some(told) = told
+            {
+                if i128::from(told) - left_ms <= i128::from(tolerance_ms) {
+                    e.capped += 1;
+                    e.capped_added.add(added as u64);
+                }
+                // Else the callee was told more than was left: `told` reports it, an error.
+            } else if added > tolerance_ms {
                 e.resets += 1;
                 e.added.add(added as u64);
                 e.received.add(u64::from(received));
@@ -141,13 +175,17 @@ mod tests {
             deadline_header: header.is_some(),
             header_ms: header,
             own_timeout: false,
+            proxy: Default::default(),
+            peer: None,
         }
     }
 
     fn run(spans: &[Span]) -> HeaderResetAcc {
         let index = spans.iter().enumerate().map(|(i, s)| (s.id, i)).collect();
+        let names = crate::audit::span::Interner::new(10);
+        let calls = Calls::of_trace(spans, &crate::audit::rollout::NoCarrier::new(&names));
         let mut acc = HeaderResetAcc::default();
-        acc.trace(spans, &index, 2);
+        acc.trace(spans, &index, &calls, 2);
         acc
     }
 

@@ -5,8 +5,8 @@
 //! The merge is exact: besides the report, `--json` writes `merge_state`, the counters the
 //! report was built from (per-hop and per-service counts, and the histograms behind every
 //! median, maximum and spike, in fixed buckets), with the names they refer to. `--merge` adds
-//! the counters (names matched by text, counts and histogram buckets added, least depths and
-//! greatest gains kept) and builds the report again, with the same code and this command's
+//! the counters (names matched by text, counts and histogram buckets added, depths too, for
+//! their medians; least offsets and greatest gains kept) and builds the report again, with the same code and this command's
 //! finding thresholds; so the merged medians, shares and findings are what one audit of all
 //! the spans gives. What can differ is only which trace a finding names as its example (the
 //! first input's, when several had one) and, for a trace whose spans were split between
@@ -32,6 +32,7 @@ use super::rollout::{RolloutAcc, ServiceRollout};
 use super::span::{Interner, Sym};
 use super::status::StdOutcome;
 use super::timing::{Excess, ServiceTiming, SpanTiming, TimingAcc};
+use super::told::{ToldAcc, ToldEdge, Unmatched};
 use super::{AuditOptions, ProblemKind, Problems, Report};
 
 pub use super::report::state::{MergeState, STATE_FORMAT, VERSION};
@@ -279,7 +280,8 @@ impl Merge for HopAcc {
         map(&mut self.reset_from, o.reset_from, r);
         map(&mut self.reset_below, o.reset_below, r);
         self.reset_example = self.reset_example.or(o.reset_example);
-        self.min_depth = least(self.min_depth, o.min_depth);
+        self.told_more += o.told_more;
+        self.depths.merge(o.depths);
     }
 }
 
@@ -325,7 +327,7 @@ impl Merge for ServiceTiming {
         map(&mut self.server_outcomes, o.server_outcomes, r);
         map(&mut self.client_outcomes, o.client_outcomes, r);
         self.client_gave_up += o.client_gave_up;
-        self.min_depth = least(self.min_depth, o.min_depth);
+        self.depths.merge(o.depths);
     }
 }
 
@@ -373,6 +375,8 @@ impl Merge for HeaderEdge {
         self.received.merge(o.received);
         self.sent.merge(o.sent);
         self.dropped += o.dropped;
+        self.capped += o.capped;
+        self.capped_added.merge(o.capped_added);
         self.reset_example = self.reset_example.or(o.reset_example);
         self.drop_example = self.drop_example.or(o.drop_example);
     }
@@ -381,6 +385,33 @@ impl Merge for HeaderEdge {
 impl Merge for HeaderResetAcc {
     fn merge(&mut self, o: Self, r: &Remap) {
         map(&mut self.edges, o.edges, r);
+    }
+}
+
+impl Merge for ToldEdge {
+    fn merge(&mut self, o: Self, _: &Remap) {
+        self.compared += o.compared;
+        self.more += o.more;
+        self.added.merge(o.added);
+        self.told.merge(o.told);
+        self.left.merge(o.left);
+        self.example = self.example.or(o.example);
+    }
+}
+
+impl Merge for Unmatched {
+    fn merge(&mut self, o: Self, _: &Remap) {
+        self.calls += o.calls;
+        self.told.merge(o.told);
+        self.example = self.example.or(o.example);
+    }
+}
+
+impl Merge for ToldAcc {
+    fn merge(&mut self, o: Self, r: &Remap) {
+        map(&mut self.edges, o.edges, r);
+        map(&mut self.egress_calls, o.egress_calls, r);
+        map(&mut self.unmatched, o.unmatched, r);
     }
 }
 
@@ -407,5 +438,7 @@ impl Merge for Accumulated {
         self.timing.merge(o.timing, r);
         self.header_resets.merge(o.header_resets, r);
         self.rollout.merge(o.rollout, r);
+        self.sidecar_spans += o.sidecar_spans;
+        self.told.merge(o.told, r);
     }
 }

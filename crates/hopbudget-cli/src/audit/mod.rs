@@ -37,7 +37,9 @@ use std::path::PathBuf;
 use serde::Serialize;
 
 pub mod analyze;
+mod calls;
 pub mod command;
+mod fired;
 pub mod generate;
 pub mod group;
 pub mod header_reset;
@@ -54,6 +56,7 @@ mod serde_as;
 pub mod span;
 pub mod status;
 pub mod timing;
+pub mod told;
 
 pub use report::{Finding, FindingKind, Forwards, Report, RolloutRow, Severity};
 

@@ -11,7 +11,11 @@
 //! - **Outbound** are its CLIENT and PRODUCER spans, and, where no client span was recorded
 //!   (the library's own traces carry the context straight from a hop span), an inbound span
 //!   of another service directly below one of its spans. A call **carried a deadline** when
-//!   the client span captured a deadline header or the callee's inbound span arrived with one.
+//!   the client span captured a deadline header, the callee's inbound span arrived with one,
+//!   or the sidecar's egress span of the call stamped one (`calls.rs`).
+//! - A request or call recorded twice, by `hopbudget proxy` and by the service's own
+//!   instrumentation (the service's server span under its sidecar's ingress span, an egress
+//!   span under the service's client span), counts once (`Span::repeats`).
 //! - **Refused**: inbound spans answered 503 or RESOURCE_EXHAUSTED ([`super::status`]) or with
 //!   `deadline.outcome = refused` (C3).
 //! - **Late**: inbound spans that ended more than the late-work tolerance after the client
@@ -20,7 +24,9 @@
 //!
 //! Memory is per service, never per trace.
 
-use foldhash::{HashMap, HashMapExt};
+use foldhash::HashMap;
+
+use super::calls::Calls;
 
 use super::span::{Interner, Outcome, Span, Sym};
 use super::status::StdOutcome;
@@ -50,11 +56,11 @@ pub(crate) struct RolloutAcc {
     pub(crate) services: HashMap<Sym, ServiceRollout>,
 }
 
-fn inbound(s: &Span) -> bool {
+pub(crate) fn inbound(s: &Span) -> bool {
     s.kind == SERVER || s.kind == CONSUMER || (s.hop.is_some() && s.kind != CLIENT)
 }
 
-fn outbound(s: &Span) -> bool {
+pub(crate) fn outbound(s: &Span) -> bool {
     s.kind == CLIENT || s.kind == PRODUCER
 }
 
@@ -67,7 +73,7 @@ impl NoCarrier {
     }
 }
 
-fn arrived_with_deadline(s: &Span, no_carrier: &NoCarrier) -> bool {
+pub(crate) fn arrived_with_deadline(s: &Span, no_carrier: &NoCarrier) -> bool {
     match s.hop {
         Some(h) => h
             .source
@@ -95,13 +101,16 @@ impl RolloutAcc {
         index: &HashMap<u64, usize>,
         late_tolerance_ms: i64,
         no_carrier: &NoCarrier,
+        calls: &Calls,
     ) {
         let root = spans.iter().find(|s| s.parent == 0);
-        // Client span id -> the callee's inbound span arrived with a deadline.
-        let mut callee_had: HashMap<u64, bool> = HashMap::new();
         for s in spans.iter().filter(|s| inbound(s)) {
             let with = arrived_with_deadline(s, no_carrier);
             let parent = index.get(&s.parent).map(|&j| &spans[j]);
+            if s.repeats(parent) {
+                // The request its parent records (the service's span under its sidecar's).
+                continue;
+            }
             let refused = matches!(s.std, StdOutcome::Unavailable)
                 || s.hop.is_some_and(|h| h.outcome == Outcome::Refused);
             let after_caller = parent
@@ -121,9 +130,8 @@ impl RolloutAcc {
                 r.late += u64::from(after_caller || after_root || overrun);
             }
             match parent {
-                Some(p) if outbound(p) => {
-                    *callee_had.entry(p.id).or_default() |= with;
-                }
+                // Counted with the call (`Calls`).
+                Some(p) if outbound(p) => {}
                 // Called straight from another service's span: no client span recorded.
                 Some(p) if p.service != s.service => {
                     if let Some(r) = self.entry(p.service) {
@@ -135,7 +143,11 @@ impl RolloutAcc {
             }
         }
         for c in spans.iter().filter(|s| outbound(s)) {
-            let with = c.deadline_header || callee_had.get(&c.id).copied().unwrap_or(false);
+            if c.repeats(index.get(&c.parent).map(|&j| &spans[j])) {
+                // The call its parent records (an egress span under the client span).
+                continue;
+            }
+            let with = calls.carried(c.id);
             if let Some(r) = self.entry(c.service) {
                 r.calls_out += 1;
                 r.calls_out_with_deadline += u64::from(with);

@@ -153,6 +153,36 @@ pub(crate) struct HopAttrs {
     pub(crate) required_ms: Option<i64>,
     /// `deadline.overrun_ms`: work finished this long after the deadline.
     pub(crate) overrun_ms: Option<i64>,
+    /// `deadline.told_ms`, on a sidecar's spans: what the service behind an ingress was told,
+    /// or what the next hop of an egress call was told. `None` when nothing was stamped.
+    pub(crate) told_ms: Option<i64>,
+    /// `deadline.matched`, on a sidecar's egress span: `Some(false)` when the call matched no
+    /// inbound request (the service does not carry trace context, C26).
+    pub(crate) matched: Option<bool>,
+}
+
+/// What a span is to `hopbudget proxy` (`hopbudget.proxy`): an ingress hop, an egress call,
+/// or not one of its spans.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Proxy {
+    /// Not a sidecar's span (an application's, or a library hop span).
+    #[default]
+    None,
+    /// The sidecar's span of one inbound request (kind SERVER).
+    Ingress,
+    /// The sidecar's span of one outbound call of its service (kind CLIENT).
+    Egress,
+}
+
+impl Proxy {
+    /// The attribute's value; anything else is not a sidecar span.
+    pub(crate) fn parse(s: &str) -> Self {
+        match s {
+            "ingress" => Proxy::Ingress,
+            "egress" => Proxy::Egress,
+            _ => Proxy::None,
+        }
+    }
 }
 
 /// One span, as the audit keeps it while its trace is open.
@@ -180,9 +210,38 @@ pub(crate) struct Span {
     /// An `exception.type` naming a timeout was recorded on it: this side's own timeout
     /// fired (it gave up), as opposed to being answered 504 or DEADLINE_EXCEEDED.
     pub(crate) own_timeout: bool,
+    /// A sidecar's ingress or egress span (`hopbudget.proxy`).
+    pub(crate) proxy: Proxy,
+    /// `server.address`: where a client span called (an egress call's destination).
+    pub(crate) peer: Option<Sym>,
 }
 
 impl Span {
+    /// A sidecar's egress span: the call's record, not a hop of its own.
+    pub(crate) fn is_egress(&self) -> bool {
+        self.proxy == Proxy::Egress
+    }
+
+    /// Whether this span records again what its parent (`parent`, if in the trace) already
+    /// records: one request or one call seen twice, by a sidecar and by the service's own
+    /// instrumentation (a SERVER span of a service directly under another of the same
+    /// service, as under its sidecar's ingress span; a CLIENT span directly under a CLIENT
+    /// span of the same service, as an egress span under the client span it carried).
+    /// Counting both would double the service's requests, calls and depth.
+    pub(crate) fn repeats(&self, parent: Option<&Span>) -> bool {
+        parent.is_some_and(|p| {
+            p.service == self.service
+                && p.kind == self.kind
+                && (self.kind == 2 || self.kind == 3)
+                && self.parent != 0
+        })
+    }
+
+    /// The hop attributes of a hop span; an egress span is the caller's call, not a hop.
+    pub(crate) fn hop_attrs(&self) -> Option<HopAttrs> {
+        self.hop.filter(|_| !self.is_egress())
+    }
+
     /// How long the span lasted, in whole milliseconds (zero if its end precedes its start).
     pub(crate) fn duration_ms(&self) -> u64 {
         self.end_ns.saturating_sub(self.start_ns) / 1_000_000

@@ -9,10 +9,9 @@
 //! - **duration spikes** on CLIENT and SERVER spans (at least the finding's share of a span
 //!   name's durations at one value: a default timeout firing), with how many of those spans
 //!   ended expired or cancelled by their standard status ([`super::status`]), which tells
-//!   which side timed out. A span that ended when its hop's own budget ran out (its
-//!   `deadline.remaining_ms` or the deadline header it received; at the origin, the one it
-//!   sent) is not counted towards a spike: that is the deadline working, not a default
-//!   timeout.
+//!   which side timed out. A span that ended because a deadline fired (its own, or one below
+//!   it in the same request: `fired.rs`) is not counted towards a spike: that is the
+//!   deadline working, not a default timeout.
 //!
 //! The excess compares the end of a server span (on the server's clock) with the end of its
 //! caller's span (on the caller's clock), so skew between hosts shifts it. Work that ends up to
@@ -22,6 +21,7 @@
 
 use foldhash::HashMap;
 
+use super::fired::Fired;
 use super::histogram::Histogram;
 use super::span::{Span, Sym};
 use super::status::StdOutcome;
@@ -72,8 +72,16 @@ pub(crate) struct ServiceTiming {
     /// Client spans that recorded a timeout exception: this service gave up on its own
     /// timeout.
     pub(crate) client_gave_up: u64,
-    /// The least depth its server spans were seen at (1 is the first server of a request).
-    pub(crate) min_depth: Option<u32>,
+    /// The depths its server spans were seen at (1 is the first server of a request): the
+    /// report shows the median.
+    pub(crate) depths: Histogram,
+}
+
+impl ServiceTiming {
+    /// Its typical depth: the median of the depths its server spans were seen at.
+    pub(crate) fn depth(&self) -> Option<u32> {
+        self.depths.quantile(0.5).map(|d| d as u32)
+    }
 }
 
 /// A span name of one service and kind: its durations, for spikes.
@@ -115,53 +123,17 @@ fn ms_later(end_ns: u64, than_ns: u64) -> i64 {
     ((i128::from(end_ns) - i128::from(than_ns)) / 1_000_000) as i64
 }
 
-/// Where the budget of the hop `s` belongs to ran out, if it is known: a server (or hop)
-/// span's own budget on arrival (`deadline.remaining_ms`, or the deadline header it
-/// received) from its start; for a client span, the budget of the server span of the same
-/// service it was made in, or, at the origin (no server span of its own above it), the
-/// deadline header it sent.
-fn budget_end_ns(spans: &[Span], index: &HashMap<u64, usize>, s: &Span) -> Option<u64> {
-    let own = |x: &Span| {
-        x.hop
-            .and_then(|h| h.remaining_ms)
-            .or(x.header_ms.map(i64::from))
-            .map(|b| x.start_ns.saturating_add(b.max(0) as u64 * 1_000_000))
-    };
-    if s.kind != CLIENT {
-        return own(s);
-    }
-    let mut parent = s.parent;
-    for _ in 0..spans.len() {
-        let Some(&j) = index.get(&parent) else { break };
-        let p = &spans[j];
-        if p.service != s.service {
-            break;
-        }
-        if p.kind == SERVER || p.hop.is_some() {
-            return own(p);
-        }
-        parent = p.parent;
-    }
-    s.header_ms
-        .map(|b| s.start_ns.saturating_add(u64::from(b) * 1_000_000))
-}
-
-/// Whether a span ended when its hop's budget ran out (from 1% before to 2% or 20 ms after,
-/// a timer's lateness): that is the deadline firing, not a default timeout.
-pub(crate) fn lasted_its_budget(spans: &[Span], index: &HashMap<u64, usize>, s: &Span) -> bool {
-    let Some(budget_end) = budget_end_ns(spans, index, s) else {
-        return false;
-    };
-    let d = s.duration_ms() as i64;
-    let off = ms_later(s.end_ns, budget_end);
-    off >= -(d / 100).max(2) && off <= (d / 50).max(20)
-}
-
 impl TimingAcc {
     /// Time one finished trace; `index` maps span ids to their place in `spans`. A server
     /// span that ended at most `tolerance_ms` after its caller or the root is not late (the
     /// late-work tolerance, `--late-tolerance-ms`).
-    pub(crate) fn trace(&mut self, spans: &[Span], index: &HashMap<u64, usize>, tolerance_ms: i64) {
+    pub(crate) fn trace(
+        &mut self,
+        spans: &[Span],
+        index: &HashMap<u64, usize>,
+        fired: &Fired,
+        tolerance_ms: i64,
+    ) {
         let root = spans.iter().find(|s| s.parent == 0);
         let mut deepest = 0u32;
         let depths = server_depths(spans, index);
@@ -172,10 +144,11 @@ impl TimingAcc {
             if self.spans.len() < MAX_KEYS || self.spans.contains_key(&(s.service, s.name, s.kind))
             {
                 let t = self.spans.entry((s.service, s.name, s.kind)).or_default();
-                if lasted_its_budget(spans, index, s) {
+                if fired.at_deadline(i) {
                     t.at_budget += 1;
                 } else if s.hop.is_none() {
-                    // A hop span's spikes are the hop table's (`report::findings`).
+                    // A hop span's spikes are the hop table's (`report::findings`); an egress
+                    // span's are those of the client span it carried.
                     t.durations.add(s.duration_ms());
                     if s.own_timeout {
                         t.own_timeout.add(s.duration_ms());
@@ -187,6 +160,10 @@ impl TimingAcc {
             if self.services.len() >= MAX_KEYS && !self.services.contains_key(&s.service) {
                 continue;
             }
+            if s.repeats(index.get(&s.parent).map(|&j| &spans[j])) {
+                // Counted once, as its parent (the sidecar's span, or the service's).
+                continue;
+            }
             let svc = self.services.entry(s.service).or_default();
             if s.kind == CLIENT {
                 *svc.client_outcomes.entry(s.std).or_default() += 1;
@@ -196,7 +173,7 @@ impl TimingAcc {
             svc.server_spans += 1;
             *svc.server_outcomes.entry(s.std).or_default() += 1;
             let depth = depths[i];
-            svc.min_depth = Some(svc.min_depth.map_or(depth, |m| m.min(depth)));
+            svc.depths.add(u64::from(depth));
             deepest = deepest.max(depth);
             let caller = index
                 .get(&s.parent)
@@ -232,7 +209,9 @@ impl TimingAcc {
     }
 }
 
-/// Per span, how many SERVER spans are on the path from the root to it, itself included;
+/// Per span, how many SERVER spans are on the path from the root to it, itself included
+/// (a SERVER span directly under one of its own service's counts once with it: a service
+/// behind its sidecar is one hop, [`Span::repeats`]);
 /// each span's depth is found once (a walk up to the first ancestor already known), so a
 /// trace costs time linear in its spans, however deep. A cycle of parent ids stops the walk.
 fn server_depths(spans: &[Span], index: &HashMap<u64, usize>) -> Vec<u32> {
@@ -254,7 +233,8 @@ fn server_depths(spans: &[Span], index: &HashMap<u64, usize>) -> Vec<u32> {
             base = depth[j];
         }
         while let Some(k) = path.pop() {
-            base += u32::from(spans[k].kind == SERVER);
+            let parent = index.get(&spans[k].parent).map(|&p| &spans[p]);
+            base += u32::from(spans[k].kind == SERVER && !spans[k].repeats(parent));
             depth[k] = base;
         }
     }
@@ -284,6 +264,8 @@ mod tests {
             deadline_header: false,
             header_ms: None,
             own_timeout: false,
+            proxy: Default::default(),
+            peer: None,
         }
     }
 
@@ -307,6 +289,8 @@ mod tests {
                 outcome: Outcome::Completed,
                 required_ms: None,
                 overrun_ms: None,
+                told_ms: None,
+                matched: None,
             });
             let mut plain = span(&mut names, t + 1_000, SERVER, dur);
             plain.header_ms = Some(300);

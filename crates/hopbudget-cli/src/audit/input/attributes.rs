@@ -6,7 +6,7 @@
 use hopbudget::observe::fields;
 
 use crate::audit::span::{
-    HopAttrs, Interner, Outcome, Span, Sym, deadline_header, header_budget_ms,
+    HopAttrs, Interner, Outcome, Proxy, Span, Sym, deadline_header, header_budget_ms,
 };
 use crate::audit::status::{self, Signals};
 
@@ -18,16 +18,32 @@ pub(super) trait AttrValue {
     fn as_i64(&self) -> Option<i64>;
     /// Its string, or an array's first string (a captured header is an array).
     fn first_str(&self) -> Option<&str>;
+    /// Its boolean (a bool, or the string `true` / `false`).
+    fn as_bool(&self) -> Option<bool>;
 }
 
-/// One span's readings, filled attribute by attribute.
-pub(super) struct SpanReading {
+/// `hopbudget.proxy`: `ingress` or `egress` on the spans `hopbudget proxy` emits.
+pub(crate) const PROXY: &str = "hopbudget.proxy";
+/// `deadline.told_ms`: what a sidecar told the service behind it, or the next hop.
+pub(crate) const TOLD_MS: &str = "deadline.told_ms";
+/// `deadline.matched`: whether an egress call matched an inbound request.
+pub(crate) const MATCHED: &str = "deadline.matched";
+/// `server.address`: the destination of a client span.
+pub(crate) const SERVER_ADDRESS: &str = "server.address";
+
+/// One span's readings, filled attribute by attribute (`'a`: the decoded request, which
+/// outlives the reading).
+pub(super) struct SpanReading<'a> {
     service: Option<Sym>,
     hop: HopAttrs,
     is_hop: bool,
     signals: Signals,
     has_header: bool,
     header_ms: Option<u32>,
+    proxy: Proxy,
+    /// `server.address`, interned only on an egress span (a client span's destination is
+    /// otherwise unused, and hosts are many).
+    peer: Option<&'a str>,
 }
 
 /// What a decoder reads from the span itself: its ids, name, kind and times.
@@ -41,7 +57,7 @@ pub(super) struct SpanHead {
     pub(super) end_ns: u64,
 }
 
-impl SpanReading {
+impl<'a> SpanReading<'a> {
     /// A span of `service` (its resource's `service.name`, if any), nothing read yet.
     pub(super) fn new(service: Option<Sym>) -> Self {
         Self {
@@ -53,11 +69,15 @@ impl SpanReading {
                 outcome: Outcome::Unknown,
                 required_ms: None,
                 overrun_ms: None,
+                told_ms: None,
+                matched: None,
             },
             is_hop: false,
             signals: Signals::default(),
             has_header: false,
             header_ms: None,
+            proxy: Proxy::None,
+            peer: None,
         }
     }
 
@@ -75,7 +95,7 @@ impl SpanReading {
     pub(super) fn attribute<V: AttrValue + ?Sized>(
         &mut self,
         key: &str,
-        value: Option<&V>,
+        value: Option<&'a V>,
         names: &mut Interner,
     ) {
         if let Some(name) = deadline_header(key) {
@@ -110,6 +130,10 @@ impl SpanReading {
             }
             fields::REQUIRED_MS => hop.required_ms = v.as_i64(),
             fields::OVERRUN_MS => hop.overrun_ms = v.as_i64(),
+            TOLD_MS => hop.told_ms = v.as_i64(),
+            MATCHED => hop.matched = v.as_bool(),
+            PROXY => self.proxy = v.as_str().map_or(Proxy::None, Proxy::parse),
+            SERVER_ADDRESS => self.peer = v.as_str(),
             _ => {}
         }
     }
@@ -132,6 +156,11 @@ impl SpanReading {
             deadline_header: self.has_header,
             header_ms: self.header_ms,
             own_timeout: self.signals.own_timeout(),
+            proxy: self.proxy,
+            peer: self
+                .peer
+                .filter(|_| self.proxy == Proxy::Egress)
+                .map(|p| names.intern(p)),
         }
     }
 }

@@ -350,6 +350,87 @@ mod tests {
         assert_eq!(names.name(hop.source.unwrap()), "epoch-ms");
     }
 
+    /// A sidecar's egress span: `hopbudget.proxy`, `deadline.told_ms`, `deadline.matched` (a
+    /// bool) and `server.address` decode once, the same from OTLP JSON (the scanner and
+    /// serde_json) and from protobuf (`audit --listen`).
+    #[test]
+    fn decodes_a_sidecars_egress_span_from_json_and_protobuf() {
+        use crate::audit::span::Proxy;
+        use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+        use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
+        use opentelemetry_proto::tonic::resource::v1::Resource;
+        use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span as PbSpan};
+        use prost::Message;
+
+        let json = GOOD
+            .replace(
+                r#"{"key":"deadline.source","value":{"stringValue":"epoch-ms"}},"#,
+                r#"{"key":"hopbudget.proxy","value":{"stringValue":"egress"}},{"key":"deadline.told_ms","value":{"intValue":"986"}},{"key":"deadline.matched","value":{"boolValue":false}},{"key":"server.address","value":{"stringValue":"orders"}},"#,
+            )
+            .replace("SPAN_KIND_SERVER", "SPAN_KIND_CLIENT");
+        assert_ne!(json, GOOD);
+        // A string the scanner gives up on (an escape) sends the line through serde_json.
+        let slow = json.replace(r#""name":"/tax""#, r#""name":"\/tax""#);
+        let kv = |key: &str, v: any_value::Value| KeyValue {
+            key: key.into(),
+            value: Some(AnyValue { value: Some(v) }),
+            ..Default::default()
+        };
+        use any_value::Value::{BoolValue, IntValue, StringValue};
+        let pb = ExportTraceServiceRequest {
+            resource_spans: vec![ResourceSpans {
+                resource: Some(Resource {
+                    attributes: vec![kv("service.name", StringValue("tax".into()))],
+                    ..Default::default()
+                }),
+                scope_spans: vec![ScopeSpans {
+                    spans: vec![PbSpan {
+                        trace_id: (1..=16).collect(),
+                        span_id: vec![0, 0, 0, 0, 0, 0, 0, 2],
+                        parent_span_id: vec![0, 0, 0, 0, 0, 0, 0, 1],
+                        name: "/tax".into(),
+                        kind: 3,
+                        start_time_unix_nano: 1_000_000_000,
+                        end_time_unix_nano: 1_005_000_000,
+                        attributes: vec![
+                            kv("deadline.remaining_ms", IntValue(120)),
+                            kv("hopbudget.proxy", StringValue("egress".into())),
+                            kv("deadline.told_ms", IntValue(986)),
+                            kv("deadline.matched", BoolValue(false)),
+                            kv("server.address", StringValue("orders".into())),
+                            kv("deadline.outcome", StringValue("refused".into())),
+                            kv("deadline.required_ms", IntValue(200)),
+                        ],
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        }
+        .encode_to_vec();
+        let mut decoded = Vec::new();
+        for (body, encoding) in [
+            (json.as_bytes(), Encoding::Json),
+            (slow.as_bytes(), Encoding::Json),
+            (&pb[..], Encoding::Protobuf),
+        ] {
+            let mut sink = Collect(Vec::new(), 0, Interner::new(100));
+            let (mut stats, mut problems) = (InputStats::default(), Problems::new(10));
+            read_request(body, encoding, "t", 1, &mut sink, &mut stats, &mut problems).unwrap();
+            assert_eq!(problems.total, 0, "{:?}", problems.shown);
+            let s = sink.0[0];
+            assert_eq!(s.proxy, Proxy::Egress, "{encoding:?}");
+            assert!(s.is_egress() && s.hop_attrs().is_none());
+            let hop = s.hop.unwrap();
+            assert_eq!((hop.told_ms, hop.matched), (Some(986), Some(false)));
+            assert_eq!(sink.2.name(s.peer.unwrap()), "orders");
+            decoded.push(s);
+        }
+        assert_eq!(decoded[0], decoded[1]);
+        assert_eq!(decoded[0], decoded[2]);
+    }
+
     #[test]
     fn a_span_with_only_a_remaining_budget_is_not_a_hop() {
         // The library's `degrade` span (inside reco-scorer's hop) records the budget left

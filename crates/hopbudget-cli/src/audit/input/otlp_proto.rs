@@ -84,6 +84,14 @@ impl AttrValue for AnyValue {
             _ => None,
         }
     }
+
+    fn as_bool(&self) -> Option<bool> {
+        match self.value.as_ref()? {
+            any_value::Value::BoolValue(b) => Some(*b),
+            any_value::Value::StringValue(s) => s.parse().ok(),
+            _ => None,
+        }
+    }
 }
 
 /// An id of exactly `bytes` bytes, big-endian (as its hex spelling reads).

@@ -55,7 +55,7 @@ pub(crate) fn build(i: Inputs<'_>) -> Report {
     let grouping_read = grouping;
     let mut findings = Vec::new();
     let mut keys: Vec<HopKey> = acc.hops.keys().copied().collect();
-    keys.sort_by_key(|k| (acc.hops[k].min_depth.unwrap_or(u32::MAX), label(names, *k)));
+    keys.sort_by_key(|k| (acc.hops[k].depth().unwrap_or(u32::MAX), label(names, *k)));
     let mut hops = Vec::new();
     for key in &keys {
         let h = &acc.hops[key];
@@ -65,7 +65,7 @@ pub(crate) fn build(i: Inputs<'_>) -> Report {
             hop,
             service: names.name(key.0).to_owned(),
             route: names.name(key.1).to_owned(),
-            depth: h.min_depth,
+            depth: h.depth(),
             spans: h.spans,
             completed: h.outcomes[0],
             refused: h.outcomes[1],
@@ -76,7 +76,7 @@ pub(crate) fn build(i: Inputs<'_>) -> Report {
             duration_p99_ms: h.durations.quantile(0.99),
             missing: h.missing_at_root + h.missing_inner,
             late: h.late,
-            resets: h.resets,
+            resets: h.resets + h.told_more,
         });
     }
     let depths: Vec<DepthRow> = acc
@@ -97,6 +97,7 @@ pub(crate) fn build(i: Inputs<'_>) -> Report {
     over_shrunk(&mut findings, acc, names, &depths, rules);
     let timing = super::timing::build(&mut findings, &acc.timing, names, rules);
     super::header_reset::build(&mut findings, &acc.header_resets, names, rules.resets);
+    super::told::build(&mut findings, &acc.told, names);
     for ((from, to), o) in &acc.offsets {
         let Some(min) = o.min else { continue };
         let services = format!("{} -> {}", names.name(*from), names.name(*to));
@@ -215,7 +216,7 @@ fn nothing_to_judge(acc: &Accumulated, input: &InputStats, problems: u64) -> Opt
         };
         return Some(format!("nothing to judge: {why}"));
     }
-    let judged = acc.hop_spans + acc.header_spans + acc.timing.timed;
+    let judged = acc.hop_spans + acc.header_spans + acc.timing.timed + acc.sidecar_spans;
     (judged == 0).then(|| {
         format!(
             "nothing to judge: 0 of {} spans carry a deadline header or a deadline.* \

@@ -9,6 +9,7 @@ use crate::audit::span::{Interner, Sym};
 
 /// The findings: one `budget_reset_by_header` per service and callee with a reset (an error,
 /// exit status 1, when large and common enough by `thresholds`, else a warning), one
+/// `reset_capped` (for information) per one whose resets its sidecar capped, one
 /// `deadline_dropped_by_header` (a warning) per one with a drop.
 pub(crate) fn build(
     findings: &mut Vec<Finding>,
@@ -46,6 +47,29 @@ pub(crate) fn build(
                     q(&e.sent, 0.5)
                 ),
                 example_trace: e.reset_example.map(|t| format!("{t:032x}")),
+            });
+        }
+        if e.capped > 0 {
+            findings.push(Finding {
+                kind: FindingKind::ResetCapped,
+                severity: Severity::Info,
+                hop: service.to_owned(),
+                count: e.capped,
+                of: e.calls,
+                value_ms: e.capped_added.quantile(1.0).map(|v| v as i64),
+                related: vec![to.to_owned()],
+                below: Vec::new(),
+                detail: format!(
+                    "capped, not a reset: {service} sent {to} a deadline header with more than \
+                     it had left in {} of {} calls (median {} ms more), and its sidecar told \
+                     {to} no more than {service} had left; behind the sidecar the chain holds, \
+                     but {service} still ignores its deadline (a fix for when it leaves the \
+                     sidecar)",
+                    e.capped,
+                    e.calls,
+                    e.capped_added.quantile(0.5).unwrap_or(0)
+                ),
+                example_trace: None,
             });
         }
         if e.dropped > 0 {

@@ -15,6 +15,7 @@ pub(crate) mod rollout;
 pub(crate) mod rules;
 pub mod state;
 pub(crate) mod timing;
+pub(crate) mod told;
 
 pub use rollout::{Forwards, RolloutRow};
 pub use timing::{ChainDepth, ServiceRow, TimingEdge};
@@ -68,6 +69,15 @@ pub enum FindingKind {
     BudgetResetByHeader,
     /// A service received a deadline header and sent none on a call.
     DeadlineDroppedByHeader,
+    /// A hop behind a sidecar was told more budget than its caller had left when it called
+    /// (C26): always an error.
+    ToldMoreThanCallerHad,
+    /// A sidecar's egress call matched no inbound request (`deadline.matched = false`): the
+    /// service does not carry trace context (C26). Always an error.
+    UnmatchedCall,
+    /// A service sent a deadline header with more than it had left, and its sidecar's egress
+    /// told the next hop no more than the caller had: capped, not a reset.
+    ResetCapped,
 }
 
 /// One finding.
@@ -104,7 +114,7 @@ pub struct HopRow {
     pub service: String,
     /// Span name (route).
     pub route: String,
-    /// Smallest depth seen (0 = entry hop).
+    /// Typical depth: the median of the depths it was seen at (0 = entry hop).
     pub depth: Option<u32>,
     /// Hop spans.
     pub spans: u64,
@@ -218,8 +228,9 @@ pub struct Report {
 impl Report {
     /// How many chain-break findings that are errors: resets seen in hop attributes or in
     /// captured deadline headers that added at least the error threshold in at least its share
-    /// of calls (`--reset-error-ms`, `--reset-error-percent`). A smaller or rarer reset is a
-    /// warning and does not count.
+    /// of calls (`--reset-error-ms`, `--reset-error-percent`; a smaller or rarer reset is a
+    /// warning and does not count), any hop behind a sidecar told more than its caller had,
+    /// and any outbound call that matched no inbound request (C26).
     pub fn chain_breaks(&self) -> usize {
         self.findings
             .iter()
@@ -227,7 +238,10 @@ impl Report {
                 f.severity == Severity::Error
                     && matches!(
                         f.kind,
-                        FindingKind::ChainBreak | FindingKind::BudgetResetByHeader
+                        FindingKind::ChainBreak
+                            | FindingKind::BudgetResetByHeader
+                            | FindingKind::ToldMoreThanCallerHad
+                            | FindingKind::UnmatchedCall
                     )
             })
             .count()

@@ -60,9 +60,9 @@ pub struct RolloutRow {
     pub late: u64,
 }
 
-/// The rows, shallowest service first (by the least depth its server spans were seen at).
+/// The rows, shallowest service first (by the typical, median, depth of its server spans).
 pub(crate) fn build(acc: &RolloutAcc, timing: &TimingAcc, names: &Interner) -> Vec<RolloutRow> {
-    let depth = |s: &Sym| timing.services.get(s).and_then(|t| t.min_depth);
+    let depth = |s: &Sym| timing.services.get(s).and_then(|t| t.depth());
     let mut keys: Vec<&Sym> = acc.services.keys().collect();
     keys.sort_by_key(|s| (depth(s).unwrap_or(u32::MAX), names.name(**s)));
     keys.into_iter()

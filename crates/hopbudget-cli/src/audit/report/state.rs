@@ -11,7 +11,7 @@ use crate::audit::span::Interner;
 use crate::audit::{Problem, ProblemKind, Problems};
 
 /// The version of the `merge_state` layout; bumped when it changes.
-pub const STATE_FORMAT: u32 = 1;
+pub const STATE_FORMAT: u32 = 2;
 
 /// The hopbudget version that wrote a report (`hopbudget_version` in `--json`).
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

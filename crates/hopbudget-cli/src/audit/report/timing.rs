@@ -19,7 +19,8 @@ use crate::audit::timing::{Excess, ServiceTiming, SpanTiming, TimingAcc};
 pub struct ServiceRow {
     /// Service name.
     pub service: String,
-    /// The least depth its server spans were seen at (1 is the first server of a request).
+    /// The typical depth of its server spans: the median of the depths they were seen at (1
+    /// is the first server of a request).
     pub depth: Option<u32>,
     /// Its server spans.
     pub server_spans: u64,
@@ -117,7 +118,7 @@ pub(crate) fn build(
     rules: FindingRules,
 ) -> TimingReport {
     let mut keys: Vec<Sym> = t.services.keys().copied().collect();
-    keys.sort_by_key(|k| (t.services[k].min_depth.unwrap_or(u32::MAX), names.name(*k)));
+    keys.sort_by_key(|k| (t.services[k].depth().unwrap_or(u32::MAX), names.name(*k)));
     let mut services = Vec::new();
     for key in keys {
         let s = &t.services[&key];
@@ -167,7 +168,7 @@ pub(crate) fn build(
         outcome_finding(findings, &service, s);
         services.push(ServiceRow {
             service,
-            depth: s.min_depth,
+            depth: s.depth(),
             server_spans: s.server_spans,
             with_caller: s.after_caller.of,
             after_caller: s.after_caller.count,

@@ -19,6 +19,7 @@ use super::{
     AnyValueJson, ArrayValueJson, EventJson, KeyValueJson, RequestJson, ResourceJson,
     ResourceSpansJson, Scalar, ScopeSpansJson, SpanJson, StatusJson,
 };
+use crate::audit::input::attributes;
 use crate::audit::span::deadline_header;
 use crate::audit::status;
 
@@ -81,6 +82,10 @@ fn span_key_read(key: &str) -> bool {
             | fields::OUTCOME
             | fields::REQUIRED_MS
             | fields::OVERRUN_MS
+            | attributes::PROXY
+            | attributes::TOLD_MS
+            | attributes::MATCHED
+            | attributes::SERVER_ADDRESS
     ) || deadline_header(key).is_some()
 }
 
@@ -343,7 +348,15 @@ impl<'a> Scan<'a> {
                 self.literal(b"null")?;
                 return Some(None);
             }
-            b't' | b'f' | b'{' | b'[' => {
+            b't' => {
+                self.literal(b"true")?;
+                Scalar::Bool(true)
+            }
+            b'f' => {
+                self.literal(b"false")?;
+                Scalar::Bool(false)
+            }
+            b'{' | b'[' => {
                 self.skip()?;
                 Scalar::Other
             }
@@ -597,7 +610,8 @@ impl<'a> Scan<'a> {
         let mut array_value = None;
         self.object(|s, key| match key {
             "stringValue" | "string_value" => s.scalar_field(&mut string_value),
-            "intValue" | "int_value" => s.scalar_field(&mut int_value),
+            // A oneof: a bool shares the integer's slot (see `AnyValueJson::int_value`).
+            "intValue" | "int_value" | "boolValue" | "bool_value" => s.scalar_field(&mut int_value),
             "doubleValue" | "double_value" => s.scalar_field(&mut double_value),
             "arrayValue" | "array_value" => {
                 first(&array_value)?;
