@@ -191,6 +191,16 @@ impl<'a> HopRoute<'a> {
         }
     }
 
+    /// The service and route as shared strings, for a hop's line: the ones the metric keys
+    /// hold when there are keys, else new ones.
+    pub(super) fn shared_strings(&self) -> (Arc<str>, Arc<str>) {
+        #[cfg(feature = "metrics")]
+        if **self.keys.service() == *self.service && **self.keys.route() == *self.route {
+            return (self.keys.service().clone(), self.keys.route().clone());
+        }
+        (Arc::from(self.service), Arc::from(self.route))
+    }
+
     /// Write one line at the hop's end (the profile's `log.hops`).
     pub(crate) fn with_line(mut self, line: bool) -> Self {
         self.line = line;
