@@ -2,7 +2,8 @@
 //! `ConcurrencyLimit`, around one instant service (target: at most 1.5x), and the
 //! `BudgetSemaphore` beside tokio's `Semaphore`.
 //!
-//! Run with `cargo bench -p hopbudget --bench admission`.
+//! Run with `cargo bench -p hopbudget --features http --bench admission` (the layer admits
+//! HTTP requests).
 
 use std::convert::Infallible;
 use std::future::Ready;

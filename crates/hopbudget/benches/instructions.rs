@@ -25,17 +25,36 @@
 //! request in flight): `e2e-bare`, `e2e-timeout` (`tower-http`'s `TimeoutLayer`), `e2e-trace`
 //! (`tower-http`'s `TraceLayer`, no subscriber) and `e2e-layer`.
 //!
+//! Two variants of `e2e-layer`: `e2e-layer-line`, its profile with `log: {hops: true}` and no
+//! subscriber installed (the line is on and nobody reads it), and `e2e-layer-recorded`, with
+//! a Prometheus recorder installed as the process's global one (`e2e-bare-recorded` is its
+//! floor: nothing in the bare app records a metric).
+//!
+//! `e2e-bare-wait` and `e2e-layer-wait`: the same round trip to a handler that yields once
+//! before it answers, so the layer's deadline timer is made.
+//!
+//! The client side, end to end over the same loopback (a bare axum server, a hyper-util
+//! legacy `Client` making one call after another): `client-bare` (the client alone),
+//! `client-timeout` (`tower::timeout::Timeout` over the same client) and `client-layer`
+//! (`ClientBudgetLayer` over it). Every call, in all three, is made inside the scope of a
+//! fresh `RequestBudget`, as a handler's call would be, so the difference between two stacks
+//! is what the layer adds and nothing else. Budget and timeout are 30 s there: under callgrind
+//! on a loaded machine a round trip can take longer than 500 ms of wall time.
+//!
 //! Build with `cargo bench -p hopbudget --features http,axum --bench instructions --no-run`.
 
 use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::FutureExt;
-use hopbudget::Profile;
+use hopbudget::http::client::ClientBudgetLayer;
 use hopbudget::http::server::ServerBudgetLayer;
+use hopbudget::{Profile, RequestBudget};
 use http::{Request, Response};
 use http_body_util::{BodyExt, Empty, Full};
-use hyper_util::rt::TokioIo;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use tower::{Layer, Service, ServiceExt};
 
 mod support;
@@ -68,6 +87,11 @@ where
 
 /// `requests` HTTP/1.1 round trips, one after another, to `router` served on loopback.
 async fn end_to_end(router: axum::Router, requests: usize) {
+    end_to_end_at(router, "/items/7", requests).await;
+}
+
+/// The same, to `path`.
+async fn end_to_end_at(router: axum::Router, path: &'static str, requests: usize) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
@@ -78,7 +102,7 @@ async fn end_to_end(router: axum::Router, requests: usize) {
         .unwrap();
     tokio::spawn(conn);
     for _ in 0..requests {
-        let req = Request::get("/items/7")
+        let req = Request::get(path)
             .header("host", "bench")
             .header("x-request-timeout-ms", "500")
             .body(Empty::<Bytes>::new())
@@ -90,12 +114,71 @@ async fn end_to_end(router: axum::Router, requests: usize) {
     }
 }
 
+/// `requests` calls, one after another, through `client` to `app()` served on loopback, each
+/// made inside the scope of a fresh budget and its answer read to its end.
+async fn client_calls<C, B>(mut client: C, requests: usize)
+where
+    C: Service<Request<Empty<Bytes>>, Response = Response<B>>,
+    C::Error: std::fmt::Debug,
+    B: http_body::Body,
+    B::Error: std::fmt::Debug,
+{
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app()).await.unwrap() });
+    let uri: http::Uri = format!("http://{addr}/items/7").parse().unwrap();
+    let policy = Profile::default().policy();
+    for _ in 0..requests {
+        let budget = RequestBudget::local(CLIENT_WAIT, policy);
+        let req = Request::get(uri.clone())
+            .body(Empty::<Bytes>::new())
+            .unwrap();
+        let res = budget
+            .scope(async {
+                client.ready().await.unwrap();
+                client.call(req).await.unwrap()
+            })
+            .await;
+        assert_eq!(res.status(), 200);
+        res.into_body().collect().await.unwrap();
+    }
+}
+
+/// The client stacks' budget and timeout: far longer than any round trip under callgrind.
+const CLIENT_WAIT: Duration = Duration::from_secs(30);
+
+/// hyper-util's legacy client over plain HTTP/1.1, keeping its one connection alive.
+fn hyper_client() -> Client<HttpConnector, Empty<Bytes>> {
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    Client::builder(TokioExecutor::new()).build(connector)
+}
+
 fn app() -> axum::Router {
-    axum::Router::new().route("/items/{id}", axum::routing::get(|| async { "ok" }))
+    axum::Router::new()
+        .route("/items/{id}", axum::routing::get(|| async { "ok" }))
+        // A handler that waits once before it answers: the layer's deadline timer is made.
+        .route(
+            "/wait",
+            axum::routing::get(|| async {
+                tokio::task::yield_now().await;
+                "ok"
+            }),
+        )
 }
 
 const STACKS: &str = "bare, timeout, layer (each also with -routed), app-bare, app-timeout, \
-                      app-layer, e2e-bare, e2e-timeout, e2e-trace, e2e-layer";
+                      app-layer, e2e-bare, e2e-timeout, e2e-trace, e2e-layer, e2e-layer-line, \
+                      e2e-bare-wait, e2e-layer-wait, \
+                      e2e-bare-recorded, e2e-layer-recorded, client-bare, client-timeout, \
+                      client-layer";
+
+/// The default profile with the hop's line on (`log: {hops: true}`).
+fn line_profile() -> Profile {
+    let mut spec = Profile::default().spec().clone();
+    spec.log.hops = true;
+    Profile::from_spec(spec).unwrap()
+}
 
 fn main() {
     let mut args = std::env::args().skip(1);
@@ -116,6 +199,15 @@ fn main() {
     let (base, routed) = match stack.strip_suffix("-routed") {
         Some(base) => (base, true),
         None => (stack.as_str(), false),
+    };
+    let base = match base.strip_suffix("-recorded") {
+        Some(base) if base.starts_with("e2e-") => {
+            metrics_exporter_prometheus::PrometheusBuilder::new()
+                .install_recorder()
+                .unwrap();
+            base
+        }
+        _ => base,
     };
     match base {
         "bare" => in_process(Bare, requests, routed),
@@ -154,6 +246,25 @@ fn main() {
         )),
         "e2e-layer" if !routed => rt.block_on(end_to_end(
             app().layer(ServerBudgetLayer::new(Profile::default())),
+            requests,
+        )),
+        "client-bare" if !routed => rt.block_on(client_calls(hyper_client(), requests)),
+        "client-timeout" if !routed => rt.block_on(client_calls(
+            tower::timeout::TimeoutLayer::new(CLIENT_WAIT).layer(hyper_client()),
+            requests,
+        )),
+        "client-layer" if !routed => rt.block_on(client_calls(
+            ClientBudgetLayer::new(Profile::default()).layer(hyper_client()),
+            requests,
+        )),
+        "e2e-bare-wait" if !routed => rt.block_on(end_to_end_at(app(), "/wait", requests)),
+        "e2e-layer-wait" if !routed => rt.block_on(end_to_end_at(
+            app().layer(ServerBudgetLayer::new(Profile::default())),
+            "/wait",
+            requests,
+        )),
+        "e2e-layer-line" if !routed => rt.block_on(end_to_end(
+            app().layer(ServerBudgetLayer::new(line_profile())),
             requests,
         )),
         _ => {

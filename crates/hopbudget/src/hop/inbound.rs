@@ -10,7 +10,7 @@ use super::labels::{MethodSet, OTHER_ROUTE, RouteLabel, is_method_path};
 use crate::clock::{SystemClock, WallClock};
 use crate::codec::{Inbound, MalformedHeader, read_inbound};
 use crate::error::Refused;
-use crate::observe::{self, Hop, HopLabels, HopRoute, Protocol, Would};
+use crate::observe::{self, Hop, HopLabels, HopRoute, LayerMetrics, Protocol, Would};
 use crate::profile::{RouteMode, RouteRule};
 use crate::{Profile, RequestBudget, SharedProfile};
 
@@ -28,6 +28,7 @@ pub struct HopConfig {
     protocol: Protocol,
     wall_clock: Arc<dyn WallClock>,
     methods: MethodSet,
+    metrics: LayerMetrics,
 }
 
 impl fmt::Debug for HopConfig {
@@ -63,8 +64,10 @@ impl HopConfig {
     /// See the [example](super#example-a-custom-protocol-adapter).
     pub fn new(profile: impl Into<SharedProfile>, protocol: Protocol) -> Self {
         let profile = profile.into();
+        let service = Arc::from(profile.current().service());
         Self {
-            service: Arc::from(profile.current().service()),
+            metrics: LayerMetrics::new(&service),
+            service,
             profile,
             protocol,
             wall_clock: Arc::new(SystemClock),
@@ -252,7 +255,13 @@ impl HopConfig {
         let profile = self.profile.current();
         let (_, label, _) = self.rule_and_label(&profile, route);
         let hop = Hop::open(
-            HopRoute::new(&self.service, label, self.protocol, profile.low_budget()),
+            HopRoute::new(
+                &self.metrics,
+                &self.service,
+                label,
+                self.protocol,
+                profile.low_budget(),
+            ),
             budget,
         );
         match required {
@@ -313,8 +322,14 @@ impl HopConfig {
     ) -> Verdict {
         let policy = profile.policy();
         let enforce = budget.is_enforced();
-        let route = HopRoute::new(&self.service, label, self.protocol, profile.low_budget())
-            .with_line(profile.spec().log.hops);
+        let route = HopRoute::new(
+            &self.metrics,
+            &self.service,
+            label,
+            self.protocol,
+            profile.low_budget(),
+        )
+        .with_line(profile.spec().log.hops);
         // An unproved method's arrival is counted when its label is settled, at its end.
         let mut hop = if unproved.is_some() {
             Hop::open_unlabelled(route, &budget)

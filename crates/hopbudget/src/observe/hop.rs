@@ -44,6 +44,9 @@ struct HopLine {
     trace_id: Option<u128>,
 }
 
+/// The target of a hop's line (`log.hops`): a subscriber filters it by this name.
+const LINE_TARGET: &str = "hopbudget::hop";
+
 /// A trace id as W3C and OpenTelemetry write it: 32 lowercase hex digits.
 struct TraceHex(u128);
 
@@ -212,19 +215,23 @@ impl Hop {
         }
         #[cfg(not(feature = "metrics"))]
         let _ = (route.low_budget, count_now);
-        let line = route.line.then(|| {
-            Box::new(HopLine {
-                service: Arc::from(route.service),
-                route: Arc::from(route.route),
-                protocol: route.protocol,
-                arrived: remaining,
-                source,
-                started: tokio::time::Instant::now(),
-                status: None,
-                would: None,
-                trace_id: None,
-            })
-        });
+        // The line only when it is on and a subscriber would take it (#51): otherwise
+        // nobody reads it, and building it costs allocations on every request.
+        let line = (route.line && tracing::enabled!(target: LINE_TARGET, tracing::Level::INFO))
+            .then(|| {
+                let (service, route_label) = route.shared_strings();
+                Box::new(HopLine {
+                    service,
+                    route: route_label,
+                    protocol: route.protocol,
+                    arrived: remaining,
+                    source,
+                    started: tokio::time::Instant::now(),
+                    status: None,
+                    would: None,
+                    trace_id: None,
+                })
+            });
         Self {
             span,
             #[cfg(feature = "metrics")]
@@ -375,7 +382,7 @@ impl Hop {
         metrics_names::record_end(&self.keys, outcome);
         if let Some(line) = self.line.take() {
             tracing::info!(
-                target: "hopbudget::hop",
+                target: LINE_TARGET,
                 parent: &self.span,
                 service = %line.service,
                 route = %line.route,
@@ -419,4 +426,43 @@ impl Drop for Hop {
 // OTLP's `intValue` is signed anyway.
 fn span_ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::HopPolicy;
+    use crate::observe::LayerMetrics;
+
+    fn open(line: bool) -> Hop {
+        let service: Arc<str> = "line-test".into();
+        let layer = LayerMetrics::new(&service);
+        let budget = RequestBudget::local(Duration::from_millis(100), HopPolicy::DEFAULT);
+        let route = HopRoute::new(&layer, &service, "/r", Protocol::Http, Duration::ZERO);
+        Hop::open(route.with_line(line), &budget)
+    }
+
+    /// #51: a hop keeps what its line needs only when the line is on and a subscriber would
+    /// take it; the line's fields, when it is written, are checked in `tests/observe`.
+    #[test]
+    fn the_line_is_built_only_when_on_and_wanted() {
+        assert!(open(true).line.is_none(), "no subscriber: nobody reads it");
+        let warn_only = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::WARN)
+            .with_writer(std::io::sink)
+            .finish();
+        tracing::subscriber::with_default(warn_only, || {
+            assert!(open(true).line.is_none(), "the subscriber leaves INFO out");
+        });
+        let info = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::INFO)
+            .with_writer(std::io::sink)
+            .finish();
+        tracing::subscriber::with_default(info, || {
+            let hop = open(true);
+            let line = hop.line.as_ref().expect("on and wanted");
+            assert_eq!((&*line.service, &*line.route), ("line-test", "/r"));
+            assert!(open(false).line.is_none(), "off");
+        });
+    }
 }

@@ -146,24 +146,59 @@ pub(crate) struct HopRoute<'a> {
     pub(super) keys: metrics_names::Keys,
 }
 
+/// One layer's metric series, per route, with the handles the recorder gave for them held
+/// rather than looked up on every request (#51). Built with the layer, shared by every
+/// request; its routes are a bounded set ([C20](crate::contract#c20)). Empty without the
+/// `metrics` feature.
+#[derive(Debug)]
+pub(crate) struct LayerMetrics {
+    #[cfg(feature = "metrics")]
+    keys: metrics_names::LayerKeys,
+}
+
+impl LayerMetrics {
+    /// The series of `service`, none resolved yet.
+    pub(crate) fn new(service: &Arc<str>) -> Self {
+        #[cfg(not(feature = "metrics"))]
+        let _ = service;
+        Self {
+            #[cfg(feature = "metrics")]
+            keys: metrics_names::LayerKeys::new(service),
+        }
+    }
+}
+
 impl<'a> HopRoute<'a> {
-    /// The labels of `service` and `route`; with the `metrics` feature, the metric keys of a
-    /// pair seen before are reused without allocating (as [`HopLabels::for_route`] does).
+    /// The labels of `service` and `route` as `layer` records them: with the `metrics`
+    /// feature, the layer's series for the route, made on its first request and kept.
     pub(crate) fn new(
+        layer: &LayerMetrics,
         service: &'a Arc<str>,
         route: &'a str,
         protocol: Protocol,
         low_budget: Duration,
     ) -> Self {
+        #[cfg(not(feature = "metrics"))]
+        let _ = layer;
         Self {
             #[cfg(feature = "metrics")]
-            keys: metrics_names::KeyCache::lookup(service, route),
+            keys: layer.keys.route(route),
             service,
             route,
             protocol,
             low_budget,
             line: false,
         }
+    }
+
+    /// The service and route as shared strings, for a hop's line: the ones the metric keys
+    /// hold when there are keys, else new ones.
+    pub(super) fn shared_strings(&self) -> (Arc<str>, Arc<str>) {
+        #[cfg(feature = "metrics")]
+        if **self.keys.service() == *self.service && **self.keys.route() == *self.route {
+            return (self.keys.service().clone(), self.keys.route().clone());
+        }
+        (Arc::from(self.service), Arc::from(self.route))
     }
 
     /// Write one line at the hop's end (the profile's `log.hops`).

@@ -4,8 +4,10 @@
 
 use metrics::Unit;
 
+mod held;
 mod record;
 
+pub(super) use held::LayerKeys;
 pub(super) use record::{
     KeyCache, Keys, record_arrival, record_end, record_late, record_malformed,
     record_queue_expired, record_unenforced,

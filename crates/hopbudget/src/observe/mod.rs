@@ -54,8 +54,8 @@ mod hop;
 pub use hop::Hop;
 pub(crate) use hop::{AnswerStatus, Would};
 mod labels;
-pub(crate) use labels::HopRoute;
 pub use labels::{DEFAULT_LOW_BUDGET, HopLabels, Protocol};
+pub(crate) use labels::{HopRoute, LayerMetrics};
 
 /// Count a malformed deadline header (rule [C9](crate::contract#c9)).
 ///

@@ -8,6 +8,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
+use pin_project_lite::pin_project;
 use tokio::time::Sleep;
 use tokio_util::sync::WaitForCancellationFutureOwned;
 
@@ -21,8 +22,20 @@ pub(crate) struct Bound {
     watched: RequestBudget,
     wait_until: Deadline,
     told: Deadline,
-    sleep: Option<Pin<Box<Sleep>>>,
-    cancelled: Option<Pin<Box<WaitForCancellationFutureOwned>>>,
+    // One allocation for both (#51): a `Bound` moves from the response future into the body
+    // once it has waited, so what it registered cannot live in it in place.
+    waits: Option<Pin<Box<Waits>>>,
+}
+
+pin_project! {
+    /// What a wait registers: the request's cancellation, and the timer at the end of the
+    /// wait (none while enforcement is off, [C24](crate::contract#c24)).
+    struct Waits {
+        #[pin]
+        cancelled: WaitForCancellationFutureOwned,
+        #[pin]
+        sleep: Option<Sleep>,
+    }
 }
 
 impl std::fmt::Debug for Bound {
@@ -44,8 +57,7 @@ impl Bound {
             watched: call.watched.clone(),
             wait_until: call.wait_until,
             told: call.told,
-            sleep: None,
-            cancelled: None,
+            waits: None,
         }
     }
 
@@ -81,8 +93,10 @@ impl Bound {
             .saturating_sub(self.budget.policy().hop_margin);
         if now_until > self.wait_until {
             self.wait_until = now_until;
-            if let Some(sleep) = self.sleep.as_mut() {
-                sleep.as_mut().reset(now_until.instant());
+            if let Some(waits) = self.waits.as_mut() {
+                if let Some(sleep) = waits.as_mut().project().sleep.as_pin_mut() {
+                    sleep.reset(now_until.instant());
+                }
             }
             return true;
         }
@@ -92,23 +106,31 @@ impl Bound {
     /// Resolves with the reason once the wait is over ([C4](crate::contract#c4): expired at the deadline; [C5](crate::contract#c5):
     /// cancelled, or the parent's recorded cause, when the request's budget ended first).
     pub(crate) fn poll_over(&mut self, cx: &mut Context<'_>) -> Poll<BudgetError> {
-        let cancelled = self
-            .cancelled
-            .get_or_insert_with(|| Box::pin(self.watched.token().cancelled_owned()));
-        if cancelled.as_mut().poll(cx).is_ready() {
-            return Poll::Ready(self.cause());
-        }
-        if !self.budget.is_enforced() {
-            // Unenforced (C24): no timer ends the wait; the cancellation above still does.
-            return Poll::Pending;
-        }
+        let enforced = self.budget.is_enforced();
         loop {
             let at = self.wait_until.instant();
-            let sleep = self
-                .sleep
-                .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at)));
-            if sleep.as_mut().poll(cx).is_pending() {
+            let watched = &self.watched;
+            let waits = self.waits.get_or_insert_with(|| {
+                Box::pin(Waits {
+                    cancelled: watched.token().cancelled_owned(),
+                    sleep: None,
+                })
+            });
+            let mut waits = waits.as_mut().project();
+            if waits.cancelled.poll(cx).is_ready() {
+                return Poll::Ready(self.cause());
+            }
+            if !enforced {
+                // Unenforced (C24): no timer ends the wait; the cancellation above still does.
                 return Poll::Pending;
+            }
+            if waits.sleep.is_none() {
+                waits.sleep.set(Some(tokio::time::sleep_until(at)));
+            }
+            if let Some(sleep) = waits.sleep.as_pin_mut() {
+                if sleep.poll(cx).is_pending() {
+                    return Poll::Pending;
+                }
             }
             if !self.moved_on() {
                 return Poll::Ready(BudgetError::Expired);

@@ -31,10 +31,11 @@ pin_project! {
     pub struct ResponseFuture<F, B> {
         #[pin]
         state: State<F, B>,
-        // Created only once the handler has returned `Pending`, as `tower::timeout` does: a
-        // handler that answers at once registers no timer. Boxed: only a handler that waits
-        // pays for it, and the future everyone else moves around stays small.
-        sleep: Option<Pin<Box<Sleep>>>,
+        // Created only once the handler has returned `Pending`: a handler that answers at
+        // once registers no timer. In place, not boxed (#51): a handler that waits, the
+        // common one, paid an allocation for it on every request.
+        #[pin]
+        sleep: Option<Sleep>,
         guard: Option<HopGuard>,
         status: HttpStatusMap,
         // The request body, lent through the layer, to drain if the deadline answer leaves
@@ -281,12 +282,14 @@ where
             // Unenforced (C24): the handler runs to its end, whatever the deadline.
             return Poll::Pending;
         }
-        let sleep = this.sleep.get_or_insert_with(|| {
-            Box::pin(tokio::time::sleep_until(
+        if this.sleep.is_none() {
+            this.sleep.set(Some(tokio::time::sleep_until(
                 guard.budget().deadline().instant(),
-            ))
-        });
-        ready!(sleep.as_mut().poll(cx));
+            )));
+        }
+        if let Some(sleep) = this.sleep.as_pin_mut() {
+            ready!(sleep.poll(cx));
+        }
         // C4, C7: the deadline passed while the handler ran. Mark the tree expired so that
         // spawned children stop, drop the handler inside the scope, answer with the expiry
         // status.

@@ -1,14 +1,16 @@
 //! Recording the metrics through the `metrics` facade. Keys for a service and route are built
 //! once per [`HopLabels`] (shared by its clones) and handed to whatever recorder is current, so
 //! a hop allocates nothing for its metrics, and with no recorder installed each update is a
-//! thread-local check and a no-op call.
+//! thread-local check and a no-op call. The server layers' own routes also hold the handles
+//! the recorder gave for their keys (`held`), so a request asks the recorder for nothing.
 
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Duration;
 
-use metrics::{Key, Label, Level, Metadata, Recorder};
+use metrics::{Counter, Histogram, Key, Label, Level, Metadata, Recorder};
 
+use super::held::{Held, RecorderId};
 use super::{
     ARRIVALS_TOTAL, CACHE_READS_TOTAL, DEADLINE_MISSING_TOTAL, DEGRADED_TOTAL, HOPS_TOTAL,
     LATE_WORK_OVERRUN_MS, LATE_WORK_TOTAL, LOW_BUDGET_ARRIVALS_TOTAL, MALFORMED_HEADERS_TOTAL,
@@ -18,7 +20,7 @@ use crate::budget::Source;
 use crate::observe::HopLabels;
 use crate::status::Outcome;
 
-static METADATA: Metadata<'static> = Metadata::new(
+pub(super) static METADATA: Metadata<'static> = Metadata::new(
     "hopbudget::observe",
     Level::INFO,
     Some("hopbudget::observe"),
@@ -43,7 +45,8 @@ impl std::ops::Deref for Keys {
     }
 }
 
-/// Metric keys for one service and route, built on first use.
+/// Metric keys for one service and route, built on first use, and, for a layer's own routes
+/// ([`LayerKeys`](super::held::LayerKeys)), the handles the recorder gave for them.
 #[derive(Debug)]
 pub(in crate::observe) struct KeyCache {
     service: Arc<str>,
@@ -56,6 +59,21 @@ pub(in crate::observe) struct KeyCache {
     late: OnceLock<Key>,
     overrun: OnceLock<Key>,
     hops: [OnceLock<Key>; 4],
+    // Boxed: the process-wide entries, up to `MAX_SHARED` of them, hold none.
+    held: Option<Box<Handles>>,
+}
+
+/// The handles of one route's series, each resolved on its first use.
+#[derive(Debug)]
+struct Handles {
+    arrivals: Held<Counter>,
+    remaining: Held<Histogram>,
+    missing: Held<Counter>,
+    low: Held<Counter>,
+    refused: Held<Counter>,
+    late: Held<Counter>,
+    overrun: Held<Histogram>,
+    hops: [Held<Counter>; 4],
 }
 
 impl KeyCache {
@@ -71,6 +89,25 @@ impl KeyCache {
             late: OnceLock::new(),
             overrun: OnceLock::new(),
             hops: [const { OnceLock::new() }; 4],
+            held: None,
+        }
+    }
+
+    /// Keys whose handles are held once resolved: a layer's own, never the process-wide
+    /// table's (see `held`).
+    pub(in crate::observe) fn held(service: &Arc<str>, route: &Arc<str>) -> Self {
+        Self {
+            held: Some(Box::new(Handles {
+                arrivals: Held::new(),
+                remaining: Held::new(),
+                missing: Held::new(),
+                low: Held::new(),
+                refused: Held::new(),
+                late: Held::new(),
+                overrun: Held::new(),
+                hops: [const { Held::new() }; 4],
+            })),
+            ..Self::new(service, route)
         }
     }
 
@@ -116,17 +153,21 @@ impl KeyCache {
     }
 
     fn hops_key(&self, outcome: Outcome) -> &Key {
-        let slot = &self.hops[match outcome {
-            Outcome::Completed => 0,
-            Outcome::Refused => 1,
-            Outcome::Expired => 2,
-            Outcome::Cancelled => 3,
-        }];
+        let slot = &self.hops[outcome_index(outcome)];
         slot.get_or_init(|| {
             let mut labels = self.labels();
             labels.push(Label::from_static_parts("outcome", outcome.as_str()));
             Key::from_parts(HOPS_TOTAL, labels)
         })
+    }
+}
+
+const fn outcome_index(outcome: Outcome) -> usize {
+    match outcome {
+        Outcome::Completed => 0,
+        Outcome::Refused => 1,
+        Outcome::Expired => 2,
+        Outcome::Cancelled => 3,
     }
 }
 
@@ -245,27 +286,49 @@ pub(in crate::observe) fn record_arrival(
     source: Source,
 ) {
     metrics::with_recorder(|r| {
-        increment(r, keys.route_key(ARRIVALS_TOTAL, &keys.arrivals));
-        observe(
-            r,
-            keys.route_key(REMAINING_AT_ARRIVAL_MS, &keys.remaining),
-            millis(remaining),
-        );
+        let arrivals = || keys.route_key(ARRIVALS_TOTAL, &keys.arrivals);
+        let left = || keys.route_key(REMAINING_AT_ARRIVAL_MS, &keys.remaining);
+        let missing = || keys.route_key(DEADLINE_MISSING_TOTAL, &keys.missing);
+        let low = || keys.route_key(LOW_BUDGET_ARRIVALS_TOTAL, &keys.low);
+        let id = RecorderId::of(r);
+        let Some(held) = keys.held.as_deref().filter(|_| id.holds()) else {
+            increment(r, arrivals());
+            observe(r, left(), millis(remaining));
+            if source == Source::Fallback {
+                increment(r, missing());
+            }
+            if remaining < low_budget {
+                increment(r, low());
+            }
+            return;
+        };
+        held.arrivals.increment(r, id, arrivals);
+        held.remaining.record(r, id, left, millis(remaining));
         if source == Source::Fallback {
-            increment(r, keys.route_key(DEADLINE_MISSING_TOTAL, &keys.missing));
+            held.missing.increment(r, id, missing);
         }
         if remaining < low_budget {
-            increment(r, keys.route_key(LOW_BUDGET_ARRIVALS_TOTAL, &keys.low));
+            held.low.increment(r, id, low);
         }
     });
 }
 
 pub(in crate::observe) fn record_end(keys: &KeyCache, outcome: Outcome) {
     metrics::with_recorder(|r| {
+        let refused = || keys.route_key(REFUSED_BEFORE_WORK_TOTAL, &keys.refused);
+        let hops = || keys.hops_key(outcome);
+        let id = RecorderId::of(r);
+        let Some(held) = keys.held.as_deref().filter(|_| id.holds()) else {
+            if outcome == Outcome::Refused {
+                increment(r, refused());
+            }
+            increment(r, hops());
+            return;
+        };
         if outcome == Outcome::Refused {
-            increment(r, keys.route_key(REFUSED_BEFORE_WORK_TOTAL, &keys.refused));
+            held.refused.increment(r, id, refused);
         }
-        increment(r, keys.hops_key(outcome));
+        held.hops[outcome_index(outcome)].increment(r, id, hops);
     });
 }
 
@@ -284,12 +347,19 @@ pub(in crate::observe) fn record_unenforced(keys: &KeyCache, would: &'static str
 
 pub(in crate::observe) fn record_late(keys: &KeyCache, overrun: Duration) {
     metrics::with_recorder(|r| {
-        increment(r, keys.route_key(LATE_WORK_TOTAL, &keys.late));
-        observe(
-            r,
-            keys.route_key(LATE_WORK_OVERRUN_MS, &keys.overrun),
-            millis(overrun),
-        );
+        let late = || keys.route_key(LATE_WORK_TOTAL, &keys.late);
+        let by = || keys.route_key(LATE_WORK_OVERRUN_MS, &keys.overrun);
+        let id = RecorderId::of(r);
+        match keys.held.as_deref().filter(|_| id.holds()) {
+            Some(held) => {
+                held.late.increment(r, id, late);
+                held.overrun.record(r, id, by, millis(overrun));
+            }
+            None => {
+                increment(r, late());
+                observe(r, by(), millis(overrun));
+            }
+        }
     });
 }
 
