@@ -1,0 +1,188 @@
+//! The recipes of the per-language pages (`docs/guide/go.md`, `python.md`, `node.md`,
+//! `java.md`; issue #45 item 6), each run behind the real `hopbudget proxy` and held to what
+//! its page promises (C25, C26). The recipes live in `interop/recipes/<lang>/`; every code
+//! block of a page must be found there verbatim, so the page shows what is run here.
+//!
+//! Needs Go (`apt-get install golang-go`), `python3` with `requests` and the OpenTelemetry SDK
+//! and OTLP/HTTP exporter (`HOPBUDGET_PYTHON`, which `scripts/test-all` points at
+//! `target/pyvenv`), `node` (`HOPBUDGET_NODE`) and a JDK 17 (`javac` and `java`,
+//! `HOPBUDGET_JAVAC` / `HOPBUDGET_JAVA`). Without one, its tests say so and pass, unless
+//! `HOPBUDGET_REQUIRE_SERVICES=1`, where they fail. By hand:
+//! `cargo test -p hopbudget-cli --test proxy_recipes`.
+
+#[path = "proxy_support/mod.rs"]
+mod support;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use axum::Router;
+use axum::http::HeaderMap;
+use axum::routing::get;
+use support::go::{GoService, build, skip_unless_built};
+use support::{Proxy, field, get as http_get, query_encode};
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Every fenced code block tagged `lang` in `docs/guide/PAGE` is in one of the files under
+/// `interop/recipes/DIR/`, verbatim: the page shows the code the tests run.
+fn page_blocks_are_recipes(page: &str, lang: &str, dir: &str) {
+    let text = std::fs::read_to_string(repo().join("docs/guide").join(page)).unwrap();
+    let mut sources = Vec::new();
+    collect(&repo().join("interop/recipes").join(dir), &mut sources);
+    assert!(
+        !sources.is_empty(),
+        "no recipes under interop/recipes/{dir}"
+    );
+    let fence = format!("```{lang}\n");
+    let mut blocks = 0;
+    let mut rest = text.as_str();
+    while let Some(start) = rest.find(&fence) {
+        let body = &rest[start + fence.len()..];
+        let end = body.find("```").expect("a closed code block");
+        let block = &body[..end];
+        assert!(
+            sources.iter().any(|s| s.contains(block)),
+            "this block of docs/guide/{page} is in no file under interop/recipes/{dir}:\n{block}"
+        );
+        blocks += 1;
+        rest = &body[end + 3..];
+    }
+    assert!(blocks > 0, "docs/guide/{page} has no ```{lang} block");
+}
+
+fn collect(dir: &Path, into: &mut Vec<String>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            collect(&path, into);
+        } else if let Ok(text) = std::fs::read_to_string(&path) {
+            into.push(text);
+        }
+    }
+}
+
+/// A port that was free a moment ago, for an `--egress` the service must be told before the
+/// proxy starts.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// What the recipes' outbound calls reach: `GET /echo` answers the headers it got, one per
+/// line.
+struct Destination {
+    addr: SocketAddr,
+}
+
+async fn destination() -> Destination {
+    let router = Router::new().route(
+        "/echo",
+        get(|headers: HeaderMap| async move {
+            let mut text = String::new();
+            for (name, value) in &headers {
+                text.push_str(&format!("{name}: {}\n", value.to_str().unwrap_or("?")));
+            }
+            text
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    Destination { addr }
+}
+
+/// The value of `name` in an `/echo` body.
+fn echoed<'a>(body: &'a str, name: &str) -> Option<&'a str> {
+    body.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(": "))
+}
+
+/// `GET /work` with 300 ms through `proxy`: the caller gets 504 and the hop is recorded
+/// `expired` with status 504, not `completed 200`. (The proxy answers the caller with its own
+/// 504 body either way: it reads the service's 504 as a downstream expiry, C10.)
+async fn answers_504_at_its_deadline(proxy: &mut Proxy) {
+    let answer = http_get(proxy.addr, "/work", &[("x-request-timeout-ms", "300")])
+        .await
+        .unwrap();
+    assert_eq!(answer.status, 504, "{answer:?}");
+    let hop = proxy
+        .await_log(&["hop ended", "route=other", "http_status=5"])
+        .await;
+    assert!(
+        hop.contains("outcome=\"expired\"") && hop.contains("http_status=504"),
+        "{hop}"
+    );
+}
+
+/// `GET ROUTE?to=URL` with 3000 ms and no trace context from the client: the service's call
+/// left through the egress, matched to its request (by the `traceparent` the proxy started
+/// and the service carried), and the destination (an `/echo`) was told what the request had
+/// left less the margin again, not the edge total (1000 ms).
+async fn call_gets_its_requests_budget(proxy: &mut Proxy, route: &str, url: &str) {
+    let path = format!("{route}?to={}", query_encode(url));
+    let answer = http_get(proxy.addr, &path, &[("x-request-timeout-ms", "3000")])
+        .await
+        .unwrap();
+    assert_eq!(answer.status, 200, "{answer:?}");
+    let told: u64 = echoed(&answer.body, "x-request-timeout-ms")
+        .unwrap_or_else(|| panic!("the call did not go through the egress: {answer:?}"))
+        .parse()
+        .unwrap();
+    // The service was told at most 2994 (C2); its egress restates what is left of that less
+    // the margin again.
+    assert!(
+        told <= 2988 && told > 2000,
+        "the destination was told {told}"
+    );
+    let line = proxy.await_log(&["egress call ended"]).await;
+    assert_eq!(field(&line, "matched"), "true", "{line}");
+}
+
+// ---------------------------------------------------------------------------------------
+// Go (docs/guide/go.md, interop/recipes/go/)
+
+fn go_recipes() -> Option<PathBuf> {
+    static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    skip_unless_built(BUILT.get_or_init(|| build("recipes/go/service", "")))
+}
+
+#[test]
+fn the_go_pages_code_is_the_go_recipes() {
+    page_blocks_are_recipes("go.md", "go", "go");
+}
+
+/// The budget middleware fires a few ms before the proxy: a handler that then returned
+/// without writing would send Go's implicit empty 200, recorded `completed 200`.
+#[tokio::test]
+async fn a_go_handler_answers_504_at_its_deadline_and_the_hop_is_expired() {
+    let Some(program) = go_recipes() else {
+        return;
+    };
+    let service = GoService::start(&program).await;
+    let mut proxy = Proxy::start(service.addr, None, &[]).await;
+    answers_504_at_its_deadline(&mut proxy).await;
+}
+
+/// Go's default transport would skip `HTTP_PROXY` for the loopback destination; the recipe's
+/// explicit `Transport.Proxy` sends the call through the egress, which matches it.
+#[tokio::test]
+async fn a_go_call_to_a_loopback_destination_goes_through_the_egress_with_its_budget() {
+    let Some(program) = go_recipes() else {
+        return;
+    };
+    let destination = destination().await;
+    let egress = format!("127.0.0.1:{}", free_port());
+    let mut command = tokio::process::Command::new(&program);
+    command.env("HTTP_PROXY", format!("http://{egress}"));
+    let service = GoService::spawn(command).await;
+    let mut proxy = Proxy::start(service.addr, None, &["--egress", &egress]).await;
+    let to = format!("http://{}/echo", destination.addr);
+    call_gets_its_requests_budget(&mut proxy, "/call", &to).await;
+}
