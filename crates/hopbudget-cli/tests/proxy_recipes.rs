@@ -15,13 +15,15 @@ mod support;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use axum::Router;
 use axum::http::HeaderMap;
-use axum::routing::get;
+use axum::routing::{get, post};
 use support::go::{GoService, build, skip_unless_built};
-use support::{Proxy, field, get as http_get, query_encode};
+use support::service::Service;
+use support::{PATIENCE, Proxy, field, get as http_get, query_encode};
+use tokio::io::{AsyncBufReadExt, BufReader};
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -76,26 +78,40 @@ fn free_port() -> u16 {
 }
 
 /// What the recipes' outbound calls reach: `GET /echo` answers the headers it got, one per
-/// line.
+/// line; `POST /v1/traces` is an OTLP/HTTP collector that keeps the paths it was sent.
 struct Destination {
     addr: SocketAddr,
+    exports: Arc<Mutex<usize>>,
 }
 
 async fn destination() -> Destination {
-    let router = Router::new().route(
-        "/echo",
-        get(|headers: HeaderMap| async move {
-            let mut text = String::new();
-            for (name, value) in &headers {
-                text.push_str(&format!("{name}: {}\n", value.to_str().unwrap_or("?")));
-            }
-            text
-        }),
-    );
+    let exports = Arc::new(Mutex::new(0));
+    let counter = exports.clone();
+    let router = Router::new()
+        .route(
+            "/echo",
+            get(|headers: HeaderMap| async move {
+                let mut text = String::new();
+                for (name, value) in &headers {
+                    text.push_str(&format!("{name}: {}\n", value.to_str().unwrap_or("?")));
+                }
+                text
+            }),
+        )
+        .route(
+            "/v1/traces",
+            post(move || {
+                let counter = counter.clone();
+                async move {
+                    *counter.lock().unwrap() += 1;
+                    ""
+                }
+            }),
+        );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
-    Destination { addr }
+    Destination { addr, exports }
 }
 
 /// The value of `name` in an `/echo` body.
@@ -185,4 +201,199 @@ async fn a_go_call_to_a_loopback_destination_goes_through_the_egress_with_its_bu
     let mut proxy = Proxy::start(service.addr, None, &["--egress", &egress]).await;
     let to = format!("http://{}/echo", destination.addr);
     call_gets_its_requests_budget(&mut proxy, "/call", &to).await;
+}
+
+// ---------------------------------------------------------------------------------------
+// Python (docs/guide/python.md, interop/recipes/python/)
+
+/// The program named by `var` (default `default`) if `check` runs with it; otherwise `None`
+/// after saying what to install, or a failure under `HOPBUDGET_REQUIRE_SERVICES=1`.
+fn program(var: &str, default: &str, check: &[&str], install: &str) -> Option<String> {
+    let program = std::env::var(var).unwrap_or_else(|_| default.into());
+    let found = std::process::Command::new(&program)
+        .args(check)
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if found {
+        return Some(program);
+    }
+    let message = format!(
+        "`{program} {}` fails: {install}; or set {var} to one that works",
+        check.join(" ")
+    );
+    assert!(
+        std::env::var("HOPBUDGET_REQUIRE_SERVICES").as_deref() != Ok("1"),
+        "{message}"
+    );
+    eprintln!("skipped: {message}");
+    None
+}
+
+fn python() -> Option<String> {
+    program(
+        "HOPBUDGET_PYTHON",
+        "python3",
+        &[
+            "-c",
+            "import grpc, requests, opentelemetry.sdk, \
+             opentelemetry.exporter.otlp.proto.http.trace_exporter",
+        ],
+        "`python3 -m venv target/pyvenv && target/pyvenv/bin/pip install grpcio requests \
+         opentelemetry-sdk opentelemetry-exporter-otlp-proto-http` (as scripts/test-all does) \
+         and HOPBUDGET_PYTHON=target/pyvenv/bin/python",
+    )
+}
+
+/// The Python recipe service, its spans exported to `collector`, with `env` besides.
+async fn python_recipes(python: &str, collector: SocketAddr, env: &[(&str, &str)]) -> Service {
+    let mut command = tokio::process::Command::new(python);
+    command
+        .arg(repo().join("interop/recipes/python/service.py"))
+        .env_remove("HTTP_PROXY")
+        .env_remove("http_proxy")
+        .env_remove("NO_PROXY")
+        .env_remove("no_proxy")
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", format!("http://{collector}"))
+        .envs(env.iter().copied());
+    Service::spawn(command).await
+}
+
+#[test]
+fn the_python_pages_code_is_the_python_recipes() {
+    page_blocks_are_recipes("python.md", "python", "python");
+}
+
+/// The handler checks its budget between steps and answers 504 when it is spent, before the
+/// proxy's own deadline: the hop is `expired`, not a late `completed 200`.
+#[tokio::test]
+async fn a_python_handler_answers_504_at_its_deadline_and_the_hop_is_expired() {
+    let Some(python) = python() else {
+        return;
+    };
+    let collector = destination().await;
+    let service = python_recipes(&python, collector.addr, &[]).await;
+    let mut proxy = Proxy::start(service.addr, None, &[]).await;
+    answers_504_at_its_deadline(&mut proxy).await;
+}
+
+/// `requests` through `HTTP_PROXY`, the trace context put on by the OpenTelemetry
+/// propagator: the call is matched and gets its request's budget. The exporter, to a
+/// collector on 127.0.0.1 with `env` keeping it off the egress, never shows up there.
+async fn python_exporter_stays_off_the_egress(env: &[(&str, &str)]) {
+    let Some(python) = python() else {
+        return;
+    };
+    let collector = destination().await;
+    let echo = destination().await;
+    let egress = format!("127.0.0.1:{}", free_port());
+    let via = format!("http://{egress}");
+    let mut env = env.to_vec();
+    env.push(("HTTP_PROXY", &via));
+    let service = python_recipes(&python, collector.addr, &env).await;
+    let mut proxy = Proxy::start(service.addr, None, &["--egress", &egress]).await;
+    // By name: NO_PROXY=127.0.0.1 would let the call skip the egress too.
+    let to = format!("http://localhost:{}/echo", echo.addr.port());
+    let path = format!("/call?to={}", query_encode(&to));
+    let answer = http_get(proxy.addr, &path, &[("x-request-timeout-ms", "3000")])
+        .await
+        .unwrap();
+    assert_eq!(answer.status, 200, "{answer:?}");
+    let told: u64 = echoed(&answer.body, "x-request-timeout-ms")
+        .unwrap_or_else(|| panic!("the call did not go through the egress: {answer:?}"))
+        .parse()
+        .unwrap();
+    assert!(
+        told <= 2988 && told > 2000,
+        "the destination was told {told}"
+    );
+    // The request's span has been exported once the collector has it...
+    let waited = tokio::time::timeout(PATIENCE, async {
+        while *collector.exports.lock().unwrap() == 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(waited.is_ok(), "the collector got no export");
+    // ...so a second call's line comes after any line the export left on the egress.
+    http_get(proxy.addr, &path, &[("x-request-timeout-ms", "3000")])
+        .await
+        .unwrap();
+    let mut seen = Vec::new();
+    let mut calls = 0;
+    let stderr = proxy.stderr.take().unwrap();
+    let mut lines = BufReader::new(stderr).lines();
+    while calls < 2 {
+        let line = tokio::time::timeout(PATIENCE, lines.next_line())
+            .await
+            .unwrap_or_else(|_| panic!("fewer than two egress lines in {seen:#?}"))
+            .unwrap()
+            .expect("the proxy runs");
+        calls += usize::from(line.contains("egress call ended"));
+        seen.push(line);
+    }
+    let collector_at = collector.addr.to_string();
+    for line in &seen {
+        assert!(
+            !line.contains(&collector_at),
+            "the exporter went through the egress: {line}"
+        );
+        if line.contains("egress call ended") {
+            assert_eq!(field(line, "matched"), "true", "{line}");
+        }
+    }
+}
+
+/// `NO_PROXY=127.0.0.1`: `requests` matches `NO_PROXY` against the bare host, so
+/// `127.0.0.1:4318` there would not keep the exporter out.
+#[tokio::test]
+async fn a_python_exporter_with_no_proxy_stays_off_the_egress() {
+    python_exporter_stays_off_the_egress(&[("NO_PROXY", "127.0.0.1")]).await;
+}
+
+/// The exporter's own session with `trust_env = False`: no `NO_PROXY` needed.
+#[tokio::test]
+async fn a_python_exporter_with_its_own_session_stays_off_the_egress() {
+    python_exporter_stays_off_the_egress(&[("RECIPE_EXPORTER", "own-session")]).await;
+}
+
+/// grpcio takes lowercase `http_proxy` for a CONNECT tunnel, which the egress refuses (501,
+/// UNAVAILABLE); with `grpc.enable_http_proxy=0` it dials the `--egress-to` listener, and the
+/// call gets its request's budget in `grpc-timeout`.
+#[tokio::test]
+async fn a_grpcio_call_to_an_egress_to_listener_gets_its_requests_budget() {
+    let Some(python) = python() else {
+        return;
+    };
+    let collector = destination().await;
+    let mut grpc_destination = {
+        let mut command = tokio::process::Command::new(&python);
+        command
+            .arg(repo().join("interop/python_service.py"))
+            .arg("grpc");
+        Service::spawn(command).await
+    };
+    let egress = format!("127.0.0.1:{}", free_port());
+    let via = format!("http://{egress}");
+    let env = [
+        ("http_proxy", via.as_str()),
+        ("RECIPE_EXPORTER", "own-session"),
+    ];
+    let service = python_recipes(&python, collector.addr, &env).await;
+    let to = format!("127.0.0.1:0={}", grpc_destination.addr);
+    let mut proxy = Proxy::start(
+        service.addr,
+        None,
+        &["--egress", &egress, "--egress-to", &to],
+    )
+    .await;
+    let path = format!("/grpc?to={}", proxy.egress_to[0]);
+    let answer = http_get(proxy.addr, &path, &[("x-request-timeout-ms", "3000")])
+        .await
+        .unwrap();
+    assert_eq!(answer.status, 200, "{answer:?}");
+    let arrived = grpc_destination.next_line().await;
+    let left: u64 = field(&arrived, "deadline_ms").parse().unwrap();
+    assert!(left <= 2988 && left > 2000, "{arrived}");
+    let line = proxy.await_log(&["egress call ended"]).await;
+    assert_eq!(field(&line, "matched"), "true", "{line}");
 }
