@@ -397,3 +397,94 @@ async fn a_grpcio_call_to_an_egress_to_listener_gets_its_requests_budget() {
     let line = proxy.await_log(&["egress call ended"]).await;
     assert_eq!(field(&line, "matched"), "true", "{line}");
 }
+
+// ---------------------------------------------------------------------------------------
+// Node (docs/guide/node.md, interop/recipes/node/)
+
+fn node() -> Option<String> {
+    program(
+        "HOPBUDGET_NODE",
+        "node",
+        &["--version"],
+        "install node (20 or later)",
+    )
+}
+
+async fn node_recipes(node: &str, env: &[(&str, &str)]) -> Service {
+    let mut command = tokio::process::Command::new(node);
+    command
+        .arg(repo().join("interop/recipes/node/service.js"))
+        .envs(env.iter().copied());
+    Service::spawn(command).await
+}
+
+#[test]
+fn the_node_pages_code_is_the_node_recipes() {
+    page_blocks_are_recipes("node.md", "js", "node");
+}
+
+/// The handler's `AbortSignal.timeout` fires before the proxy's deadline; it answers 504
+/// itself, recorded `expired`.
+#[tokio::test]
+async fn a_node_handler_answers_504_at_its_deadline_and_the_hop_is_expired() {
+    let Some(node) = node() else {
+        return;
+    };
+    let service = node_recipes(&node, &[]).await;
+    let mut proxy = Proxy::start(service.addr, None, &[]).await;
+    answers_504_at_its_deadline(&mut proxy).await;
+}
+
+/// Node 20's `fetch` ignores `HTTP_PROXY`: set, the call still goes straight to its
+/// destination, past the egress, with no deadline. What the recipes below are for.
+#[tokio::test]
+async fn node_fetch_ignores_http_proxy() {
+    let Some(node) = node() else {
+        return;
+    };
+    let destination = destination().await;
+    let egress = format!("127.0.0.1:{}", free_port());
+    let via = format!("http://{egress}");
+    let service = node_recipes(&node, &[("HTTP_PROXY", &via), ("http_proxy", &via)]).await;
+    let proxy = Proxy::start(service.addr, None, &["--egress", &egress]).await;
+    let to = format!("http://{}/echo", destination.addr);
+    let path = format!("/call?to={}", query_encode(&to));
+    let answer = http_get(proxy.addr, &path, &[("x-request-timeout-ms", "3000")])
+        .await
+        .unwrap();
+    assert_eq!(answer.status, 200, "{answer:?}");
+    assert_eq!(
+        echoed(&answer.body, "x-request-timeout-ms"),
+        None,
+        "{answer:?}"
+    );
+}
+
+/// `fetch` to the `--egress-to` listener: matched by the `traceparent` it carries, it gets
+/// its request's budget.
+#[tokio::test]
+async fn a_node_fetch_to_an_egress_to_listener_gets_its_requests_budget() {
+    let Some(node) = node() else {
+        return;
+    };
+    let destination = destination().await;
+    let service = node_recipes(&node, &[]).await;
+    let to = format!("127.0.0.1:0={}", destination.addr);
+    let mut proxy = Proxy::start(service.addr, None, &["--egress-to", &to]).await;
+    let url = format!("http://{}/echo", proxy.egress_to[0]);
+    call_gets_its_requests_budget(&mut proxy, "/call", &url).await;
+}
+
+/// `http` with the egress named as its proxy (absolute form): the same.
+#[tokio::test]
+async fn a_node_http_call_through_the_egress_as_its_proxy_gets_its_requests_budget() {
+    let Some(node) = node() else {
+        return;
+    };
+    let destination = destination().await;
+    let egress = format!("127.0.0.1:{}", free_port());
+    let service = node_recipes(&node, &[("HOPBUDGET_EGRESS", &egress)]).await;
+    let mut proxy = Proxy::start(service.addr, None, &["--egress", &egress]).await;
+    let url = format!("http://{}/echo", destination.addr);
+    call_gets_its_requests_budget(&mut proxy, "/proxied", &url).await;
+}
