@@ -488,3 +488,92 @@ async fn a_node_http_call_through_the_egress_as_its_proxy_gets_its_requests_budg
     let url = format!("http://{}/echo", destination.addr);
     call_gets_its_requests_budget(&mut proxy, "/proxied", &url).await;
 }
+
+// ---------------------------------------------------------------------------------------
+// Java (docs/guide/java.md, interop/recipes/java/)
+
+/// `java` and the directory `Recipes.java` was compiled into, by the JDK's `javac`.
+fn java_recipes() -> Option<(String, PathBuf)> {
+    static BUILT: OnceLock<Result<(String, PathBuf), String>> = OnceLock::new();
+    let built = BUILT.get_or_init(|| {
+        let javac = std::env::var("HOPBUDGET_JAVAC").unwrap_or_else(|_| "javac".into());
+        let java = std::env::var("HOPBUDGET_JAVA").unwrap_or_else(|_| "java".into());
+        let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("java-recipes");
+        let compiled = std::process::Command::new(&javac)
+            .arg("-d")
+            .arg(&out)
+            .arg(repo().join("interop/recipes/java/Recipes.java"))
+            .output();
+        match compiled {
+            Ok(o) if o.status.success() => Ok((java, out)),
+            Ok(o) => Err(format!(
+                "`{javac}` failed on interop/recipes/java/Recipes.java:\n{}",
+                String::from_utf8_lossy(&o.stderr)
+            )),
+            Err(e) => Err(format!(
+                "cannot run `{javac}` ({e}): install a JDK 17 (apt-get install \
+                 openjdk-17-jdk-headless), or set HOPBUDGET_JAVAC / HOPBUDGET_JAVA"
+            )),
+        }
+    });
+    match built {
+        Ok(built) => Some(built.clone()),
+        Err(message) => {
+            assert!(
+                std::env::var("HOPBUDGET_REQUIRE_SERVICES").as_deref() != Ok("1"),
+                "{message}"
+            );
+            eprintln!("skipped: {message}");
+            None
+        }
+    }
+}
+
+/// The Java recipe service, its `HTTP_PROXY` naming `egress`.
+async fn java_service(java: &str, classes: &Path, egress: &str) -> Service {
+    let mut command = tokio::process::Command::new(java);
+    command
+        .arg("-cp")
+        .arg(classes)
+        .arg("Recipes")
+        .env("HTTP_PROXY", format!("http://{egress}"));
+    Service::spawn(command).await
+}
+
+#[test]
+fn the_java_pages_code_is_the_java_recipes() {
+    page_blocks_are_recipes("java.md", "java", "java");
+}
+
+/// The handler checks its budget between steps and answers 504 when it is spent: `expired`.
+#[tokio::test]
+async fn a_java_handler_answers_504_at_its_deadline_and_the_hop_is_expired() {
+    let Some((java, classes)) = java_recipes() else {
+        return;
+    };
+    let service = java_service(&java, &classes, "127.0.0.1:9").await;
+    let mut proxy = Proxy::start(service.addr, None, &[]).await;
+    // A warm JVM, as in production: the first request loads the handler's classes, which
+    // can take longer than the 20 ms the recipe keeps to answer in.
+    for _ in 0..3 {
+        let warm = http_get(proxy.addr, "/warm", &[("x-request-timeout-ms", "1000")]).await;
+        assert_eq!(warm.unwrap().status, 404);
+    }
+    answers_504_at_its_deadline(&mut proxy).await;
+}
+
+/// `HttpClient` with the egress as its `ProxySelector`: the call to a loopback destination
+/// goes through the egress, matched by the `traceparent` it carries, with its request's
+/// budget.
+#[tokio::test]
+async fn a_java_httpclient_with_the_egress_as_its_proxy_gets_its_requests_budget() {
+    let Some((java, classes)) = java_recipes() else {
+        return;
+    };
+    let destination = destination().await;
+    let egress = format!("127.0.0.1:{}", free_port());
+    let service = java_service(&java, &classes, &egress).await;
+    let mut proxy = Proxy::start(service.addr, None, &["--egress", &egress]).await;
+    let url = format!("http://{}/echo", destination.addr);
+    call_gets_its_requests_budget(&mut proxy, "/call", &url).await;
+}
