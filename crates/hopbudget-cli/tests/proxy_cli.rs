@@ -60,3 +60,26 @@ fn a_bad_upstream_address_is_named() {
     let err = String::from_utf8(out.stderr).unwrap();
     assert!(err.contains("https"), "{err}");
 }
+
+#[test]
+fn a_bad_otlp_endpoint_is_named() {
+    for (endpoint, needle) in [
+        ("https://collector:4318/v1/traces", "https"),
+        ("collector:4318", "scheme"),
+    ] {
+        let out = proxy(&[
+            "--listen",
+            "127.0.0.1:0",
+            "--upstream",
+            "127.0.0.1:9",
+            "--otlp-endpoint",
+            endpoint,
+        ]);
+        assert_eq!(out.status.code(), Some(2), "{endpoint}");
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert!(
+            err.contains("--otlp-endpoint") && err.contains(needle),
+            "{endpoint}: {err}"
+        );
+    }
+}

@@ -30,6 +30,7 @@ use hopbudget::{BudgetError, Outcome, Profile, SharedProfile};
 use http::{HeaderValue, Method, Request, Response, StatusCode, Version};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
+use tower::util::MapRequest;
 use tower::{Layer, Service, ServiceExt};
 
 use super::ProxyBody;
@@ -38,6 +39,7 @@ use super::ingress::is_grpc;
 use super::options::UpstreamCarrier;
 use super::registry::Registry;
 use super::restate::{self, Stampers};
+use super::spans::{self, EgressSpan, Spans};
 use super::upstream::{Upstream, UpstreamClient, http1_client, strip_hop_by_hop};
 
 /// Where an egress listener sends calls.
@@ -54,6 +56,8 @@ pub(crate) enum Destination {
 pub(crate) struct Egress {
     shared: Arc<Shared>,
     destination: Arc<Destination>,
+    // `--otlp-endpoint`: each call's span (see `spans`).
+    spans: Option<Spans>,
 }
 
 #[derive(Debug)]
@@ -85,7 +89,13 @@ impl Egress {
                 client,
             }),
             destination: Arc::new(Destination::Named(Box::new(http1_client()))),
+            spans: None,
         }
+    }
+
+    /// Make a span of each call (`--otlp-endpoint`); `None` makes none.
+    pub(crate) fn with_spans(self, spans: Option<Spans>) -> Self {
+        Self { spans, ..self }
     }
 
     /// The same, for one destination.
@@ -93,6 +103,7 @@ impl Egress {
         Self {
             shared: self.shared.clone(),
             destination: Arc::new(destination),
+            spans: self.spans.clone(),
         }
     }
 }
@@ -115,7 +126,13 @@ impl Service<Request<Incoming>> for Egress {
     }
 
     fn call(&mut self, req: Request<Incoming>) -> Self::Future {
-        Box::pin(call(self.shared.clone(), self.destination.clone(), req))
+        let spans = self.spans.clone();
+        Box::pin(call(
+            self.shared.clone(),
+            self.destination.clone(),
+            req,
+            spans,
+        ))
     }
 }
 
@@ -123,6 +140,7 @@ async fn call(
     shared: Arc<Shared>,
     destination: Arc<Destination>,
     mut req: Request<Incoming>,
+    spans: Option<Spans>,
 ) -> Result<Response<ProxyBody>, Infallible> {
     let grpc = is_grpc(&req);
     let profile = shared.profile.current();
@@ -149,6 +167,16 @@ async fn call(
     };
     // One line for this call however it ends, the caller leaving included (item 7).
     let mut record = CallRecord::new(destination_host, found.is_some());
+    // Its span ends with its line, with the same outcome.
+    record.span = spans.map(|spans| {
+        spans.egress_call(
+            &req,
+            record.destination.as_deref(),
+            found.as_ref().map(|f| &f.budget),
+            found.as_ref().and_then(|f| f.ingress.as_ref()),
+            profile.edge_total(),
+        )
+    });
     let unmatched = match found {
         Some(found) => {
             if found.ambiguous {
@@ -197,7 +225,13 @@ async fn call(
     } else {
         shared.client.get(grpc)
     };
-    let result = layer.layer(client).oneshot(req).await;
+    let result = match record.span.as_ref().map(EgressSpan::told) {
+        None => layer.layer(client).oneshot(req).await,
+        Some(told) => {
+            let noting = MapRequest::new(client, spans::noting_told(told));
+            layer.layer(noting).oneshot(req).await
+        }
+    };
     match result {
         Ok(mut res) => {
             let status = res.status().as_u16();
@@ -238,6 +272,8 @@ struct CallRecord {
     destination: Option<String>,
     matched: bool,
     written: bool,
+    // `--otlp-endpoint`: the call's span, ended with the line.
+    span: Option<EgressSpan>,
 }
 
 impl CallRecord {
@@ -246,6 +282,7 @@ impl CallRecord {
             destination,
             matched,
             written: false,
+            span: None,
         }
     }
 
@@ -255,6 +292,9 @@ impl CallRecord {
 
     fn finish(&mut self, outcome: &str, status: u16, error: Option<String>) {
         self.written = true;
+        if let Some(span) = self.span.take() {
+            span.finish(outcome, (status != 0).then_some(status), error.as_deref());
+        }
         tracing::info!(
             target: "hopbudget::egress",
             destination = self.destination(),

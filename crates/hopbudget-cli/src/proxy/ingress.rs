@@ -27,8 +27,10 @@ use hopbudget::{RequestBudget, SharedProfile};
 use http::{Request, Response};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use tower::util::{BoxCloneService, Oneshot};
+use tower::util::{BoxCloneService, MapRequest, Oneshot};
 use tower::{Layer, Service, ServiceBuilder, ServiceExt};
+use tracing::Instrument as _;
+use tracing::instrument::Instrumented;
 
 use super::ProxyBody;
 use super::answer;
@@ -37,6 +39,7 @@ use super::paired::Pairing;
 use super::registry::Registry;
 use super::restate::{self, Stampers};
 use super::serve::PerConnection;
+use super::spans::{self, IngressSpan, Spans};
 use super::trace_context::Starter;
 use super::upstream::{Upstream, strip_hop_by_hop};
 
@@ -51,6 +54,8 @@ pub(crate) struct Ingress {
     // This caller connection's own connection to the service (see `paired`); none in the
     // copy the listener clones from.
     pairing: Option<Pairing>,
+    // `--otlp-endpoint`: each request's ingress span (see `spans`).
+    spans: Option<Spans>,
 }
 
 impl std::fmt::Debug for Ingress {
@@ -108,7 +113,13 @@ impl Ingress {
             grpc: BoxCloneService::new(grpc),
             forwarder,
             pairing: None,
+            spans: None,
         }
+    }
+
+    /// Make a span of each request (`--otlp-endpoint`); `None` makes none.
+    pub(crate) fn with_spans(self, spans: Option<Spans>) -> Self {
+        Self { spans, ..self }
     }
 }
 
@@ -124,13 +135,23 @@ impl PerConnection for Ingress {
 impl Service<Request<Incoming>> for Ingress {
     type Response = Response<ProxyBody>;
     type Error = Infallible;
-    type Future = Oneshot<Stack, Request<Incoming>>;
+    type Future = spans::Answered<Instrumented<Oneshot<Stack, Request<Incoming>>>>;
 
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         Poll::Ready(Ok(()))
     }
 
     fn call(&mut self, mut req: Request<Incoming>) -> Self::Future {
+        // The request's span, when spans are made: the hop opens inside it. It comes first, so
+        // that a request without trace context is given this span's (not one that no one
+        // exports). Without spans, a disabled span: a branch per poll, nothing allocated.
+        let (span, ingress) = match &self.spans {
+            Some(spans) => {
+                let (span, ingress) = spans.ingress(&mut req);
+                (span, Some(ingress))
+            }
+            None => (tracing::Span::none(), None),
+        };
         // Before the server layer reads the request: its hop line and span name the trace.
         if let Some(starter) = &self.forwarder.starter {
             starter.ensure(req.headers_mut());
@@ -147,7 +168,7 @@ impl Service<Request<Incoming>> for Ingress {
         } else {
             &self.http
         };
-        stack.clone().oneshot(req)
+        spans::Answered::new(stack.clone().oneshot(req).instrument(span), ingress)
     }
 }
 
@@ -175,17 +196,27 @@ async fn forward(
     let registration = match (&forwarder.registry, req.extensions().get::<RequestBudget>()) {
         (Some(registry), Some(budget)) => {
             let told = budget.deadline().saturating_sub(budget.policy().reserve());
-            registry.register(req.headers(), &budget.child_until(told))
+            let ingress = IngressSpan::of(req.extensions());
+            registry.register_with(req.headers(), &budget.child_until(told), ingress)
         }
         _ => None,
     };
     restate::strip_carriers(req.headers_mut(), &profile);
     let pairing = req.extensions_mut().remove::<Pairing>();
     let client = forwarder.upstream.prepare_call(&mut req, grpc, pairing);
-    let call = forwarder.client.get(grpc).layer(client);
+    let layer = forwarder.client.get(grpc);
+    // With spans, what the service is told is noted on its ingress span, from the stamp.
+    let told = IngressSpan::of(req.extensions()).map(IngressSpan::told);
     // Dropping this future (the deadline passed, or the caller left) drops hyper's: the
     // stream is reset or the connection closed, and the service's handler is cancelled.
-    match call.oneshot(req).await {
+    let result = match told {
+        None => layer.layer(client).oneshot(req).await,
+        Some(told) => {
+            let noting = MapRequest::new(client, spans::noting_told(told));
+            layer.layer(noting).oneshot(req).await
+        }
+    };
+    match result {
         Ok(mut res) => {
             if !grpc {
                 strip_hop_by_hop(res.headers_mut(), false);

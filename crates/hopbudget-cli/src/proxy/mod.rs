@@ -32,13 +32,15 @@
 //! carriers), `upstream` (the client), `paired` (an HTTP/1.1 caller's own connection to the
 //! service), `answer` (failed calls), `trace_context` (trace context started at the ingress),
 //! `registry` (requests in flight by trace context), `egress` (outbound calls), `serve` (accepting and the clean
-//! stop), `admin` (`/metrics`), `log_fields` (the log lines' fields).
+//! stop), `admin` (`/metrics`), `log_fields` (the log lines' fields), `spans` (a span per
+//! request and per egress call, `--otlp-endpoint`) and `export` (where they are sent).
 //!
 //! Not yet: TLS, reloading the profile while running.
 
 mod admin;
 mod answer;
 mod egress;
+mod export;
 mod ingress;
 mod log_fields;
 pub mod options;
@@ -46,6 +48,7 @@ mod paired;
 mod registry;
 mod restate;
 mod serve;
+mod spans;
 mod trace_context;
 mod upstream;
 
@@ -77,7 +80,7 @@ pub fn run(args: &ProxyArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    init_logging();
+    init_logging(args.otlp_endpoint.is_some());
     // One thread is a current-thread runtime: every task runs on the thread that accepts,
     // with no work-stealing queues and no wake-ups across threads (nginx's one worker
     // process); more is the multi-thread scheduler with that many workers.
@@ -101,7 +104,11 @@ pub fn run(args: &ProxyArgs) -> ExitCode {
 /// INFO lines on stderr. The hop's span (target `hopbudget::observe::hop`) is left out: its
 /// fields are all on the `hop ended` line, and a subscriber that formats every span's fields
 /// on creation costs the proxy a good part of its time per request.
-fn init_logging() {
+///
+/// With `spans` (`--otlp-endpoint`) the hop spans go to the layer that makes the proxy's
+/// spans of them ([`spans::Spans::layer`]), and the lines stay as they are.
+fn init_logging(spans: bool) {
+    use tracing_subscriber::Layer;
     use tracing_subscriber::filter::Targets;
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
@@ -111,6 +118,21 @@ fn init_logging() {
             "hopbudget::observe::hop",
             tracing::level_filters::LevelFilter::OFF,
         );
+    if spans {
+        let lines = tracing_subscriber::fmt::layer()
+            .with_writer(std::io::stderr)
+            .with_ansi(false)
+            .fmt_fields(log_fields::PlainFields)
+            .with_filter(filter.with_target(
+                spans::INGRESS_TARGET,
+                tracing::level_filters::LevelFilter::OFF,
+            ));
+        let _ = tracing_subscriber::registry()
+            .with(lines)
+            .with(spans::Spans::layer())
+            .try_init();
+        return;
+    }
     let _ = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_ansi(false)
@@ -155,6 +177,21 @@ async fn run_async(args: &ProxyArgs, profile: Profile) -> ExitCode {
             }
         }
     }
+    let export = match &args.otlp_endpoint {
+        Some(endpoint) => match export::Export::start(
+            endpoint,
+            profile.service(),
+            profile.spec().sidecar.sample_ratio,
+        ) {
+            Ok(export) => Some(export),
+            Err(message) => {
+                eprintln!("hopbudget proxy: {message}");
+                return ExitCode::from(2);
+            }
+        },
+        None => None,
+    };
+    let spans = export.as_ref().map(|e| spans::Spans::new(e.provider()));
     let shared = SharedProfile::new(profile);
     let egress_wanted = args.egress.is_some() || !args.egress_to.is_empty();
     let registry = egress_wanted.then(|| registry::Registry::new(args.request_id_header.clone()));
@@ -169,7 +206,8 @@ async fn run_async(args: &ProxyArgs, profile: Profile) -> ExitCode {
         args.upstream_carrier,
         registry.clone(),
         starter,
-    );
+    )
+    .with_spans(spans.clone());
     let mut egress_listeners = Vec::new();
     if let Some(registry) = registry {
         match bind_egress(args, shared, registry, &mut out).await {
@@ -194,12 +232,17 @@ async fn run_async(args: &ProxyArgs, profile: Profile) -> ExitCode {
         let stop = async move {
             let _ = stopped.wait_for(|stop| *stop).await;
         };
+        let service = service.with_spans(spans.clone());
         egress.spawn(serve::serve(listener, service, stop, drain));
     }
     let mut drained = serve::serve(listener, ingress, serve::stop_signal(), drain).await;
     let _ = stop_egress.send(true);
     while let Some(done) = egress.join_next().await {
         drained &= done.unwrap_or(false);
+    }
+    // The spans of the last requests go out before the proxy exits.
+    if let Some(export) = export {
+        export.shutdown().await;
     }
     if drained {
         tracing::info!("stopped; every request in flight ended");

@@ -63,6 +63,12 @@ pub struct ProxyArgs {
     /// Do not log a line per hop (the proxy turns the profile's `log.hops` on otherwise).
     #[arg(long)]
     pub no_hop_log: bool,
+
+    /// Export a span per request and per egress call to this OTLP/HTTP endpoint (protobuf),
+    /// e.g. http://127.0.0.1:4318/v1/traces; a URL without a path gets `/v1/traces`. Plain
+    /// HTTP only: run a local Collector to reach a TLS endpoint. Without it no span is made.
+    #[arg(long, value_name = "URL", value_parser = parse_otlp_endpoint)]
+    pub otlp_endpoint: Option<http::Uri>,
 }
 
 /// What `hopbudget proxy --help` says the proxy reads and writes.
@@ -91,7 +97,9 @@ a host outbound.trusted_hosts does not trust; no match: the edge total, counted 
 Writes for the operator: `listening on ADDR` (and `admin on ADDR`, `egress on ADDR`) on stdout once
 ready; one
 `hop ended` line per request on stderr; Prometheus metrics (hopbudget_hops_total by outcome,
-...) on --admin at /metrics. SIGTERM or Ctrl-C: stops accepting, lets requests in flight
+...) on --admin at /metrics; with --otlp-endpoint, an OpenTelemetry span per request and
+per egress call in the request's trace (deadline.* attributes, deadline.told_ms: what the
+service or the destination was told). SIGTERM or Ctrl-C: stops accepting, lets requests in flight
 finish within their budgets, exits 0 (1 if some were still running after max_ms + 1 s).";
 
 /// The carrier the budget is restated in for the service.
@@ -144,6 +152,38 @@ impl UpstreamProtocol {
             UpstreamProtocol::H2c => true,
         }
     }
+}
+
+/// `http://HOST[:PORT][/PATH]`: where OTLP/HTTP spans go. No path is the Collector's
+/// `/v1/traces`, as OpenTelemetry's `OTEL_EXPORTER_OTLP_ENDPOINT` takes it.
+fn parse_otlp_endpoint(text: &str) -> Result<http::Uri, String> {
+    let uri: http::Uri = text
+        .parse()
+        .map_err(|e| format!("`{text}` is not a URL: {e}"))?;
+    match uri.scheme_str() {
+        Some("http") => {}
+        Some(scheme) => {
+            return Err(format!(
+                "`{scheme}://` is not supported; spans are sent over plain HTTP \
+                 (run a local Collector to forward them over TLS)"
+            ));
+        }
+        None => {
+            return Err(format!(
+                "`{text}` names no scheme; give http://HOST:PORT/v1/traces"
+            ));
+        }
+    }
+    if uri.host().is_none_or(str::is_empty) {
+        return Err(format!("`{text}` names no host"));
+    }
+    if uri.path().is_empty() || uri.path() == "/" {
+        let authority = uri.authority().map_or("", |a| a.as_str());
+        return format!("http://{authority}/v1/traces")
+            .parse()
+            .map_err(|e| format!("`{text}`: {e}"));
+    }
+    Ok(uri)
 }
 
 /// `LISTEN=HOST:PORT`.
@@ -204,6 +244,38 @@ mod tests {
             parse_egress_to("pricing:50051")
                 .unwrap_err()
                 .contains("LISTEN=")
+        );
+    }
+
+    #[test]
+    fn otlp_endpoints_are_plain_http_urls_or_say_what_is_wrong() {
+        let ok = |t: &str| parse_otlp_endpoint(t).unwrap().to_string();
+        assert_eq!(
+            ok("http://127.0.0.1:4318/v1/traces"),
+            "http://127.0.0.1:4318/v1/traces"
+        );
+        assert_eq!(
+            ok("http://collector:4318"),
+            "http://collector:4318/v1/traces"
+        );
+        assert_eq!(
+            ok("http://collector:4318/"),
+            "http://collector:4318/v1/traces"
+        );
+        assert!(
+            parse_otlp_endpoint("https://c:4318")
+                .unwrap_err()
+                .contains("https")
+        );
+        assert!(
+            parse_otlp_endpoint("127.0.0.1:4318")
+                .unwrap_err()
+                .contains("scheme")
+        );
+        assert!(
+            parse_otlp_endpoint("not a url")
+                .unwrap_err()
+                .contains("URL")
         );
     }
 

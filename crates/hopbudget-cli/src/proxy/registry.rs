@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use hopbudget::RequestBudget;
 use http::{HeaderMap, HeaderName};
 
+use super::spans::IngressSpan;
 use super::trace_context::{TRACEPARENT, b3_trace_id, traceparent_trace_id};
 
 /// Envoy's and Istio's request id, read whatever `--request-id-header` names.
@@ -25,10 +26,14 @@ const X_REQUEST_ID: &str = "x-request-id";
 /// Budgets of the requests in flight, by trace id and request id.
 #[derive(Debug)]
 pub(crate) struct Registry {
-    requests: Mutex<HashMap<String, Vec<(u64, RequestBudget)>>>,
+    requests: Mutex<HashMap<String, Vec<Entry>>>,
     next: AtomicU64,
     request_id: Option<HeaderName>,
 }
+
+/// One request in flight: its registration's id, its budget, and its ingress span when spans
+/// are made (`--otlp-endpoint`): the parent of a call that carries no trace context.
+type Entry = (u64, RequestBudget, Option<IngressSpan>);
 
 /// The request an outbound call belongs to.
 #[derive(Debug)]
@@ -38,6 +43,8 @@ pub(crate) struct Found {
     /// More than one request in flight carried the key the call matched by; `budget` is the
     /// tightest of them.
     pub(crate) ambiguous: bool,
+    /// The ingress span of the request `budget` is from, when spans are made.
+    pub(crate) ingress: Option<IngressSpan>,
 }
 
 /// Keeps a request findable; dropping it (the answer is out, or the request ended) forgets it.
@@ -58,10 +65,22 @@ impl Registry {
     }
 
     /// Register an admitted request by the keys its headers carry; `None` when it has none.
+    #[cfg(test)]
     pub(crate) fn register(
         self: &Arc<Self>,
         headers: &HeaderMap,
         budget: &RequestBudget,
+    ) -> Option<Registration> {
+        self.register_with(headers, budget, None)
+    }
+
+    /// Register an admitted request, with its ingress span when spans are made, by the keys
+    /// its headers carry; `None` when it has none.
+    pub(crate) fn register_with(
+        self: &Arc<Self>,
+        headers: &HeaderMap,
+        budget: &RequestBudget,
+        ingress: Option<&IngressSpan>,
     ) -> Option<Registration> {
         let keys = self.keys(headers);
         if keys.is_empty() {
@@ -73,7 +92,7 @@ impl Registry {
             requests
                 .entry(key.clone())
                 .or_default()
-                .push((id, budget.clone()));
+                .push((id, budget.clone(), ingress.cloned()));
         }
         Some(Registration {
             registry: self.clone(),
@@ -89,10 +108,11 @@ impl Registry {
         let requests = self.requests.lock().unwrap_or_else(PoisonError::into_inner);
         self.keys(headers).iter().find_map(|key| {
             let list = requests.get(key)?;
-            let budget = list.iter().map(|(_, b)| b).min_by_key(|b| b.deadline())?;
+            let (_, budget, ingress) = list.iter().min_by_key(|(_, b, _)| b.deadline())?;
             Some(Found {
                 budget: budget.clone(),
                 ambiguous: list.len() > 1,
+                ingress: ingress.clone(),
             })
         })
     }
@@ -136,7 +156,7 @@ impl Drop for Registration {
             .unwrap_or_else(PoisonError::into_inner);
         for key in &self.keys {
             if let Some(list) = requests.get_mut(key) {
-                list.retain(|(id, _)| *id != self.id);
+                list.retain(|(id, _, _)| *id != self.id);
                 if list.is_empty() {
                     requests.remove(key);
                 }

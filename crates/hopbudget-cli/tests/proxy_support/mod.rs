@@ -38,8 +38,19 @@ impl Proxy {
     /// `hopbudget proxy --listen 127.0.0.1:0 --admin 127.0.0.1:0 --upstream UPSTREAM` plus
     /// `extra` arguments; `profile`, when given, is written to a file and passed.
     pub async fn start(upstream: SocketAddr, profile: Option<&str>, extra: &[&str]) -> Self {
+        Self::start_with_env(upstream, profile, extra, &[]).await
+    }
+
+    /// [`start`](Self::start) with `env` added to the proxy's environment.
+    pub async fn start_with_env(
+        upstream: SocketAddr,
+        profile: Option<&str>,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Self {
         let mut command = Command::new(env!("CARGO_BIN_EXE_hopbudget"));
         command
+            .envs(env.iter().copied())
             .args(["proxy", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"])
             .args(["--upstream", &upstream.to_string()])
             .args(extra)
