@@ -23,7 +23,9 @@
 //! | `http.response.status_code` (or `rpc.grpc.status_code`) | what the caller was answered |
 //!
 //! The span is named after the hop's route, its status is Error for every outcome but
-//! `completed`, and its resource's `service.name` is the profile's service. A request answered
+//! `completed`, and its resource's `service.name` is the profile's service. The service is
+//! given it as its parent when it is sampled (exported); a request without trace context is
+//! given its ids either way, before the ingress's trace starter looks (#45 item 1). A request answered
 //! 400 for a malformed deadline header opens no hop: its span has no `deadline.*` attribute.
 //!
 //! # The egress span (kind CLIENT)
@@ -34,7 +36,9 @@
 //! stamped, as for an untrusted host), `deadline.matched`, `deadline.outcome`,
 //! `server.address` and `server.port`, `http.request.method`, `http.response.status_code`. Its
 //! parent is the span the service put on the call (its own client span), else the ingress
-//! span of the request it was matched to. A call abandoned by the service ends `cancelled`.
+//! span of the request it was matched to. It ends with the call's `egress call ended` line and
+//! its outcome (`cancelled` for a call the service abandoned, `error` for one that could not
+//! be made).
 
 use std::future::Future;
 use std::pin::Pin;
