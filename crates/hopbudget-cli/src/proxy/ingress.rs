@@ -30,7 +30,6 @@ use hyper::body::Incoming;
 use tower::util::{BoxCloneService, MapRequest, Oneshot};
 use tower::{Layer, Service, ServiceBuilder, ServiceExt};
 use tracing::Instrument as _;
-use tracing::instrument::Instrumented;
 
 use super::ProxyBody;
 use super::answer;
@@ -135,7 +134,7 @@ impl PerConnection for Ingress {
 impl Service<Request<Incoming>> for Ingress {
     type Response = Response<ProxyBody>;
     type Error = Infallible;
-    type Future = spans::Answered<Instrumented<Oneshot<Stack, Request<Incoming>>>>;
+    type Future = spans::Traced<Oneshot<Stack, Request<Incoming>>>;
 
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         Poll::Ready(Ok(()))
@@ -144,14 +143,8 @@ impl Service<Request<Incoming>> for Ingress {
     fn call(&mut self, mut req: Request<Incoming>) -> Self::Future {
         // The request's span, when spans are made: the hop opens inside it. It comes first, so
         // that a request without trace context is given this span's (not one that no one
-        // exports). Without spans, a disabled span: a branch per poll, nothing allocated.
-        let (span, ingress) = match &self.spans {
-            Some(spans) => {
-                let (span, ingress) = spans.ingress(&mut req);
-                (span, Some(ingress))
-            }
-            None => (tracing::Span::none(), None),
-        };
+        // exports). Without spans, nothing: the stack's own future.
+        let traced = self.spans.as_ref().map(|spans| spans.ingress(&mut req));
         // Before the server layer reads the request: its hop line and span name the trace.
         if let Some(starter) = &self.forwarder.starter {
             starter.ensure(req.headers_mut());
@@ -168,7 +161,13 @@ impl Service<Request<Incoming>> for Ingress {
         } else {
             &self.http
         };
-        spans::Answered::new(stack.clone().oneshot(req).instrument(span), ingress)
+        let call = stack.clone().oneshot(req);
+        match traced {
+            None => spans::Traced::Plain(call),
+            Some((span, ingress)) => {
+                spans::Traced::Spanned(spans::Answered::new(call.instrument(span), Some(ingress)))
+            }
+        }
     }
 }
 

@@ -350,6 +350,30 @@ where
     }
 }
 
+/// The ingress's future: the stack's own when spans are off, so that their cost per request
+/// is one branch; with spans, run in the request's `tracing` span and noting its answer.
+#[derive(Debug)]
+pub(crate) enum Traced<F> {
+    /// Spans are off.
+    Plain(F),
+    /// Spans are on.
+    Spanned(Answered<tracing::instrument::Instrumented<F>>),
+}
+
+impl<F, B, E> Future for Traced<F>
+where
+    F: Future<Output = Result<http::Response<B>, E>> + Unpin,
+{
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
+        match self.get_mut() {
+            Traced::Plain(inner) => Pin::new(inner).poll(cx),
+            Traced::Spanned(inner) => Pin::new(inner).poll(cx),
+        }
+    }
+}
+
 /// What a span's peer was told, in ms: set once the carrier is written.
 #[derive(Debug)]
 pub(crate) struct Told(AtomicU64);
