@@ -57,6 +57,8 @@ pub(crate) static REQUIRED_HEADER: HeaderName = HeaderName::from_static(REQUIRED
 pub(crate) static REMAINING_HEADER: HeaderName = HeaderName::from_static(REMAINING_MS);
 
 /// The three marker fields.
+///
+/// See the [example on `Field::name`](Field::name).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Field {
     /// [`OUTCOME`].
@@ -97,6 +99,15 @@ impl Field {
 /// See the [module example](self#examples).
 pub trait Fields {
     /// The raw value of `field`, if the answer carries it.
+    ///
+    /// ```
+    /// use hopbudget::codec::marker::{Field, Fields};
+    ///
+    /// let mut headers = http::HeaderMap::new();
+    /// headers.insert("x-deadline-outcome", "expired".parse().unwrap());
+    /// assert_eq!(headers.field(Field::Outcome), Some(&b"expired"[..]));
+    /// assert_eq!(headers.field(Field::RequiredMs), None);
+    /// ```
     fn field(&self, field: Field) -> Option<&[u8]>;
 }
 

@@ -20,7 +20,7 @@
 //! Every status these layers produce is a trailers-only gRPC response (HTTP 200 with
 //! `grpc-status` and `grpc-message` in the headers), built with `tonic::Status::into_http`,
 //! with the codes of the profile's [`GrpcStatusMap`]. Each also carries the
-//! [`OUTCOME_METADATA`] entry `x-deadline-outcome`
+//! [`codec::marker::OUTCOME`](crate::codec::marker::OUTCOME) entry `x-deadline-outcome`
 //! (`refused`, `expired` or `cancelled`); a refusal adds `x-deadline-required-ms` and
 //! `x-deadline-remaining-ms`. [`outcome`] and [`refusal`] read them back from a
 //! `tonic::Status`, and [`BudgetError::from_grpc`](crate::BudgetError::from_grpc) (or
