@@ -22,7 +22,7 @@ use axum::http::HeaderMap;
 use axum::routing::{get, post};
 use support::go::{GoService, build, skip_unless_built};
 use support::service::Service;
-use support::{PATIENCE, Proxy, field, get as http_get, query_encode};
+use support::{PATIENCE, Proxy, field, get as http_get, program, query_encode};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 fn repo() -> PathBuf {
@@ -205,29 +205,6 @@ async fn a_go_call_to_a_loopback_destination_goes_through_the_egress_with_its_bu
 
 // ---------------------------------------------------------------------------------------
 // Python (docs/guide/python.md, interop/recipes/python/)
-
-/// The program named by `var` (default `default`) if `check` runs with it; otherwise `None`
-/// after saying what to install, or a failure under `HOPBUDGET_REQUIRE_SERVICES=1`.
-fn program(var: &str, default: &str, check: &[&str], install: &str) -> Option<String> {
-    let program = std::env::var(var).unwrap_or_else(|_| default.into());
-    let found = std::process::Command::new(&program)
-        .args(check)
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if found {
-        return Some(program);
-    }
-    let message = format!(
-        "`{program} {}` fails: {install}; or set {var} to one that works",
-        check.join(" ")
-    );
-    assert!(
-        std::env::var("HOPBUDGET_REQUIRE_SERVICES").as_deref() != Ok("1"),
-        "{message}"
-    );
-    eprintln!("skipped: {message}");
-    None
-}
 
 fn python() -> Option<String> {
     program(

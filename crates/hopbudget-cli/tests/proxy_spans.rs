@@ -276,16 +276,7 @@ fn ms(body: &str, prefix: &str) -> i64 {
 
 /// SIGTERM, and wait for the proxy to exit: it sends its last spans before it does.
 async fn stop(proxy: &mut Proxy) {
-    let pid = proxy.child.id().unwrap().to_string();
-    let killed = std::process::Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap();
-    assert!(killed.success());
-    let status = tokio::time::timeout(PATIENCE, proxy.child.wait())
-        .await
-        .expect("the proxy exits")
-        .unwrap();
+    let status = support::terminate(&mut proxy.child).await;
     assert!(status.success(), "{status:?}");
 }
 

@@ -145,6 +145,44 @@ pub fn hops(metrics: &str, outcome: &str) -> u64 {
         .sum()
 }
 
+/// The program named by `var` (default `default`) if `check` runs with it; otherwise `None`
+/// after saying what to install, or a failure under `HOPBUDGET_REQUIRE_SERVICES=1`.
+pub fn program(var: &str, default: &str, check: &[&str], install: &str) -> Option<String> {
+    let program = std::env::var(var).unwrap_or_else(|_| default.into());
+    let found = std::process::Command::new(&program)
+        .args(check)
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if found {
+        return Some(program);
+    }
+    let message = format!(
+        "`{program} {}` fails: {install}; or set {var} to one that works",
+        check.join(" ")
+    );
+    assert!(
+        std::env::var("HOPBUDGET_REQUIRE_SERVICES").as_deref() != Ok("1"),
+        "{message}"
+    );
+    eprintln!("skipped: {message}");
+    None
+}
+
+/// SIGTERM `child` and wait for it to exit: what a graceful stop of a proxy or a service
+/// looks like (a proxy sends its last spans first); its exit status.
+pub async fn terminate(child: &mut Child) -> std::process::ExitStatus {
+    let pid = child.id().expect("still running").to_string();
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    tokio::time::timeout(PATIENCE, child.wait())
+        .await
+        .expect("it exits on SIGTERM")
+        .unwrap()
+}
+
 fn profile_file(yaml: &str) -> PathBuf {
     use std::sync::atomic::{AtomicUsize, Ordering};
     static N: AtomicUsize = AtomicUsize::new(0);

@@ -15,7 +15,7 @@ use super::PATIENCE;
 pub struct Service {
     pub addr: SocketAddr,
     lines: Lines<BufReader<ChildStdout>>,
-    _child: Child,
+    child: Child,
 }
 
 impl Service {
@@ -44,8 +44,13 @@ impl Service {
         Service {
             addr: SocketAddr::from(([127, 0, 0, 1], port)),
             lines,
-            _child: child,
+            child,
         }
+    }
+
+    /// SIGTERM, and wait for the service to exit (a traced one flushes its spans first).
+    pub async fn terminate(&mut self) -> std::process::ExitStatus {
+        super::terminate(&mut self.child).await
     }
 
     /// The next line the service prints.
