@@ -20,31 +20,8 @@ use std::sync::OnceLock;
 
 use support::go::{build, skip_unless_built};
 use support::service::Service;
-use support::{Proxy, get as http_get, query_encode, scenario, told};
+use support::{Proxy, get as http_get, program, query_encode, scenario, told};
 use tokio::process::Command;
-
-/// The program named by `var` (default `default`) if `check` runs with it; otherwise `None`
-/// after saying what to install, or a failure under `HOPBUDGET_REQUIRE_SERVICES=1`.
-fn program(var: &str, default: &str, check: &[&str], install: &str) -> Option<String> {
-    let program = std::env::var(var).unwrap_or_else(|_| default.into());
-    let found = std::process::Command::new(&program)
-        .args(check)
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if found {
-        return Some(program);
-    }
-    let message = format!(
-        "`{program} {}` fails: {install}; or set {var} to one that works",
-        check.join(" ")
-    );
-    assert!(
-        std::env::var("HOPBUDGET_REQUIRE_SERVICES").as_deref() != Ok("1"),
-        "{message}"
-    );
-    eprintln!("skipped: {message}");
-    None
-}
 
 fn python() -> Option<String> {
     program(

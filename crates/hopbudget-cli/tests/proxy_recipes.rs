@@ -22,7 +22,7 @@ use axum::http::HeaderMap;
 use axum::routing::{get, post};
 use support::go::{GoService, build, skip_unless_built};
 use support::service::Service;
-use support::{PATIENCE, Proxy, field, get as http_get, program, query_encode};
+use support::{PATIENCE, Proxy, field, free_port, get as http_get, program, query_encode};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 fn repo() -> PathBuf {
@@ -65,16 +65,6 @@ fn collect(dir: &Path, into: &mut Vec<String>) {
             into.push(text);
         }
     }
-}
-
-/// A port that was free a moment ago, for an `--egress` the service must be told before the
-/// proxy starts.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// What the recipes' outbound calls reach: `GET /echo` answers the headers it got, one per

@@ -168,6 +168,16 @@ pub fn program(var: &str, default: &str, check: &[&str], install: &str) -> Optio
     None
 }
 
+/// A port that was free a moment ago, for an egress listener a service must be told before
+/// its sidecar starts.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 /// SIGTERM `child` and wait for it to exit: what a graceful stop of a proxy or a service
 /// looks like (a proxy sends its last spans first); its exit status.
 pub async fn terminate(child: &mut Child) -> std::process::ExitStatus {
