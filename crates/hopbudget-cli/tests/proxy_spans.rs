@@ -92,9 +92,23 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// What a collector received: each span, and each export request as it came.
+type Received = (
+    Arc<Mutex<Vec<Got>>>,
+    Arc<Mutex<Vec<ExportTraceServiceRequest>>>,
+);
+
 /// A collector on loopback: takes OTLP/HTTP protobuf posts, keeps their spans.
 async fn collector() -> (SocketAddr, Arc<Mutex<Vec<Got>>>) {
+    let (addr, (got, _)) = collector_keeping_requests().await;
+    (addr, got)
+}
+
+/// [`collector`], keeping each export request too.
+async fn collector_keeping_requests() -> (SocketAddr, Received) {
     let got = Arc::new(Mutex::new(Vec::new()));
+    let requests = Arc::new(Mutex::new(Vec::new()));
+    let keep_requests = requests.clone();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let keep = got.clone();
@@ -102,15 +116,18 @@ async fn collector() -> (SocketAddr, Arc<Mutex<Vec<Got>>>) {
         loop {
             let (stream, _) = listener.accept().await.unwrap();
             let keep = keep.clone();
+            let keep_requests = keep_requests.clone();
             tokio::spawn(async move {
                 let service =
                     hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
                         let keep = keep.clone();
+                        let keep_requests = keep_requests.clone();
                         async move {
                             assert_eq!(req.uri().path(), "/v1/traces");
                             assert_eq!(req.headers()["content-type"], "application/x-protobuf");
                             let body = req.into_body().collect().await?.to_bytes();
                             let message = ExportTraceServiceRequest::decode(body).unwrap();
+                            keep_requests.lock().unwrap().push(message.clone());
                             let mut keep = keep.lock().unwrap();
                             for resource in message.resource_spans {
                                 let service = resource
@@ -146,7 +163,7 @@ async fn collector() -> (SocketAddr, Arc<Mutex<Vec<Got>>>) {
             });
         }
     });
-    (addr, got)
+    (addr, (got, requests))
 }
 
 async fn serve(router: Router) -> SocketAddr {
@@ -565,17 +582,16 @@ async fn audit_listener() -> (tokio::process::Child, String) {
     (child, url)
 }
 
-#[cfg(unix)]
-#[tokio::test]
-async fn audit_listen_takes_the_proxys_spans() {
-    let (audit, url) = audit_listener().await;
+/// Two requests through a proxy whose spans go to `endpoint` (one calls out through the
+/// egress, one does not); the proxy is stopped, so every span has been sent.
+async fn two_requests_traced_to(endpoint: &str) {
     let ways = Ways::default();
     ways.destination.set(destination().await).unwrap();
     let service = service(ways.clone()).await;
     let mut proxy = Proxy::start(
         service,
         Some("service: orders"),
-        &["--egress", "127.0.0.1:0", "--otlp-endpoint", &url],
+        &["--egress", "127.0.0.1:0", "--otlp-endpoint", endpoint],
     )
     .await;
     ways.egress.set(proxy.egress.unwrap()).unwrap();
@@ -589,7 +605,25 @@ async fn audit_listen_takes_the_proxys_spans() {
         assert_eq!(answer.status, 200, "{answer:?}");
     }
     stop(&mut proxy).await;
+}
 
+/// The audit's JSON report of [`two_requests_traced_to`]: two ingress spans and one egress
+/// span, every one of them read with its `deadline.*` fields, none a problem.
+fn assert_read_whole(report: &serde_json::Value) {
+    assert_eq!(report["input"]["spans"], 3, "{report}");
+    assert_eq!(report["problems_total"], 0, "{}", report["problem_kinds"]);
+    // The hop's deadline.* attributes were read: the budget it got, how its requests ended.
+    let hop = &report["hops"][0];
+    assert_eq!(hop["service"], "orders", "{report}");
+    assert_eq!(hop["remaining_p50_ms"], 5000, "{report}");
+    assert_eq!(hop["completed"], 2, "{report}");
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn audit_listen_takes_the_proxys_spans() {
+    let (audit, url) = audit_listener().await;
+    two_requests_traced_to(&url).await;
     let pid = audit.id().unwrap().to_string();
     let killed = std::process::Command::new("kill")
         .args(["-TERM", &pid])
@@ -602,9 +636,66 @@ async fn audit_listen_takes_the_proxys_spans() {
         .unwrap();
     let report: serde_json::Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
-    // Two ingress spans and one egress span, every one of them read, none a problem.
-    assert_eq!(report["input"]["spans"], 3, "{report}");
-    assert_eq!(report["problems_total"], 0, "{}", report["problem_kinds"]);
+    assert_read_whole(&report);
+}
+
+/// The same spans as a Collector writes them with its `file` exporter (OTLP JSON, one export
+/// request per line: ids in hex, 64-bit integers as strings, enums as numbers), read back
+/// by `hopbudget audit FILE`: what a fleet whose sidecars export to a Collector audits.
+#[cfg(unix)]
+#[tokio::test]
+async fn a_collector_file_of_the_proxys_spans_is_audited_as_audit_listen_does() {
+    let (collector, (_, requests)) = collector_keeping_requests().await;
+    two_requests_traced_to(&format!("http://{collector}/v1/traces")).await;
+    let mut file = String::new();
+    for request in requests.lock().unwrap().iter() {
+        let mut line = serde_json::to_value(request).unwrap();
+        collector_json(&mut line, None);
+        file.push_str(&line.to_string());
+        file.push('\n');
+    }
+    assert!(
+        file.contains("\"intValue\":\""),
+        "64-bit integers as strings:\n{file}"
+    );
+    let path = std::env::temp_dir().join(format!(
+        "hopbudget-proxy-spans-collector-{}.json",
+        std::process::id()
+    ));
+    std::fs::write(&path, &file).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hopbudget"))
+        .args(["audit", "--json"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&path);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{e}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    assert_read_whole(&report);
+}
+
+/// Rewrite `value`, the serde form of an OTLP message, the way the Collector's protojson
+/// writes it: 64-bit integers (`intValue`, the `*UnixNano` times) as strings, as proto3's
+/// JSON mapping says.
+fn collector_json(value: &mut serde_json::Value, key: Option<&str>) {
+    use serde_json::Value as J;
+    match value {
+        J::Object(map) => {
+            for (k, v) in map.iter_mut() {
+                collector_json(v, Some(k));
+            }
+        }
+        J::Array(items) => items.iter_mut().for_each(|v| collector_json(v, key)),
+        J::Number(n) if key.is_some_and(|k| k == "intValue" || k.ends_with("UnixNano")) => {
+            *value = J::String(n.to_string());
+        }
+        _ => {}
+    }
 }
 
 #[cfg(unix)]
