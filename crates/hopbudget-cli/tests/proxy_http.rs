@@ -63,6 +63,15 @@ async fn upstream() -> (
             }),
         )
         .route(
+            "/body",
+            any(
+                |State(s): State<Service>, body: axum::body::Bytes| async move {
+                    s.calls.fetch_add(1, Ordering::SeqCst);
+                    format!("{} bytes", body.len())
+                },
+            ),
+        )
+        .route(
             "/tax",
             any(|State(s): State<Service>| async move {
                 s.calls.fetch_add(1, Ordering::SeqCst);
@@ -178,6 +187,115 @@ async fn a_malformed_header_is_a_400_naming_it_and_the_service_is_never_called()
     assert_eq!(answer.status, 400, "{answer:?}");
     assert!(answer.body.contains("grpc-timeout"), "{}", answer.body);
     assert_eq!(calls.load(Ordering::SeqCst), 0);
+}
+
+/// Request hygiene (#46 item 4): two `Host` headers are a 400 and `CONNECT` a 405, neither
+/// reaching the service; an underscore alias of a deadline header never reaches it, so a
+/// WSGI service cannot read a forged budget. Each is counted by reason, none as refused.
+#[tokio::test]
+async fn requests_the_service_must_not_see_are_answered_or_cleaned_at_the_door() {
+    let (service, calls, _) = upstream().await;
+    let proxy = Proxy::start(service, None, &[]).await;
+    let answer = http_get(proxy.addr, "/echo", &[("host", "other.example")])
+        .await
+        .unwrap();
+    assert_eq!(answer.status, 400, "{answer:?}");
+    assert!(answer.body.contains("two Host headers"), "{}", answer.body);
+    let mut connect = send_head(proxy.addr, "CONNECT", "evil.example:443", &[])
+        .await
+        .unwrap();
+    let answer = read_answer(&mut connect).await.unwrap();
+    assert_eq!(answer.status, 405, "{answer:?}");
+    assert!(
+        answer.body.contains("CONNECT is not forwarded"),
+        "{}",
+        answer.body
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 0, "the service saw neither");
+
+    let answer = http_get(
+        proxy.addr,
+        "/echo",
+        &[
+            ("x-request-timeout-ms", "1000"),
+            ("x_request_timeout_ms", "99999"),
+            ("X_Deadline_Outcome", "expired"),
+            ("x_custom_header", "kept"),
+        ],
+    )
+    .await
+    .unwrap();
+    assert_eq!(answer.status, 200, "{answer:?}");
+    assert_eq!(
+        seen(&answer.body, "x_request_timeout_ms"),
+        None,
+        "{}",
+        answer.body
+    );
+    assert_eq!(
+        seen(&answer.body, "x_deadline_outcome"),
+        None,
+        "{}",
+        answer.body
+    );
+    assert_eq!(seen(&answer.body, "x_custom_header"), Some("kept"));
+    let told: u64 = seen(&answer.body, "x-request-timeout-ms")
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(told < 1000, "{told}");
+
+    let metrics = proxy.metrics().await;
+    for reason in ["duplicate_host", "connect"] {
+        let line = format!("reason=\"{reason}\"");
+        assert!(
+            metrics
+                .lines()
+                .any(|l| l.starts_with("hopbudget_proxy_hygiene_total{")
+                    && l.contains(&line)
+                    && l.ends_with(" 1")),
+            "{reason} counted once:\n{metrics}"
+        );
+    }
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("hopbudget_proxy_hygiene_total{")
+                && l.contains("reason=\"underscore_alias\"")
+                && l.ends_with(" 2")),
+        "two aliases dropped:\n{metrics}"
+    );
+    assert_eq!(support::hops(&metrics, "refused"), 0);
+}
+
+/// A chunk size that overflows (2^64 + 5) is the caller's malformed framing: 400, not the
+/// 502 that would blame the service (#46 item 4).
+#[tokio::test]
+async fn a_malformed_chunked_body_is_the_callers_400() {
+    let (service, _, _) = upstream().await;
+    let proxy = Proxy::start(service, None, &[]).await;
+    let mut stream = send_head(
+        proxy.addr,
+        "POST",
+        "/body",
+        &[
+            ("transfer-encoding", "chunked"),
+            ("x-request-timeout-ms", "5000"),
+        ],
+    )
+    .await
+    .unwrap();
+    stream
+        .write_all(b"10000000000000005\r\nhello\r\n0\r\n\r\n")
+        .await
+        .unwrap();
+    let answer = read_answer(&mut stream).await.unwrap();
+    assert_eq!(answer.status, 400, "{answer:?}");
+    let metrics = proxy.metrics().await;
+    assert!(
+        metrics.contains("reason=\"malformed_body\""),
+        "counted:\n{metrics}"
+    );
 }
 
 #[tokio::test]

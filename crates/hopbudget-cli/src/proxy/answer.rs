@@ -13,7 +13,10 @@ use http::{HeaderValue, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use tower::BoxError;
 
+use std::error::Error as _;
+
 use super::ProxyBody;
+use super::hygiene;
 
 /// The answer to a failed call to the service.
 pub(crate) fn failure(error: &BoxError, profile: &Profile, grpc: bool) -> Response<ProxyBody> {
@@ -25,6 +28,19 @@ pub(crate) fn failure(error: &BoxError, profile: &Profile, grpc: bool) -> Respon
         }
         Some(budget) => hopbudget::http::budget_response(budget, profile.http_status()).map(full),
         None => {
+            if let Some(why) = caller_body_failed(&**error) {
+                // The caller's framing, not the service: a 400, never a 502 that blames the
+                // service (#46 item 4).
+                hygiene::count(profile, hygiene::Reason::MalformedBody);
+                let message = format!("hopbudget proxy: the request body could not be read: {why}");
+                return if grpc {
+                    grpc_error(3, &message)
+                } else {
+                    let mut res = Response::new(full(Bytes::from(message + "\n")));
+                    *res.status_mut() = StatusCode::BAD_REQUEST;
+                    res
+                };
+            }
             tracing::warn!(error = %error, "upstream call failed");
             if grpc {
                 grpc_unavailable()
@@ -37,6 +53,30 @@ pub(crate) fn failure(error: &BoxError, profile: &Profile, grpc: bool) -> Respon
             }
         }
     }
+}
+
+/// When the call failed because the caller's own body could not be read (a malformed chunk
+/// size, say), what was wrong with it. hyper's client fails a call whose body stream failed
+/// as a user error whose source is the stream's error; the proxy's stream is the caller's
+/// `Incoming`, whose errors are hyper's too. A caller that went away mid-body (an incomplete
+/// message, a cancelled stream) is no malformed body.
+fn caller_body_failed(error: &(dyn std::error::Error + 'static)) -> Option<String> {
+    let mut next = Some(error);
+    while let Some(e) = next {
+        if let Some(user) = e.downcast_ref::<hyper::Error>().filter(|h| h.is_user()) {
+            let body = user.source()?.downcast_ref::<hyper::Error>()?;
+            if body.is_incomplete_message() || body.is_canceled() || body.is_closed() {
+                return None;
+            }
+            let mut why = body.to_string();
+            if let Some(cause) = body.source() {
+                why = format!("{why}: {cause}");
+            }
+            return Some(why);
+        }
+        next = e.source();
+    }
+    None
 }
 
 /// A trailers-only gRPC answer: UNAVAILABLE (14), the status a gRPC client retries on.

@@ -17,6 +17,8 @@
 //! the service's `grpc-status`; everything else through the HTTP layer.
 
 use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -33,6 +35,7 @@ use tracing::Instrument as _;
 
 use super::ProxyBody;
 use super::answer;
+use super::hygiene;
 use super::options::UpstreamCarrier;
 use super::paired::Pairing;
 use super::registry::Registry;
@@ -131,16 +134,41 @@ impl PerConnection for Ingress {
     }
 }
 
+/// The ingress's future: an answer made at the door (see `hygiene`), or the request's way
+/// through the stack.
+#[derive(Debug)]
+pub(crate) enum IngressFuture {
+    Answered(Option<Response<ProxyBody>>),
+    Call(spans::Traced<Oneshot<Stack, Request<Incoming>>>),
+}
+
+impl Future for IngressFuture {
+    type Output = Result<Response<ProxyBody>, Infallible>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.get_mut() {
+            IngressFuture::Call(call) => Pin::new(call).poll(cx),
+            IngressFuture::Answered(res) => {
+                Poll::Ready(Ok(res.take().expect("polled after it answered")))
+            }
+        }
+    }
+}
+
 impl Service<Request<Incoming>> for Ingress {
     type Response = Response<ProxyBody>;
     type Error = Infallible;
-    type Future = spans::Traced<Oneshot<Stack, Request<Incoming>>>;
+    type Future = IngressFuture;
 
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         Poll::Ready(Ok(()))
     }
 
     fn call(&mut self, mut req: Request<Incoming>) -> Self::Future {
+        // Before anything reads it: what must not reach the service (#46 item 4).
+        if let Some(answer) = hygiene::check(&mut req, &self.forwarder.profile) {
+            return IngressFuture::Answered(Some(answer));
+        }
         // The request's span, when spans are made: the hop opens inside it. It comes first, so
         // that a request without trace context is given this span's (not one that no one
         // exports). Without spans, nothing: the stack's own future.
@@ -162,12 +190,12 @@ impl Service<Request<Incoming>> for Ingress {
             &self.http
         };
         let call = stack.clone().oneshot(req);
-        match traced {
+        IngressFuture::Call(match traced {
             None => spans::Traced::Plain(call),
             Some((span, ingress)) => {
                 spans::Traced::Spanned(spans::Answered::new(call.instrument(span), Some(ingress)))
             }
-        }
+        })
     }
 }
 

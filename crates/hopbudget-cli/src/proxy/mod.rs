@@ -31,7 +31,7 @@
 //! Files: [`options`] (the command line), `ingress` (the per-request stack), `restate` (the
 //! carriers), `upstream` (the client), `paired` (an HTTP/1.1 caller's own connection to the
 //! service), `answer` (failed calls), `trace_context` (trace context started at the ingress),
-//! `registry` (requests in flight by trace context), `egress` (outbound calls), `serve` (accepting and the clean
+//! `hygiene` (what never reaches the service), `registry` (requests in flight by trace context), `egress` (outbound calls), `serve` (accepting and the clean
 //! stop), `admin` (`/metrics`), `log_fields` (the log lines' fields), `spans` (a span per
 //! request and per egress call, `--otlp-endpoint`) and `export` (where they are sent).
 //!
@@ -41,6 +41,7 @@ mod admin;
 mod answer;
 mod egress;
 mod export;
+mod hygiene;
 mod ingress;
 mod log_fields;
 pub mod options;
