@@ -268,6 +268,102 @@ async fn requests_the_service_must_not_see_are_answered_or_cleaned_at_the_door()
     assert_eq!(support::hops(&metrics, "refused"), 0);
 }
 
+/// Read from `stream` until the proxy closes it (end of stream or a reset); fails after
+/// [`PATIENCE`] if it stays open.
+async fn closed_by_the_proxy(stream: &mut tokio::net::TcpStream) {
+    use tokio::io::AsyncReadExt;
+    let mut buf = [0u8; 1024];
+    tokio::time::timeout(PATIENCE, async {
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    })
+    .await
+    .expect("the proxy closes the connection");
+}
+
+/// Slow and idle callers are bounded (#46 item 1): a head that trickles a byte at a time is
+/// cut at the header-read timeout, a connection that sends nothing or sits idle after its
+/// request at the idle timeout; a request in flight longer than both runs to its deadline,
+/// and a normal caller is served throughout.
+#[tokio::test]
+async fn slow_and_idle_callers_are_closed_and_others_still_served() {
+    let (service, _, mut events) = upstream().await;
+    let proxy = Proxy::start(
+        service,
+        None,
+        &["--header-read-timeout", "0.3", "--idle-timeout", "0.5"],
+    )
+    .await;
+    // Slowloris: a head byte every 50 ms, never finished.
+    let mut slow = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    let trickle = async {
+        for b in b"GET /tax HTTP/1.1\r\nhost: x\r\nx-padding: "
+            .iter()
+            .cycle()
+        {
+            if slow.write_all(&[*b]).await.is_err() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    tokio::time::timeout(PATIENCE, trickle)
+        .await
+        .expect("the trickling caller is cut off");
+    // Silent from the start, and idle after a request on a kept-alive connection.
+    let mut silent = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    let mut kept = send_head(proxy.addr, "GET", "/tax", &[("connection", "keep-alive")])
+        .await
+        .unwrap();
+    let answer = read_answer(&mut kept).await.unwrap();
+    assert_eq!(answer.status, 200, "{answer:?}");
+    // A normal caller meanwhile.
+    let answer = http_get(proxy.addr, "/tax", &[]).await.unwrap();
+    assert_eq!(answer.status, 200, "{answer:?}");
+    closed_by_the_proxy(&mut silent).await;
+    closed_by_the_proxy(&mut kept).await;
+    // A request longer than both bounds is ended by its deadline, not by them.
+    let answer = http_get(proxy.addr, "/hang", &[("x-request-timeout-ms", "1500")])
+        .await
+        .unwrap();
+    assert_eq!(answer.status, 504, "{answer:?}");
+    assert_eq!(next_event(&mut events).await, "entered");
+}
+
+/// Out of file descriptors (#46 item 1): under `ulimit -n 64`, 60 silent connections meet
+/// the connection limit (64 x 90% / 2 = 28), so the proxy stops accepting instead of failing
+/// accepts in a loop; it logs that once, and when the idle timeout frees their places a
+/// normal caller is served.
+#[cfg(unix)]
+#[tokio::test]
+async fn at_the_file_descriptor_limit_the_proxy_stops_accepting_and_serves_again() {
+    let (service, _, _) = upstream().await;
+    let mut proxy = Proxy::start_with_nofile(service, &["--idle-timeout", "0.5"], 64).await;
+    let mut silent = Vec::new();
+    for _ in 0..60 {
+        silent.push(tokio::net::TcpStream::connect(proxy.addr).await.unwrap());
+    }
+    let answer = http_get(proxy.addr, "/tax", &[]).await.unwrap();
+    assert_eq!(answer.status, 200, "{answer:?}");
+    let metrics = proxy.metrics().await;
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("hopbudget_proxy_connection_limit_reached_total ")),
+        "{metrics}"
+    );
+    assert!(
+        !metrics.contains("hopbudget_proxy_accept_failed_total"),
+        "no accept failed:\n{metrics}"
+    );
+    let line = proxy.await_log(&["connection limit reached"]).await;
+    assert!(line.contains("WARN"), "{line}");
+}
+
 /// A chunk size that overflows (2^64 + 5) is the caller's malformed framing: 400, not the
 /// 502 that would blame the service (#46 item 4).
 #[tokio::test]

@@ -31,7 +31,7 @@
 //! Files: [`options`] (the command line), `ingress` (the per-request stack), `restate` (the
 //! carriers), `upstream` (the client), `paired` (an HTTP/1.1 caller's own connection to the
 //! service), `answer` (failed calls), `trace_context` (trace context started at the ingress),
-//! `hygiene` (what never reaches the service), `registry` (requests in flight by trace context), `egress` (outbound calls), `serve` (accepting and the clean
+//! `hygiene` (what never reaches the service), `client_waits` (slow and idle callers), `registry` (requests in flight by trace context), `egress` (outbound calls), `serve` (accepting and the clean
 //! stop), `admin` (`/metrics`), `log_fields` (the log lines' fields), `spans` (a span per
 //! request and per egress call, `--otlp-endpoint`) and `export` (where they are sent).
 //!
@@ -39,6 +39,7 @@
 
 mod admin;
 mod answer;
+mod client_waits;
 mod egress;
 mod export;
 mod hygiene;
@@ -209,6 +210,14 @@ async fn run_async(args: &ProxyArgs, profile: Profile) -> ExitCode {
         starter,
     )
     .with_spans(spans.clone());
+    let waits = client_waits::ClientWaits {
+        header_read: args.header_read_timeout,
+        idle: args.idle_timeout,
+    };
+    let max_connections = args
+        .max_connections
+        .map_or_else(client_waits::default_max_connections, |n| n.get());
+    let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(max_connections));
     let mut egress_listeners = Vec::new();
     if let Some(registry) = registry {
         match bind_egress(args, shared, registry, &mut out).await {
@@ -234,9 +243,17 @@ async fn run_async(args: &ProxyArgs, profile: Profile) -> ExitCode {
             let _ = stopped.wait_for(|stop| *stop).await;
         };
         let service = service.with_spans(spans.clone());
-        egress.spawn(serve::serve(listener, service, stop, drain));
+        egress.spawn(serve::serve(
+            listener,
+            service,
+            waits,
+            slots.clone(),
+            stop,
+            drain,
+        ));
     }
-    let mut drained = serve::serve(listener, ingress, serve::stop_signal(), drain).await;
+    let mut drained =
+        serve::serve(listener, ingress, waits, slots, serve::stop_signal(), drain).await;
     let _ = stop_egress.send(true);
     while let Some(done) = egress.join_next().await {
         drained &= done.unwrap_or(false);

@@ -3,6 +3,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use hopbudget::codec::Carrier;
@@ -69,6 +70,36 @@ pub struct ProxyArgs {
     /// HTTP only: run a local Collector to reach a TLS endpoint. Without it no span is made.
     #[arg(long, value_name = "URL", value_parser = parse_otlp_endpoint)]
     pub otlp_endpoint: Option<http::Uri>,
+
+    /// Close an HTTP/1.1 connection whose request head is not complete this long after its
+    /// first byte (slowloris). nginx's `client_header_timeout`. Seconds, fractions allowed.
+    #[arg(long, value_name = "SECONDS", default_value = "10", value_parser = parse_seconds)]
+    pub header_read_timeout: Duration,
+
+    /// Close a connection with no request in flight that has read and written nothing for
+    /// this long. nginx's `keepalive_timeout`, Envoy's `idle_timeout`. Seconds.
+    #[arg(long, value_name = "SECONDS", default_value = "60", value_parser = parse_seconds)]
+    pub idle_timeout: Duration,
+
+    /// Open caller connections at most, on all listeners together; at the limit the proxy
+    /// stops accepting (callers wait in the kernel's backlog) and serves those it has.
+    /// Default: 90% of the open-file limit (`ulimit -n`), halved, as each caller connection
+    /// may hold one to the service. nginx's `worker_connections`.
+    #[arg(long, value_name = "N")]
+    pub max_connections: Option<std::num::NonZeroUsize>,
+}
+
+/// A positive number of seconds, fractions allowed (`0.5`).
+fn parse_seconds(text: &str) -> Result<Duration, String> {
+    let secs: f64 = text
+        .parse()
+        .map_err(|_| format!("`{text}` is not a number of seconds"))?;
+    if !(secs > 0.0 && secs <= 86_400.0) {
+        return Err(format!(
+            "`{text}`: give more than 0 and at most 86400 seconds"
+        ));
+    }
+    Ok(Duration::from_secs_f64(secs))
 }
 
 /// What `hopbudget proxy --help` says the proxy reads and writes.

@@ -9,7 +9,10 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
+use std::sync::Arc;
+
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 
 use std::convert::Infallible;
 
@@ -17,6 +20,7 @@ use http::{Request, Response};
 use hyper::body::Incoming;
 
 use super::ProxyBody;
+use super::client_waits::{ClientWaits, InFlight, Tracked, Watched};
 
 /// A service that keeps something per caller connection: the ingress, its connection to the
 /// service (see `paired`).
@@ -25,11 +29,22 @@ pub(crate) trait PerConnection {
     fn for_connection(&self) -> Self;
 }
 
-/// Serve `service` on `listener` until `stop` resolves, then drain for at most `drain`.
-/// Returns whether every connection ended within it.
+/// How many caller connections may be open, on all listeners together.
+pub(crate) type Slots = Arc<Semaphore>;
+
+/// Open caller connections, and how often the limit stopped accepting.
+pub(crate) const CONNECTIONS_OPEN: &str = "hopbudget_proxy_connections_open";
+pub(crate) const CONNECTION_LIMIT_REACHED_TOTAL: &str =
+    "hopbudget_proxy_connection_limit_reached_total";
+
+/// Serve `service` on `listener` until `stop` resolves, then drain for at most `drain`;
+/// each connection's waits on its caller bounded by `waits`, and one of `slots` held while it
+/// is open. Returns whether every connection ended within the drain.
 pub(crate) async fn serve<S>(
     listener: TcpListener,
     service: S,
+    waits: ClientWaits,
+    slots: Slots,
     stop: impl Future<Output = ()>,
     drain: Duration,
 ) -> bool
@@ -39,36 +54,63 @@ where
         + Clone
         + Send
         + 'static,
-    S::Future: Send + 'static,
+    S::Future: Send + Unpin + 'static,
 {
+    let mut refused = AcceptErrors::default();
     // HTTP/1.1 and HTTP/2 with prior knowledge (h2c) on one port: gRPC callers need no TLS.
     let builder = auto::Builder::new(TokioExecutor::new());
     let graceful = GracefulShutdown::new();
     tokio::pin!(stop);
     loop {
+        // At the limit, stop accepting until a connection ends: callers wait in the backlog,
+        // and those connected are served.
+        let slot = match slots.clone().try_acquire_owned() {
+            Ok(slot) => slot,
+            Err(_) => {
+                metrics::counter!(CONNECTION_LIMIT_REACHED_TOTAL).increment(1);
+                tracing::warn!("connection limit reached; accepting again when a connection ends");
+                tokio::select! {
+                    slot = slots.clone().acquire_owned() => match slot {
+                        Ok(slot) => slot,
+                        Err(_) => break,
+                    },
+                    () = &mut stop => break,
+                }
+            }
+        };
         tokio::select! {
             accepted = listener.accept() => {
                 let stream = match accepted {
-                    Ok((stream, _)) => stream,
-                    // Out of file descriptors and the like: keep serving who is connected.
+                    Ok((stream, _)) => {
+                        refused.accepted();
+                        stream
+                    }
+                    // Out of file descriptors and the like: keep serving who is connected,
+                    // and wait before the next accept instead of spinning on it.
                     Err(error) => {
-                        tracing::warn!(%error, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        let pause = refused.failed(&error);
+                        tokio::time::sleep(pause).await;
                         continue;
                     }
                 };
                 let _ = stream.set_nodelay(true);
-                let service = TowerToHyperService::new(service.for_connection());
+                let in_flight = std::sync::Arc::new(InFlight::default());
+                let service = Tracked::new(service.for_connection(), in_flight.clone());
+                let service = TowerToHyperService::new(service);
+                let stream = Watched::new(stream, waits, in_flight);
                 let connection = builder
                     .serve_connection(TokioIo::new(stream), service)
                     .into_owned();
                 let connection = graceful.watch(connection);
+                metrics::gauge!(CONNECTIONS_OPEN).increment(1.0);
                 tokio::spawn(async move {
+                    let _slot = slot;
                     // A caller that leaves mid-request ends here too; its hop is recorded
                     // `cancelled` by the layer, not here.
                     if let Err(error) = connection.await {
                         tracing::debug!(%error, "connection ended with an error");
                     }
+                    metrics::gauge!(CONNECTIONS_OPEN).decrement(1.0);
                 });
             }
             () = &mut stop => break,
@@ -84,6 +126,50 @@ where
         () = tokio::time::sleep(drain) => false,
     }
 }
+
+/// Failed accepts (out of file descriptors: `EMFILE`, `ENFILE`): a pause that doubles up to
+/// a second while they go on, and one log line a second with how many failed, never a spin
+/// or a line per failure.
+#[derive(Debug, Default)]
+struct AcceptErrors {
+    pause: Duration,
+    unlogged: u64,
+    logged_at: Option<tokio::time::Instant>,
+}
+
+impl AcceptErrors {
+    const FIRST_PAUSE: Duration = Duration::from_millis(5);
+    const MAX_PAUSE: Duration = Duration::from_secs(1);
+
+    fn accepted(&mut self) {
+        self.pause = Duration::ZERO;
+    }
+
+    /// Note a failed accept; how long to wait before the next.
+    fn failed(&mut self, error: &std::io::Error) -> Duration {
+        self.pause = (self.pause * 2).clamp(Self::FIRST_PAUSE, Self::MAX_PAUSE);
+        self.unlogged += 1;
+        let now = tokio::time::Instant::now();
+        if self
+            .logged_at
+            .is_none_or(|at| now.duration_since(at) >= Self::MAX_PAUSE)
+        {
+            tracing::warn!(
+                %error,
+                failed = self.unlogged,
+                pause_ms = self.pause.as_millis() as u64,
+                "accept failed; serving the connections already open"
+            );
+            metrics::counter!(ACCEPT_FAILED_TOTAL).increment(self.unlogged);
+            self.unlogged = 0;
+            self.logged_at = Some(now);
+        }
+        self.pause
+    }
+}
+
+/// Accepts that failed (out of file descriptors, mostly).
+pub(crate) const ACCEPT_FAILED_TOTAL: &str = "hopbudget_proxy_accept_failed_total";
 
 /// Resolves on SIGTERM or Ctrl-C (SIGINT).
 pub(crate) async fn stop_signal() {

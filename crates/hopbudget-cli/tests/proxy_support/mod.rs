@@ -49,8 +49,28 @@ impl Proxy {
         env: &[(&str, &str)],
     ) -> Self {
         let mut command = Command::new(env!("CARGO_BIN_EXE_hopbudget"));
+        command.envs(env.iter().copied());
+        Self::spawn(command, upstream, profile, extra).await
+    }
+
+    /// [`start`](Self::start) with at most `nofile` file descriptors (`ulimit -n`).
+    pub async fn start_with_nofile(upstream: SocketAddr, extra: &[&str], nofile: u32) -> Self {
+        let mut command = Command::new("sh");
         command
-            .envs(env.iter().copied())
+            .arg("-c")
+            .arg(format!("ulimit -n {nofile} && exec \"$0\" \"$@\""))
+            .arg(env!("CARGO_BIN_EXE_hopbudget"));
+        Self::spawn(command, upstream, None, extra).await
+    }
+
+    /// Run `command` with the proxy's arguments appended, and wait for its addresses.
+    async fn spawn(
+        mut command: Command,
+        upstream: SocketAddr,
+        profile: Option<&str>,
+        extra: &[&str],
+    ) -> Self {
+        command
             .args(["proxy", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"])
             .args(["--upstream", &upstream.to_string()])
             .args(extra)

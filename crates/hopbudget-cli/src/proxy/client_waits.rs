@@ -1,0 +1,386 @@
+//! Every wait on a caller is bounded (issue #46 item 1): a connection that sends half a
+//! request head and then trickles (slowloris), or sits open doing nothing, is closed, so that
+//! slow or hostile callers cannot hold the proxy's connections and file descriptors.
+//!
+//! - **Header read** (`--header-read-timeout`, default 10 s; nginx `client_header_timeout`,
+//!   Envoy `request_headers_timeout`): from the first byte of an HTTP/1.1 request head to the
+//!   request reaching the proxy's stack.
+//! - **Idle** (`--idle-timeout`, default 60 s; nginx `keepalive_timeout`, Envoy
+//!   `idle_timeout`): no request in flight and nothing read or written.
+//!
+//! While a request is in flight neither applies: its budget bounds it (C4), and the deadline
+//! ends it. hyper's own `header_read_timeout` cannot be used for the first: hyper starts it
+//! as soon as a connection waits for a request, so it would close every idle keep-alive
+//! connection at the header timeout.
+//!
+//! [`Watched`] wraps the caller's socket and decides at the one point it must sleep anyway
+//! (a read that would block), so the cost on a busy connection is a flag per read or write
+//! and one clock read per wait; [`Tracked`] counts a connection's requests in flight.
+//! HTTP/2 connections (the client preface) get only the idle bound: their frames are no
+//! request heads, and a gRPC client's keep-alive PINGs are not a slow head.
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::time::{Instant, Sleep};
+
+/// The bounds on waiting for a caller.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ClientWaits {
+    pub(crate) header_read: Duration,
+    pub(crate) idle: Duration,
+}
+
+/// The default bound on open caller connections: 90% of the file descriptors the process may
+/// open (`RLIMIT_NOFILE`, from `/proc/self/limits`; 1024 where it cannot be read), halved,
+/// since each HTTP/1.1 caller connection may hold one to the service. The rest is left for
+/// the admin port, the exporter and the log.
+pub(crate) fn default_max_connections() -> usize {
+    let nofile = std::fs::read_to_string("/proc/self/limits")
+        .ok()
+        .and_then(|text| {
+            let line = text.lines().find(|l| l.starts_with("Max open files"))?;
+            line.split_whitespace().nth(3)?.parse::<usize>().ok()
+        })
+        .unwrap_or(1024);
+    (nofile / 10 * 9 / 2).max(1)
+}
+
+/// What the socket and the service share about one connection: its requests in flight, and
+/// how many have started (a head that reached the stack is complete).
+#[derive(Debug, Default)]
+pub(crate) struct InFlight {
+    now: AtomicU32,
+    started: AtomicU32,
+}
+
+impl InFlight {
+    fn any(&self) -> bool {
+        self.now.load(Ordering::Relaxed) > 0
+    }
+
+    fn started(&self) -> u32 {
+        self.started.load(Ordering::Relaxed)
+    }
+}
+
+/// Held while a request is in flight on a connection.
+#[derive(Debug)]
+pub(crate) struct Request(Arc<InFlight>);
+
+impl Request {
+    fn start(in_flight: &Arc<InFlight>) -> Self {
+        in_flight.started.fetch_add(1, Ordering::Relaxed);
+        in_flight.now.fetch_add(1, Ordering::Relaxed);
+        Self(in_flight.clone())
+    }
+}
+
+impl Drop for Request {
+    fn drop(&mut self) {
+        self.0.now.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Where a connection is, as far as the bounds care.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Phase {
+    /// Nothing read since the last request started (or since the connection opened).
+    Idle,
+    /// Bytes of a request head read, the request not yet in the stack: since when (`None`
+    /// until the next wait reads the clock), and how many requests had started then.
+    Head(Option<Instant>, u32),
+}
+
+/// The caller's socket, closed (a `TimedOut` error to hyper, which then drops the
+/// connection) when a bound passes.
+#[derive(Debug)]
+pub(crate) struct Watched<IO> {
+    io: IO,
+    waits: ClientWaits,
+    in_flight: Arc<InFlight>,
+    phase: Phase,
+    /// Read or written since the last wait.
+    active: bool,
+    /// When the idle bound runs from.
+    last_active: Instant,
+    /// The first bytes decide whether the head bound applies (HTTP/1.1) or not (HTTP/2).
+    h2: Option<bool>,
+    sleep: Pin<Box<Sleep>>,
+    armed: Option<Instant>,
+}
+
+/// The client preface of HTTP/2 with prior knowledge.
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0";
+
+impl<IO> Watched<IO> {
+    pub(crate) fn new(io: IO, waits: ClientWaits, in_flight: Arc<InFlight>) -> Self {
+        let now = Instant::now();
+        Self {
+            io,
+            waits,
+            in_flight,
+            phase: Phase::Idle,
+            active: false,
+            last_active: now,
+            h2: None,
+            sleep: Box::pin(tokio::time::sleep_until(now + waits.idle)),
+            armed: None,
+        }
+    }
+
+    /// Just read `read` (non-empty): note it.
+    fn on_read(&mut self, read: &[u8]) {
+        self.active = true;
+        if self.h2.is_none() {
+            let n = read.len().min(H2_PREFACE.len());
+            self.h2 = Some(read[..n] == H2_PREFACE[..n]);
+        }
+        if self.phase == Phase::Idle && self.h2 == Some(false) && !self.in_flight.any() {
+            self.phase = Phase::Head(None, self.in_flight.started());
+        }
+    }
+
+    /// A read would block: whether a bound has passed, else arm the timer for the next one.
+    fn on_wait(&mut self, cx: &mut Context<'_>) -> Poll<io::Error> {
+        if let Phase::Head(_, started) = self.phase {
+            if self.in_flight.started() != started {
+                // The head reached the stack: it was complete.
+                self.phase = Phase::Idle;
+                self.active = true;
+            }
+        }
+        if self.in_flight.any() {
+            // The request's budget bounds it (C4), not these.
+            self.active = true;
+            return Poll::Pending;
+        }
+        let now = Instant::now();
+        if std::mem::take(&mut self.active) {
+            self.last_active = now;
+        }
+        let (due, what) = match self.phase {
+            Phase::Head(None, started) => {
+                self.phase = Phase::Head(Some(now), started);
+                (now + self.waits.header_read, "header read")
+            }
+            Phase::Head(Some(since), _) => (since + self.waits.header_read, "header read"),
+            Phase::Idle => (self.last_active + self.waits.idle, "idle"),
+        };
+        if now >= due {
+            return Poll::Ready(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("the caller's {what} timeout passed"),
+            ));
+        }
+        if self.armed != Some(due) {
+            self.sleep.as_mut().reset(due);
+            self.armed = Some(due);
+        }
+        match self.sleep.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("the caller's {what} timeout passed"),
+            )),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl<IO: AsyncRead + Unpin> AsyncRead for Watched<IO> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        match Pin::new(&mut this.io).poll_read(cx, buf) {
+            Poll::Ready(Ok(())) => {
+                let filled = buf.filled();
+                if filled.len() > before {
+                    this.on_read(&filled[before..]);
+                }
+                Poll::Ready(Ok(()))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => this.on_wait(cx).map(Err),
+        }
+    }
+}
+
+impl<IO: AsyncWrite + Unpin> AsyncWrite for Watched<IO> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let n = ready!(Pin::new(&mut this.io).poll_write(cx, buf))?;
+        this.active = true;
+        Poll::Ready(Ok(n))
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let n = ready!(Pin::new(&mut this.io).poll_write_vectored(cx, bufs))?;
+        this.active = true;
+        Poll::Ready(Ok(n))
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+}
+
+/// A connection's service, counting its requests in flight for [`Watched`].
+#[derive(Clone, Debug)]
+pub(crate) struct Tracked<S> {
+    inner: S,
+    in_flight: Arc<InFlight>,
+}
+
+impl<S> Tracked<S> {
+    pub(crate) fn new(inner: S, in_flight: Arc<InFlight>) -> Self {
+        Self { inner, in_flight }
+    }
+}
+
+impl<S, R> tower::Service<R> for Tracked<S>
+where
+    S: tower::Service<R>,
+    S::Future: Unpin,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = TrackedFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: R) -> Self::Future {
+        TrackedFuture {
+            request: Request::start(&self.in_flight),
+            inner: self.inner.call(req),
+        }
+    }
+}
+
+/// The request's future; the request stops counting when it ends or is dropped. Its answer's
+/// body may still be streaming then: a caller reading it is active, which keeps the idle
+/// bound away.
+#[derive(Debug)]
+pub(crate) struct TrackedFuture<F> {
+    inner: F,
+    request: Request,
+}
+
+impl<F: Future + Unpin> Future for TrackedFuture<F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = self.get_mut();
+        let out = ready!(Pin::new(&mut this.inner).poll(cx));
+        let _ = &this.request;
+        Poll::Ready(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt, duplex};
+
+    const WAITS: ClientWaits = ClientWaits {
+        header_read: Duration::from_secs(10),
+        idle: Duration::from_secs(60),
+    };
+
+    async fn read_error(watched: &mut Watched<tokio::io::DuplexStream>) -> io::Error {
+        let mut buf = [0u8; 64];
+        loop {
+            match watched.read(&mut buf).await {
+                Ok(0) => panic!("closed, not timed out"),
+                Ok(_) => {}
+                Err(e) => return e,
+            }
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_head_that_trickles_is_cut_at_the_header_timeout_not_before() {
+        let (mut caller, socket) = duplex(1024);
+        let mut watched = Watched::new(socket, WAITS, Arc::default());
+        let start = Instant::now();
+        let trickle = tokio::spawn(async move {
+            for b in b"GET / HTTP/1.1\r\nhost: x\r\n" {
+                caller.write_all(&[*b]).await.unwrap();
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            caller
+        });
+        let e = read_error(&mut watched).await;
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut);
+        assert!(e.to_string().contains("header read"), "{e}");
+        // Measured on the paused clock from the first byte, which came at once.
+        assert_eq!(start.elapsed(), WAITS.header_read);
+        drop(trickle);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_connection_is_closed_at_the_idle_timeout_and_a_request_in_flight_never() {
+        let (mut caller, socket) = duplex(1024);
+        let in_flight = Arc::new(InFlight::default());
+        let mut watched = Watched::new(socket, WAITS, in_flight.clone());
+        // A whole head arrives and its request runs for longer than both bounds; nothing is
+        // read meanwhile (hyper reads no further while an HTTP/1.1 request runs).
+        caller.write_all(b"GET / HTTP/1.1\r\n\r\n").await.unwrap();
+        let mut buf = [0u8; 64];
+        assert!(watched.read(&mut buf).await.unwrap() > 0);
+        let request = Request::start(&in_flight);
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        let read = tokio::time::timeout(Duration::from_secs(120), watched.read(&mut buf)).await;
+        assert!(read.is_err(), "still open while the request is in flight");
+        drop(request);
+        let idle_from = Instant::now();
+        let e = read_error(&mut watched).await;
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut);
+        assert!(e.to_string().contains("idle"), "{e}");
+        assert_eq!(idle_from.elapsed(), WAITS.idle);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_http2_connection_gets_only_the_idle_bound() {
+        let (mut caller, socket) = duplex(1024);
+        let mut watched = Watched::new(socket, WAITS, Arc::default());
+        caller
+            .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+            .await
+            .unwrap();
+        let mut buf = [0u8; 64];
+        assert!(watched.read(&mut buf).await.unwrap() > 0);
+        let start = Instant::now();
+        let e = read_error(&mut watched).await;
+        assert!(e.to_string().contains("idle"), "{e}");
+        assert_eq!(start.elapsed(), WAITS.idle);
+    }
+}
