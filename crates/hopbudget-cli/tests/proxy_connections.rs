@@ -72,7 +72,7 @@ impl hyper::body::Body for Stall {
     }
 }
 
-/// A hyper HTTP/1.1 service: `/ok` answers `ok`, `/hang` never answers, `/stall` sends its
+/// A hyper HTTP/1.1 service: `/ok` answers `ok`, `/slow` too after 200 ms, `/hang` never answers, `/stall` sends its
 /// head and one chunk of its body, then nothing. With `keep_alive` false it closes each
 /// connection after one answer.
 async fn service(keep_alive: bool) -> (SocketAddr, Arc<Seen>) {
@@ -89,6 +89,10 @@ async fn service(keep_alive: bool) -> (SocketAddr, Arc<Seen>) {
                 let handler = service_fn(|req: hyper::Request<hyper::body::Incoming>| async move {
                     let body = match req.uri().path() {
                         "/hang" => std::future::pending().await,
+                        "/slow" => {
+                            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                            BoxBody::new(Full::new(Bytes::from_static(b"ok")))
+                        }
                         "/stall" => BoxBody::new(Stall(false)),
                         _ => BoxBody::new(Full::new(Bytes::from_static(b"ok"))),
                     };
@@ -240,4 +244,56 @@ async fn a_caller_who_leaves_mid_answer_does_not_hold_up_the_next_caller() {
     let mut b = caller(proxy.addr).await;
     assert_eq!(get(&mut b, "/ok", 20000).await, 200);
     assert_eq!(seen.accepted.load(Ordering::SeqCst), 2);
+}
+
+/// One h2c caller's 40 streams at once to an HTTP/1.1 service open a connection each; once
+/// they are idle, `--upstream-idle-timeout` closes every one (#46 item 3). Without a timer
+/// in hyper-util's pool they stayed open for ever.
+#[tokio::test]
+async fn pooled_connections_to_the_service_close_when_idle() {
+    let (service, seen) = service(true).await;
+    let running = Proxy::start(service, None, &["--upstream-idle-timeout", "0.5"]).await;
+    let proxy = running.addr;
+    let stream = tokio::net::TcpStream::connect(proxy).await.unwrap();
+    let (sender, connection) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        TokioIo::new(stream),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(connection);
+    let calls = (0..40).map(|_| {
+        let mut sender = sender.clone();
+        async move {
+            let req = hyper::Request::get(format!("http://{proxy}/slow"))
+                .header("x-request-timeout-ms", "5000")
+                .body(Empty::<Bytes>::new())
+                .unwrap();
+            let res = sender.send_request(req).await.unwrap();
+            assert_eq!(res.status(), 200);
+            res.into_body().collect().await.unwrap();
+        }
+    });
+    tokio::time::timeout(PATIENCE, futures_join_all(calls))
+        .await
+        .expect("the proxy answers every stream");
+    let opened = seen.accepted.load(Ordering::SeqCst);
+    assert!(
+        opened > 1,
+        "one connection per stream at once, {opened} opened"
+    );
+    seen.await_ended(opened).await;
+}
+
+/// Run `futures` to completion side by side.
+async fn futures_join_all<F: std::future::Future<Output = ()> + Send + 'static>(
+    futures: impl Iterator<Item = F>,
+) {
+    let mut set = tokio::task::JoinSet::new();
+    for f in futures {
+        set.spawn(f);
+    }
+    while let Some(done) = set.join_next().await {
+        done.unwrap();
+    }
 }

@@ -364,6 +364,62 @@ async fn at_the_file_descriptor_limit_the_proxy_stops_accepting_and_serves_again
     assert!(line.contains("WARN"), "{line}");
 }
 
+/// An HTTP/2 caller is told how many streams it may open at once (#46 item 3): the
+/// server's first SETTINGS frame carries `--max-streams` (default 128, nginx's default).
+#[tokio::test]
+async fn an_http2_caller_is_told_the_stream_limit() {
+    use tokio::io::AsyncReadExt;
+    let (service, _, _) = upstream().await;
+    for (extra, expected) in [(&[][..], 128u32), (&["--max-streams", "7"][..], 7)] {
+        let proxy = Proxy::start(service, None, extra).await;
+        let mut stream = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+        stream
+            .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0")
+            .await
+            .unwrap();
+        let mut head = [0u8; 9];
+        tokio::time::timeout(PATIENCE, stream.read_exact(&mut head))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(head[3], 4, "the server's first frame is SETTINGS: {head:?}");
+        let len = usize::from(head[0]) << 16 | usize::from(head[1]) << 8 | usize::from(head[2]);
+        let mut payload = vec![0u8; len];
+        stream.read_exact(&mut payload).await.unwrap();
+        let max_streams = payload.chunks(6).find_map(|e| {
+            (u16::from_be_bytes([e[0], e[1]]) == 3)
+                .then(|| u32::from_be_bytes([e[2], e[3], e[4], e[5]]))
+        });
+        assert_eq!(max_streams, Some(expected), "{extra:?}");
+    }
+}
+
+/// An HTTP/2 caller that floods PINGs (each costs the proxy a write: the ACK) is cut off
+/// (#46 item 3); others are served, and the closing is counted.
+#[tokio::test]
+async fn a_ping_flood_ends_its_connection() {
+    let (service, _, _) = upstream().await;
+    let proxy = Proxy::start(service, None, &[]).await;
+    let mut flood = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    let mut bytes = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0".to_vec();
+    for _ in 0..5000 {
+        bytes.extend_from_slice(&[0, 0, 8, 6, 0, 0, 0, 0, 0]);
+        bytes.extend_from_slice(b"pingpong");
+    }
+    // The proxy may close before it has read all of it: a failed write is the point.
+    let _ = flood.write_all(&bytes).await;
+    closed_by_the_proxy(&mut flood).await;
+    let answer = http_get(proxy.addr, "/tax", &[]).await.unwrap();
+    assert_eq!(answer.status, 200, "{answer:?}");
+    let metrics = proxy.metrics().await;
+    assert!(
+        metrics.lines().any(|l| l.starts_with(
+            "hopbudget_proxy_connections_closed_total{reason=\"control_frame_flood\"} "
+        )),
+        "{metrics}"
+    );
+}
+
 /// A chunk size that overflows (2^64 + 5) is the caller's malformed framing: 400, not the
 /// 502 that would blame the service (#46 item 4).
 #[tokio::test]

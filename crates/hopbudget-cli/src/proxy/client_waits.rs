@@ -30,11 +30,13 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
-/// The bounds on waiting for a caller.
+/// The bounds on waiting for a caller, and on what one caller connection may hold.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct ClientWaits {
+pub(crate) struct ClientLimits {
     pub(crate) header_read: Duration,
     pub(crate) idle: Duration,
+    /// Concurrent HTTP/2 streams per connection.
+    pub(crate) max_streams: u32,
 }
 
 /// The default bound on open caller connections: 90% of the file descriptors the process may
@@ -103,7 +105,7 @@ enum Phase {
 #[derive(Debug)]
 pub(crate) struct Watched<IO> {
     io: IO,
-    waits: ClientWaits,
+    waits: ClientLimits,
     in_flight: Arc<InFlight>,
     phase: Phase,
     /// Read or written since the last wait.
@@ -112,6 +114,8 @@ pub(crate) struct Watched<IO> {
     last_active: Instant,
     /// The first bytes decide whether the head bound applies (HTTP/1.1) or not (HTTP/2).
     h2: Option<bool>,
+    /// An HTTP/2 caller's frames.
+    frames: Option<Box<FrameScan>>,
     sleep: Pin<Box<Sleep>>,
     armed: Option<Instant>,
 }
@@ -119,8 +123,98 @@ pub(crate) struct Watched<IO> {
 /// The client preface of HTTP/2 with prior knowledge.
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0";
 
+/// Connections the proxy closed on a caller, by reason: `header_read_timeout`,
+/// `idle_timeout`, `control_frame_flood`.
+pub(crate) const CLOSED_TOTAL: &str = "hopbudget_proxy_connections_closed_total";
+
+/// An HTTP/2 caller's PING and SETTINGS frames (each costs the proxy a write: the ACK) per
+/// second, at most; past it the connection is closed. A client sends a few: its SETTINGS,
+/// keep-alive PINGs seconds apart.
+const CONTROL_FRAMES_PER_SECOND: u32 = 100;
+
+/// Counts an HTTP/2 caller's frames that cost a write, from the bytes it sends (#46 item 3).
+/// hyper and h2 offer no limit on them, so this thin layer reads the frame headers as the
+/// bytes pass: no frame is parsed twice, and nothing but the headers is looked at.
+#[derive(Debug)]
+struct FrameScan {
+    /// Preface bytes still to pass.
+    preface: usize,
+    /// The frame header being read, and how much of it is in.
+    header: [u8; 9],
+    have: usize,
+    /// Payload bytes of the current frame still to pass.
+    payload: usize,
+    /// Control frames in the current window, and when it began.
+    count: u32,
+    since: Option<Instant>,
+}
+
+impl FrameScan {
+    fn new() -> Self {
+        Self {
+            preface: 24,
+            header: [0; 9],
+            have: 0,
+            payload: 0,
+            count: 0,
+            since: None,
+        }
+    }
+
+    /// Pass `bytes`; `Err` once the caller's control frames went past the rate.
+    fn scan(&mut self, mut bytes: &[u8]) -> Result<(), ()> {
+        while !bytes.is_empty() {
+            if self.preface > 0 {
+                let n = self.preface.min(bytes.len());
+                self.preface -= n;
+                bytes = &bytes[n..];
+            } else if self.payload > 0 {
+                let n = self.payload.min(bytes.len());
+                self.payload -= n;
+                bytes = &bytes[n..];
+            } else {
+                let n = (9 - self.have).min(bytes.len());
+                self.header[self.have..self.have + n].copy_from_slice(&bytes[..n]);
+                self.have += n;
+                bytes = &bytes[n..];
+                if self.have == 9 {
+                    self.have = 0;
+                    let h = self.header;
+                    self.payload =
+                        usize::from(h[0]) << 16 | usize::from(h[1]) << 8 | usize::from(h[2]);
+                    // SETTINGS (4) and PING (6) without the ACK flag (1): each is answered.
+                    if matches!(h[3], 4 | 6) && h[4] & 1 == 0 {
+                        self.control_frame()?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// One more control frame: more than the rate in a window of a second is a flood. A
+    /// window starts at the first frame after the last one ended. The clock is read per
+    /// control frame, which a client that keeps to the rate sends a few of.
+    fn control_frame(&mut self) -> Result<(), ()> {
+        let now = Instant::now();
+        match self.since {
+            Some(since) if now - since < Duration::from_secs(1) => {
+                self.count += 1;
+                if self.count > CONTROL_FRAMES_PER_SECOND {
+                    return Err(());
+                }
+            }
+            _ => {
+                self.since = Some(now);
+                self.count = 1;
+            }
+        }
+        Ok(())
+    }
+}
+
 impl<IO> Watched<IO> {
-    pub(crate) fn new(io: IO, waits: ClientWaits, in_flight: Arc<InFlight>) -> Self {
+    pub(crate) fn new(io: IO, waits: ClientLimits, in_flight: Arc<InFlight>) -> Self {
         let now = Instant::now();
         Self {
             io,
@@ -130,21 +224,37 @@ impl<IO> Watched<IO> {
             active: false,
             last_active: now,
             h2: None,
+            frames: None,
             sleep: Box::pin(tokio::time::sleep_until(now + waits.idle)),
             armed: None,
         }
     }
 
-    /// Just read `read` (non-empty): note it.
-    fn on_read(&mut self, read: &[u8]) {
+    /// Just read `read` (non-empty): note it; an error closes the connection.
+    fn on_read(&mut self, read: &[u8]) -> io::Result<()> {
         self.active = true;
         if self.h2.is_none() {
             let n = read.len().min(H2_PREFACE.len());
-            self.h2 = Some(read[..n] == H2_PREFACE[..n]);
+            let h2 = read[..n] == H2_PREFACE[..n];
+            self.h2 = Some(h2);
+            if h2 {
+                self.frames = Some(Box::new(FrameScan::new()));
+            }
         }
-        if self.phase == Phase::Idle && self.h2 == Some(false) && !self.in_flight.any() {
+        if let Some(frames) = &mut self.frames {
+            if frames.scan(read).is_err() {
+                metrics::counter!(CLOSED_TOTAL, "reason" => "control_frame_flood").increment(1);
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!(
+                        "more than {CONTROL_FRAMES_PER_SECOND} PING or SETTINGS frames in a second"
+                    ),
+                ));
+            }
+        } else if self.phase == Phase::Idle && !self.in_flight.any() {
             self.phase = Phase::Head(None, self.in_flight.started());
         }
+        Ok(())
     }
 
     /// A read would block: whether a bound has passed, else arm the timer for the next one.
@@ -173,23 +283,22 @@ impl<IO> Watched<IO> {
             Phase::Head(Some(since), _) => (since + self.waits.header_read, "header read"),
             Phase::Idle => (self.last_active + self.waits.idle, "idle"),
         };
-        if now >= due {
-            return Poll::Ready(io::Error::new(
-                io::ErrorKind::TimedOut,
-                format!("the caller's {what} timeout passed"),
-            ));
+        if now < due {
+            if self.armed != Some(due) {
+                self.sleep.as_mut().reset(due);
+                self.armed = Some(due);
+            }
+            ready!(self.sleep.as_mut().poll(cx));
         }
-        if self.armed != Some(due) {
-            self.sleep.as_mut().reset(due);
-            self.armed = Some(due);
-        }
-        match self.sleep.as_mut().poll(cx) {
-            Poll::Ready(()) => Poll::Ready(io::Error::new(
-                io::ErrorKind::TimedOut,
-                format!("the caller's {what} timeout passed"),
-            )),
-            Poll::Pending => Poll::Pending,
-        }
+        let reason = match what {
+            "idle" => "idle_timeout",
+            _ => "header_read_timeout",
+        };
+        metrics::counter!(CLOSED_TOTAL, "reason" => reason).increment(1);
+        Poll::Ready(io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!("the caller's {what} timeout passed"),
+        ))
     }
 }
 
@@ -205,7 +314,7 @@ impl<IO: AsyncRead + Unpin> AsyncRead for Watched<IO> {
             Poll::Ready(Ok(())) => {
                 let filled = buf.filled();
                 if filled.len() > before {
-                    this.on_read(&filled[before..]);
+                    this.on_read(&filled[before..])?;
                 }
                 Poll::Ready(Ok(()))
             }
@@ -310,9 +419,10 @@ mod tests {
     use super::*;
     use tokio::io::{AsyncReadExt, AsyncWriteExt, duplex};
 
-    const WAITS: ClientWaits = ClientWaits {
+    const WAITS: ClientLimits = ClientLimits {
         header_read: Duration::from_secs(10),
         idle: Duration::from_secs(60),
+        max_streams: 128,
     };
 
     async fn read_error(watched: &mut Watched<tokio::io::DuplexStream>) -> io::Error {
@@ -366,6 +476,34 @@ mod tests {
         assert_eq!(e.kind(), io::ErrorKind::TimedOut);
         assert!(e.to_string().contains("idle"), "{e}");
         assert_eq!(idle_from.elapsed(), WAITS.idle);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_ping_flood_closes_an_http2_connection_and_a_ping_a_second_does_not() {
+        let ping = |ack: bool| {
+            let mut f = vec![0, 0, 8, 6, u8::from(ack), 0, 0, 0, 0];
+            f.extend_from_slice(&[0; 8]);
+            f
+        };
+        let mut scan = FrameScan::new();
+        let mut bytes = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+        bytes.extend_from_slice(&[0, 0, 0, 4, 0, 0, 0, 0, 0]);
+        assert!(scan.scan(&bytes).is_ok());
+        // ACKs cost nothing; one PING a second for a long time is fine, in pieces.
+        for _ in 0..1000 {
+            assert!(scan.scan(&ping(true)).is_ok());
+        }
+        for _ in 0..300 {
+            let frame = ping(false);
+            let (a, b) = frame.split_at(5);
+            assert!(scan.scan(a).is_ok() && scan.scan(b).is_ok());
+            tokio::time::advance(Duration::from_millis(1000)).await;
+        }
+        // A burst past the rate within a second is a flood.
+        let burst: Vec<u8> = (0..=CONTROL_FRAMES_PER_SECOND)
+            .flat_map(|_| ping(false))
+            .collect();
+        assert!(scan.scan(&burst).is_err());
     }
 
     #[tokio::test(start_paused = true)]

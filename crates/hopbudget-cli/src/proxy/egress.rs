@@ -78,6 +78,7 @@ impl Egress {
         profile: SharedProfile,
         registry: Arc<Registry>,
         carrier: UpstreamCarrier,
+        idle: std::time::Duration,
     ) -> Self {
         let client = Stampers::for_profile(profile.clone(), carrier);
         Self {
@@ -88,7 +89,7 @@ impl Egress {
                 registry,
                 client,
             }),
-            destination: Arc::new(Destination::Named(Box::new(http1_client()))),
+            destination: Arc::new(Destination::Named(Box::new(http1_client(idle)))),
             spans: None,
         }
     }

@@ -201,7 +201,11 @@ async fn run_async(args: &ProxyArgs, profile: Profile) -> ExitCode {
         let ratio = shared.current().spec().sidecar.sample_ratio;
         trace_context::Starter::new(ratio, args.request_id_header.clone())
     });
-    let upstream = upstream::Upstream::new(args.upstream.clone(), args.upstream_protocol);
+    let upstream = upstream::Upstream::new(
+        args.upstream.clone(),
+        args.upstream_protocol,
+        args.upstream_idle_timeout,
+    );
     let ingress = ingress::Ingress::new(
         shared.clone(),
         upstream,
@@ -210,9 +214,10 @@ async fn run_async(args: &ProxyArgs, profile: Profile) -> ExitCode {
         starter,
     )
     .with_spans(spans.clone());
-    let waits = client_waits::ClientWaits {
+    let waits = client_waits::ClientLimits {
         header_read: args.header_read_timeout,
         idle: args.idle_timeout,
+        max_streams: args.max_streams,
     };
     let max_connections = args
         .max_connections
@@ -279,7 +284,12 @@ async fn bind_egress(
     out: &mut impl Write,
 ) -> Result<Vec<(tokio::net::TcpListener, egress::Egress)>, String> {
     // Each destination gets the carrier its own stack reads: `grpc-timeout` for gRPC.
-    let egress = egress::Egress::new(shared, registry, options::UpstreamCarrier::Auto);
+    let egress = egress::Egress::new(
+        shared,
+        registry,
+        options::UpstreamCarrier::Auto,
+        args.upstream_idle_timeout,
+    );
     let mut listeners = Vec::new();
     let bind = |addr: std::net::SocketAddr| async move {
         let listener = tokio::net::TcpListener::bind(addr)
@@ -296,7 +306,11 @@ async fn bind_egress(
     for (addr, to) in &args.egress_to {
         let (listener, bound) = bind(*addr).await?;
         let _ = writeln!(out, "egress to {to} on {bound}");
-        let upstream = upstream::Upstream::new(to.clone(), options::UpstreamProtocol::Auto);
+        let upstream = upstream::Upstream::new(
+            to.clone(),
+            options::UpstreamProtocol::Auto,
+            args.upstream_idle_timeout,
+        );
         listeners.push((
             listener,
             egress.to(egress::Destination::Fixed(Box::new(upstream))),

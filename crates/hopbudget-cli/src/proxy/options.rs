@@ -87,6 +87,17 @@ pub struct ProxyArgs {
     /// may hold one to the service. nginx's `worker_connections`.
     #[arg(long, value_name = "N")]
     pub max_connections: Option<std::num::NonZeroUsize>,
+
+    /// Close a pooled connection to the service (or to an egress destination) idle this long.
+    /// At most 32 idle ones are kept per destination. nginx's upstream `keepalive_timeout`.
+    /// Seconds.
+    #[arg(long, value_name = "SECONDS", default_value = "90", value_parser = parse_seconds)]
+    pub upstream_idle_timeout: Duration,
+
+    /// Concurrent HTTP/2 streams per caller connection, at most (advertised in SETTINGS).
+    /// nginx's `http2_max_concurrent_streams`.
+    #[arg(long, value_name = "N", default_value = "128")]
+    pub max_streams: u32,
 }
 
 /// A positive number of seconds, fractions allowed (`0.5`).

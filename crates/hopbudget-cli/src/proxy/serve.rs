@@ -20,7 +20,7 @@ use http::{Request, Response};
 use hyper::body::Incoming;
 
 use super::ProxyBody;
-use super::client_waits::{ClientWaits, InFlight, Tracked, Watched};
+use super::client_waits::{ClientLimits, InFlight, Tracked, Watched};
 
 /// A service that keeps something per caller connection: the ingress, its connection to the
 /// service (see `paired`).
@@ -43,7 +43,7 @@ pub(crate) const CONNECTION_LIMIT_REACHED_TOTAL: &str =
 pub(crate) async fn serve<S>(
     listener: TcpListener,
     service: S,
-    waits: ClientWaits,
+    waits: ClientLimits,
     slots: Slots,
     stop: impl Future<Output = ()>,
     drain: Duration,
@@ -58,7 +58,8 @@ where
 {
     let mut refused = AcceptErrors::default();
     // HTTP/1.1 and HTTP/2 with prior knowledge (h2c) on one port: gRPC callers need no TLS.
-    let builder = auto::Builder::new(TokioExecutor::new());
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder.http2().max_concurrent_streams(waits.max_streams);
     let graceful = GracefulShutdown::new();
     tokio::pin!(stop);
     loop {

@@ -15,12 +15,13 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use http::{HeaderValue, Request, Response, Version};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tower::{BoxError, Service};
 
 use super::options::UpstreamProtocol;
@@ -41,15 +42,13 @@ pub(crate) struct Upstream {
 }
 
 impl Upstream {
-    pub(crate) fn new(authority: Authority, protocol: UpstreamProtocol) -> Self {
-        let h2c = Client::builder(TokioExecutor::new())
-            .http2_only(true)
-            .build(connector());
+    pub(crate) fn new(authority: Authority, protocol: UpstreamProtocol, idle: Duration) -> Self {
+        let h2c = pooled(idle).http2_only(true).build(connector());
         Self {
             connections: Connections::new(authority.clone()),
             authority,
             protocol,
-            http1: http1_client(),
+            http1: http1_client(idle),
             h2c,
         }
     }
@@ -161,9 +160,25 @@ impl Service<Request<Incoming>> for Call {
     }
 }
 
-/// A pooled HTTP/1.1 client.
-pub(crate) fn http1_client() -> UpstreamClient {
-    Client::builder(TokioExecutor::new()).build(connector())
+/// A pooled HTTP/1.1 client whose idle connections close after `idle`.
+pub(crate) fn http1_client(idle: Duration) -> UpstreamClient {
+    pooled(idle).build(connector())
+}
+
+/// Idle connections kept per destination, at most: a burst of HTTP/2 streams to an HTTP/1.1
+/// service opens a connection per stream, and they need not all wait for the next burst.
+const MAX_IDLE_PER_HOST: usize = 32;
+
+/// The pooled clients' settings: idle connections close after `idle` (hyper-util's idle
+/// timeout needs a timer; without one they stayed open for ever, #46 item 3), and at most
+/// [`MAX_IDLE_PER_HOST`] wait.
+fn pooled(idle: Duration) -> hyper_util::client::legacy::Builder {
+    let mut builder = Client::builder(TokioExecutor::new());
+    builder
+        .pool_timer(TokioTimer::new())
+        .pool_idle_timeout(idle)
+        .pool_max_idle_per_host(MAX_IDLE_PER_HOST);
+    builder
 }
 
 fn connector() -> HttpConnector {
