@@ -38,6 +38,28 @@ impl RequestBudget {
 
     /// This budget's token, made (with those of its ancestors that have none) if need be.
     pub(super) fn make_token(&self) -> CancellationToken {
+        // The common case, a root or a child of a budget with a token, needs no list (the
+        // list's allocation was a third of a client call's token).
+        if self
+            .inner
+            .parent
+            .as_ref()
+            .is_none_or(|parent| parent.inner.token.get().is_some())
+        {
+            self.init_token();
+        } else {
+            self.make_ancestor_tokens();
+        }
+        self.inner
+            .token
+            .get()
+            .cloned()
+            .unwrap_or_else(CancellationToken::new)
+    }
+
+    /// Make the tokens of this budget and of its ancestors that have none.
+    #[cold]
+    fn make_ancestor_tokens(&self) {
         // Tokens are made from the top down; collect the ancestors that have none yet, without
         // recursion, so a chain of any depth costs no stack.
         let mut missing = vec![self];
@@ -52,11 +74,6 @@ impl RequestBudget {
         for budget in missing.into_iter().rev() {
             budget.init_token();
         }
-        self.inner
-            .token
-            .get()
-            .cloned()
-            .unwrap_or_else(CancellationToken::new)
     }
 
     /// Create this budget's token; the parent's already exists.
