@@ -15,8 +15,9 @@
 //! its docs; the machinery is private, one concept a file: `deadline` ([`Deadline`]),
 //! `policy` ([`HopPolicy`]), `source` ([`Source`], [`BudgetId`]), `node` (the shared
 //! allocation and its reuse), `state` (the end-state word, the cause walk and the fences, with
-//! their invariants; model-checked by loom in `loom/`), `token` (the lazy token and its
-//! timer) and `scope` (the ambient budget, rule [C11](crate::contract#c11)). Long because every public method carries
+//! their invariants; model-checked by loom in `loom/`), `token` (the lazy token), `timer`
+//! (the runtime's shared deadline timer that a token handed out joins; its slot and map
+//! model-checked by loom too) and `scope` (the ambient budget, rule [C11](crate::contract#c11)). Long because every public method carries
 //! its docs.
 
 use std::future::Future;
