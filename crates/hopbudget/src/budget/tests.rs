@@ -494,3 +494,31 @@ fn a_chain_100_000_budgets_deep_needs_no_recursion() {
         .join()
         .unwrap();
 }
+
+/// #51 item 1 across threads: tokens handed out and budgets ended on every worker of a
+/// multi-threaded runtime share its one timer, and every ended budget leaves it (counts only,
+/// no clock).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn budgets_ended_on_other_threads_leave_the_shared_timer() {
+    let tasks: Vec<_> = (0..8)
+        .map(|i| {
+            tokio::spawn(async move {
+                let budgets: Vec<_> = (0..200).map(|_| budget(60_000)).collect();
+                let tokens: Vec<_> = budgets.iter().map(RequestBudget::token).collect();
+                tokio::task::yield_now().await;
+                for (n, b) in budgets.iter().enumerate() {
+                    if (n + i) % 2 == 0 {
+                        b.cancel();
+                    } else {
+                        b.expire();
+                    }
+                }
+                assert!(tokens.iter().all(CancellationToken::is_cancelled));
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    assert_eq!(timer_entries(), 0, "an ended budget left its entry");
+}
