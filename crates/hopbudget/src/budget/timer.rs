@@ -17,9 +17,12 @@
 //!   the one the driver sleeps until (every request with the same timeout, arriving in order)
 //!   changes nothing in tokio. An entry that leaves (its budget ended) leaves the driver's
 //!   sleep where it was: it wakes once, finds nothing due, and sleeps on, to a later instant.
-//!   Only an entry earlier than the driver's instant wakes it to move its sleep earlier, the
-//!   case tokio charges for (a lock, perhaps a wake of its driver, tokio #5207); those moves
-//!   are counted (`Wheel::earlier_moves`, read by the tests through `stats`).
+//!   With no entry left the driver keeps its sleep set (or sets one for the instant the
+//!   last entry woke it for), so budgets that come and go one after another wake it once, not
+//!   once each; the price is at most one needless wake at that instant. Only an entry earlier
+//!   than the driver's instant wakes it to move its sleep earlier, the case tokio charges for
+//!   (a lock, perhaps a wake of its driver, tokio #5207); those moves are counted
+//!   (`Wheel::earlier_moves`, read by the tests through `stats`).
 //! - **Never late, never early.** The driver sleeps until the earliest entry's instant
 //!   exactly, so an entry fires as a `sleep_until` of its own would (tokio's millisecond
 //!   wheel, rounded up); it fires only entries whose instant has passed, and a budget whose
@@ -127,9 +130,16 @@ impl<K: Ord + Copy, V> Wheel<K, V> {
     }
 
     /// For the driver: the earliest entry if it is due at `now`; else record that the driver
-    /// sleeps until the earliest entry's instant (returned, `None` for no entry) and is woken
-    /// through `waker` for anything earlier.
-    pub(super) fn pop_due_or_park(&self, now: K, waker: &Waker) -> Result<(Key<K>, V), Option<K>> {
+    /// sleeps until the earliest entry's instant, or with no entry until `pending` (the
+    /// instant its sleep is still set for, if any, or the one it was last woken for),
+    /// returns that instant, and is woken through `waker` for anything earlier. An entry later
+    /// than that needs no wake: the driver wakes at that instant and sleeps on to the entry.
+    pub(super) fn pop_due_or_park(
+        &self,
+        now: K,
+        waker: &Waker,
+        pending: Option<K>,
+    ) -> Result<(Key<K>, V), Option<K>> {
         let mut s = lock(&self.state);
         let first = s.entries.first_key_value().map(|(key, _)| key.0);
         if let Some(first) = first {
@@ -139,6 +149,13 @@ impl<K: Ord + Copy, V> Wheel<K, V> {
                 }
             }
         }
+        // With no entry, the driver keeps a sleep set: the one still pending, else one for
+        // the instant an entry (gone since) last woke it for. A burst of budgets that come and
+        // go before the driver runs then costs one wake, not one each: a later entry needs
+        // none. An elapsed instant is no sleep.
+        let first = first
+            .or(pending)
+            .or(s.target.filter(|target| *target > now));
         s.target = first;
         if !s.driver.as_ref().is_some_and(|w| w.will_wake(waker)) {
             s.driver = Some(waker.clone());
@@ -404,13 +421,15 @@ mod runtime {
             let mut this = self.project();
             loop {
                 let now = Instant::now();
+                // The instant the sleep is still set for (none once it elapsed).
+                let pending = *this.at;
                 let target = loop {
-                    match this.timers.wheel.pop_due_or_park(now, cx.waker()) {
+                    match this.timers.wheel.pop_due_or_park(now, cx.waker(), pending) {
                         Ok((key, entry)) => fire(key, entry),
                         Err(target) => break target,
                     }
                 };
-                // Nothing to wait for: the next entry wakes the driver.
+                // Nothing to wait for, the sleep elapsed: the next entry wakes the driver.
                 let Some(at) = target else {
                     return Poll::Pending;
                 };
@@ -512,13 +531,39 @@ mod loom_tests {
             });
             // The driver at instant 0 ends up sleeping until 5 (a lost wake parks it forever,
             // which loom reports as a deadlock).
-            loom::future::block_on(poll_fn(|cx| match wheel.pop_due_or_park(0, cx.waker()) {
-                Ok(_) => unreachable!("nothing is due at 0"),
-                Err(Some(5)) => Poll::Ready(()),
-                Err(_) => Poll::Pending,
+            loom::future::block_on(poll_fn(|cx| {
+                match wheel.pop_due_or_park(0, cx.waker(), None) {
+                    Ok(_) => unreachable!("nothing is due at 0"),
+                    Err(Some(5)) => Poll::Ready(()),
+                    Err(_) => Poll::Pending,
+                }
             }));
             inserter.join().unwrap();
             assert!(wheel.earlier_moves() <= 1);
+        });
+    }
+
+    /// Invariant 2 with no entry left and the driver's sleep still set for 10: an entry at 5
+    /// wakes it, one at 20 need not (the sleep wakes it at 10 and it sleeps on to 20).
+    #[test]
+    fn with_no_entry_a_sleep_still_pending_stands_for_the_earliest() {
+        loom::model(|| {
+            let wheel = Arc::new(TestWheel::new());
+            let inserter = thread::spawn({
+                let wheel = wheel.clone();
+                move || {
+                    wheel.insert(20, 1);
+                    wheel.insert(5, 2);
+                }
+            });
+            loom::future::block_on(poll_fn(|cx| {
+                match wheel.pop_due_or_park(0, cx.waker(), Some(10)) {
+                    Ok(_) => unreachable!("nothing is due at 0"),
+                    Err(Some(5)) => Poll::Ready(()),
+                    Err(_) => Poll::Pending,
+                }
+            }));
+            inserter.join().unwrap();
         });
     }
 
@@ -530,7 +575,7 @@ mod loom_tests {
             let wheel = Arc::new(TestWheel::new());
             let b = budget();
             assert!(b.slot.arm(|| true, || Some(wheel.clone()), 10, || 1));
-            let Ok((key, value)) = wheel.pop_due_or_park(10, Waker::noop()) else {
+            let Ok((key, value)) = wheel.pop_due_or_park(10, Waker::noop(), None) else {
                 panic!("the entry is due at 10");
             };
             let driver = thread::spawn({
