@@ -21,7 +21,7 @@ stacks=("$@")
                                    app-bare app-timeout app-layer
                                    e2e-bare e2e-timeout e2e-trace e2e-layer e2e-layer-line
                                    e2e-bare-wait e2e-layer-wait e2e-bare-recorded e2e-layer-recorded
-                                   client-bare client-timeout client-layer)
+                                   client-bare client-timeout client-layer token)
 count() {
     valgrind --tool=callgrind --callgrind-out-file=/dev/null "$bin" "$1" "$2" 2>&1 |
         sed -n 's/.*Collected : \([0-9]*\).*/\1/p'

@@ -41,6 +41,10 @@
 //! is what the layer adds and nothing else. Budget and timeout are 30 s there: under callgrind
 //! on a loaded machine a round trip can take longer than 500 ms of wall time.
 //!
+//! `token`: no request, a 30 s budget made, its cancellation token handed out (as a handler
+//! that spawns work with it does) and the budget cancelled, one after another, the runtime let
+//! run once after each: what a token's deadline timer costs to join and to leave.
+//!
 //! Build with `cargo bench -p hopbudget --features http,axum --bench instructions --no-run`.
 
 use std::time::Duration;
@@ -144,6 +148,18 @@ where
     }
 }
 
+/// `requests` budgets, each made, its token handed out and the budget cancelled.
+async fn tokens(requests: usize) {
+    let policy = Profile::default().policy();
+    for _ in 0..requests {
+        let budget = RequestBudget::local(CLIENT_WAIT, policy);
+        let token = budget.token();
+        budget.cancel();
+        tokio::task::yield_now().await;
+        assert!(token.is_cancelled());
+    }
+}
+
 /// The client stacks' budget and timeout: far longer than any round trip under callgrind.
 const CLIENT_WAIT: Duration = Duration::from_secs(30);
 
@@ -171,7 +187,7 @@ const STACKS: &str = "bare, timeout, layer (each also with -routed), app-bare, a
                       app-layer, e2e-bare, e2e-timeout, e2e-trace, e2e-layer, e2e-layer-line, \
                       e2e-bare-wait, e2e-layer-wait, \
                       e2e-bare-recorded, e2e-layer-recorded, client-bare, client-timeout, \
-                      client-layer";
+                      client-layer, token";
 
 /// The default profile with the hop's line on (`log: {hops: true}`).
 fn line_profile() -> Profile {
@@ -257,6 +273,7 @@ fn main() {
             ClientBudgetLayer::new(Profile::default()).layer(hyper_client()),
             requests,
         )),
+        "token" if !routed => rt.block_on(tokens(requests)),
         "e2e-bare-wait" if !routed => rt.block_on(end_to_end_at(app(), "/wait", requests)),
         "e2e-layer-wait" if !routed => rt.block_on(end_to_end_at(
             app().layer(ServerBudgetLayer::new(Profile::default())),

@@ -15,8 +15,9 @@
 //! its docs; the machinery is private, one concept a file: `deadline` ([`Deadline`]),
 //! `policy` ([`HopPolicy`]), `source` ([`Source`], [`BudgetId`]), `node` (the shared
 //! allocation and its reuse), `state` (the end-state word, the cause walk and the fences, with
-//! their invariants; model-checked by loom in `loom/`), `token` (the lazy token and its
-//! timer) and `scope` (the ambient budget, rule [C11](crate::contract#c11)). Long because every public method carries
+//! their invariants; model-checked by loom in `loom/`), `token` (the lazy token), `timer`
+//! (the runtime's shared deadline timer that a token handed out joins; its slot and map
+//! model-checked by loom too) and `scope` (the ambient budget, rule [C11](crate::contract#c11)). Long because every public method carries
 //! its docs.
 
 use std::future::Future;
@@ -34,10 +35,18 @@ mod policy;
 mod scope;
 mod source;
 mod state;
+mod timer;
 mod token;
 
 #[cfg(test)]
 mod tests;
+
+/// What the current runtime's deadline timer holds: (entries, moves of its sleep to an
+/// earlier instant). For tests; see `timer.rs`.
+#[cfg(test)]
+pub(crate) fn timer_stats() -> (usize, u64) {
+    timer::stats()
+}
 
 pub use deadline::Deadline;
 use node::{Inner, Parts};
@@ -367,11 +376,12 @@ impl RequestBudget {
     /// A `CancellationToken` cancelled when this budget ends, for code that speaks tokio-util.
     /// It is a child of the parent budget's token, so cancellation flows down the tree, and it
     /// is cancelled at the deadline whether or not anyone awaits [`done`](Self::done) (rule
-    /// [C7](crate::contract#c7)): the first call arms a timer task for it on the current tokio runtime.
+    /// [C7](crate::contract#c7)): the first call puts the budget in the current tokio runtime's
+    /// deadline timer (one sleep for the whole runtime, not a task per token).
     ///
     /// See the [example](Self#examples).
     pub fn token(&self) -> CancellationToken {
-        // A token asked for after the deadline is cancelled already (C7): the timer task that
+        // A token asked for after the deadline is cancelled already (C7): the timer that
         // would cancel it has not run yet, and code that checks `is_cancelled()` at once must
         // not start late work meanwhile. One clock read, only while the budget is live.
         if self.inner.policy.enforce
@@ -380,10 +390,10 @@ impl RequestBudget {
         {
             self.end_with(EXPIRED);
         }
-        if let Some(token) = self.inner.token.get() {
-            return token.clone();
-        }
-        self.make_token()
+        let token = self.waiting_token();
+        // Handed out: nobody may be waiting when the deadline comes (C7).
+        self.arm_timer();
+        token
     }
 
     /// Resolves when the budget ends, with the cause. When it is the deadline that ends it,
@@ -401,7 +411,8 @@ impl RequestBudget {
                 }
                 return self.recorded_cause().unwrap_or(cause);
             }
-            let token = self.token();
+            // This wait has its own timer below: the token need not join the deadline timer.
+            let token = self.waiting_token();
             if !self.inner.policy.enforce {
                 // Unenforced (C24): only a cancel or an explicit `expire` ends the budget.
                 token.cancelled().await;

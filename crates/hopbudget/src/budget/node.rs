@@ -2,13 +2,14 @@
 //! server hop reuses, and the iterative drop that keeps deep chains off the stack.
 
 use std::cell::Cell;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
 use super::state::EndState;
+use super::timer::{TimerSlot, Timers};
 use super::{BudgetId, Deadline, HopPolicy, RequestBudget, Source};
 
 #[derive(Debug)]
@@ -24,6 +25,12 @@ pub(super) struct Inner {
     pub(super) policy: HopPolicy,
     pub(super) state: EndState,
     pub(super) token: OnceLock<CancellationToken>,
+    /// This budget's entry in its runtime's deadline timer, once a token was handed out
+    /// (`timer.rs`).
+    pub(super) timer: TimerSlot<Arc<Timers>, tokio::time::Instant>,
+    /// Set once a timer covers this budget's deadline: its own entry, or an ancestor's with
+    /// the same deadline. Spares handing out a token the walk up to that ancestor.
+    pub(super) timed: AtomicBool,
     /// Cancellation flows from this parent (child budgets, fan-out siblings).
     pub(super) parent: Option<RequestBudget>,
     /// How many parents above this budget.
@@ -68,6 +75,8 @@ impl Inner {
             policy: p.policy,
             state: EndState::new(),
             token: OnceLock::new(),
+            timer: TimerSlot::new(),
+            timed: AtomicBool::new(false),
             parent: p.parent,
             depth: p.depth,
             linked_from: p.linked_from,
@@ -100,6 +109,8 @@ impl Inner {
         self.policy = policy;
         self.state.reset();
         self.token = OnceLock::new();
+        // A budget that handed out a token is never recycled, so its timer slot is empty.
+        *self.timed.get_mut() = false;
         self.parent = parent;
         self.depth = depth;
         self.linked_from = linked_from;
@@ -191,6 +202,9 @@ impl RequestBudget {
     pub(crate) fn start_stream(&self, lifetime: Duration) {
         if let Some(stream) = &self.inner.stream {
             stream.set(Deadline::after(lifetime));
+            // A lifetime shorter than what was left moves the deadline earlier: so does the
+            // timer entry, if a token was handed out. A later one is found when it fires.
+            self.inner.timer.move_earlier(self.deadline().instant());
         }
     }
 

@@ -187,7 +187,14 @@ impl RequestBudget {
     /// Record `word` and cancel the token if there is one (see `EndState::end`).
     #[inline]
     pub(super) fn end_with(&self, word: u64) -> bool {
-        self.inner.state.end(word, &self.inner.token)
+        let won = self.inner.state.end(word, &self.inner.token);
+        // An ended budget leaves its runtime's deadline timer (`timer.rs`, invariant 1: the
+        // end is recorded before the slot is looked at). Only a budget whose token was handed
+        // out is in it, so one without a token skips the lock.
+        if won && self.inner.token.get().is_some() {
+            self.inner.timer.release();
+        }
+        won
     }
 }
 

@@ -287,21 +287,142 @@ async fn c7_the_token_fires_at_the_deadline_with_nobody_awaiting() {
     assert!(!b.token().is_cancelled());
 }
 
+/// Let the runtime's deadline timer run what is due.
+async fn settle() {
+    for _ in 0..3 {
+        tokio::task::yield_now().await;
+    }
+}
+
+/// How many budgets the current runtime's deadline timer holds (`timer.rs`).
+fn timer_entries() -> usize {
+    super::timer::stats().0
+}
+
+/// How many times the timer's one sleep was moved earlier (`timer.rs`).
+fn earlier_moves() -> u64 {
+    super::timer::stats().1
+}
+
+/// #51 item 1: a budget that ends, however it ends, leaves the shared deadline timer; one
+/// dropped unended leaves it at its deadline, having cancelled the token it handed out (C7).
 #[tokio::test(start_paused = true)]
 async fn finished_budgets_leave_no_timer_behind() {
-    let b = budget(60_000);
-    let _token = b.token();
-    let before = tokio::runtime::Handle::current()
-        .metrics()
-        .num_alive_tasks();
-    assert_eq!(before, 1, "the deadline timer task");
-    b.cancel();
-    tokio::task::yield_now().await;
-    tokio::task::yield_now().await;
-    let after = tokio::runtime::Handle::current()
-        .metrics()
-        .num_alive_tasks();
-    assert_eq!(after, 0);
+    let cancelled = budget(60_000);
+    let expired = budget(60_000);
+    let timed_out = budget(50);
+    let dropped = budget(80);
+    let tokens = [&cancelled, &expired, &timed_out, &dropped].map(RequestBudget::token);
+    // A child sharing its parent's deadline is covered by the parent's entry.
+    let _child_token = cancelled.child().token();
+    assert_eq!(timer_entries(), 4);
+    cancelled.cancel();
+    expired.expire();
+    assert_eq!(timer_entries(), 2, "an ended budget left its entry");
+    drop(dropped);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    settle().await;
+    assert!(tokens.iter().all(CancellationToken::is_cancelled));
+    assert_eq!(timer_entries(), 0, "an entry outlived its deadline");
+    // A child ended through its parent goes at its own deadline, still cancelled (C4).
+    let parent = budget(60_000);
+    let child = parent.child_until(Deadline::after(Duration::from_millis(20)));
+    let _token = child.token();
+    parent.cancel();
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    settle().await;
+    assert_eq!(timer_entries(), 0);
+    assert_eq!(child.end_cause(), Some(EndCause::Cancelled));
+}
+
+/// #51 item 1: the shared timer fires a token at its deadline, not a tick before or after.
+#[tokio::test(start_paused = true)]
+async fn the_timer_fires_at_the_deadline_neither_early_nor_late() {
+    let b = budget(50);
+    let token = b.token();
+    // Another budget with a later deadline does not hold it back, nor an earlier one that
+    // ended.
+    let later = budget(500);
+    let _later_token = later.token();
+    let earlier = budget(10);
+    let _earlier_token = earlier.token();
+    earlier.cancel();
+    tokio::time::advance(Duration::from_millis(49)).await;
+    settle().await;
+    assert!(!token.is_cancelled(), "fired early");
+    assert_eq!(b.end_cause(), None);
+    tokio::time::advance(Duration::from_millis(1)).await;
+    settle().await;
+    assert!(token.is_cancelled(), "fired late");
+    assert_eq!(b.end_cause(), Some(EndCause::Expired));
+    assert!(!later.is_done());
+}
+
+/// #51 item 1, C13: a deadline that moved later after the token was handed out fires at the
+/// new deadline, neither at the old one nor after the new one.
+#[tokio::test(start_paused = true)]
+async fn a_timer_moved_later_fires_at_the_new_deadline() {
+    let b = budget(100).for_stream();
+    let token = b.token();
+    tokio::time::advance(Duration::from_millis(50)).await;
+    b.start_stream(Duration::from_millis(1_000));
+    tokio::time::advance(Duration::from_millis(60)).await;
+    settle().await;
+    assert!(!token.is_cancelled(), "fired at the old deadline");
+    assert_eq!(timer_entries(), 1, "put back at the new deadline");
+    tokio::time::advance(Duration::from_millis(939)).await;
+    settle().await;
+    assert!(!token.is_cancelled(), "fired early");
+    tokio::time::advance(Duration::from_millis(1)).await;
+    settle().await;
+    assert!(token.is_cancelled(), "fired late");
+    assert_eq!(b.end_cause(), Some(EndCause::Expired));
+    assert_eq!(timer_entries(), 0);
+    assert_eq!(earlier_moves(), 0, "a later move is not an earlier one");
+}
+
+/// #51 item 1: a deadline that moves earlier (a stream lifetime shorter than what was left)
+/// moves the timer earlier, counted; it does not fire at the old deadline.
+#[tokio::test(start_paused = true)]
+async fn a_timer_moved_earlier_fires_at_the_new_deadline_and_is_counted() {
+    let b = budget(1_000).for_stream();
+    let token = b.token();
+    assert_eq!(earlier_moves(), 0);
+    tokio::time::advance(Duration::from_millis(10)).await;
+    b.start_stream(Duration::from_millis(20));
+    assert_eq!(earlier_moves(), 1);
+    tokio::time::advance(Duration::from_millis(19)).await;
+    settle().await;
+    assert!(!token.is_cancelled(), "fired early");
+    tokio::time::advance(Duration::from_millis(1)).await;
+    settle().await;
+    assert!(token.is_cancelled(), "fired late");
+    // A new earliest entry moves it earlier too; a later one does not.
+    let first = budget(500);
+    let _t = first.token();
+    let _t = budget(900).token();
+    assert_eq!(earlier_moves(), 1);
+    let _t = budget(100).token();
+    assert_eq!(earlier_moves(), 2);
+}
+
+/// #51 item 1: waits that carry their own timer (`done()`, `run()`) join no timer: only a
+/// token handed out does.
+#[tokio::test(start_paused = true)]
+async fn waits_with_their_own_timer_join_no_timer() {
+    let b = budget(50);
+    let waiter = tokio::spawn({
+        let b = b.clone();
+        async move { b.done().await }
+    });
+    let ran = b.run(tokio::time::sleep(Duration::from_millis(10))).await;
+    assert_eq!(ran, Ok(()));
+    settle().await;
+    assert_eq!(timer_entries(), 0);
+    assert_eq!(waiter.await.unwrap(), EndCause::Expired);
+    let b = budget(50);
+    let _token = b.child().token();
+    assert_eq!(timer_entries(), 1, "a token handed out joins");
 }
 
 #[tokio::test(start_paused = true)]
@@ -372,4 +493,32 @@ fn a_chain_100_000_budgets_deep_needs_no_recursion() {
         .unwrap()
         .join()
         .unwrap();
+}
+
+/// #51 item 1 across threads: tokens handed out and budgets ended on every worker of a
+/// multi-threaded runtime share its one timer, and every ended budget leaves it (counts only,
+/// no clock).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn budgets_ended_on_other_threads_leave_the_shared_timer() {
+    let tasks: Vec<_> = (0..8)
+        .map(|i| {
+            tokio::spawn(async move {
+                let budgets: Vec<_> = (0..200).map(|_| budget(60_000)).collect();
+                let tokens: Vec<_> = budgets.iter().map(RequestBudget::token).collect();
+                tokio::task::yield_now().await;
+                for (n, b) in budgets.iter().enumerate() {
+                    if (n + i) % 2 == 0 {
+                        b.cancel();
+                    } else {
+                        b.expire();
+                    }
+                }
+                assert!(tokens.iter().all(CancellationToken::is_cancelled));
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    assert_eq!(timer_entries(), 0, "an ended budget left its entry");
 }

@@ -1,12 +1,15 @@
-//! The lazy cancellation token: made on first use, a child of the parent's, cancelled at the
-//! deadline by a timer task that holds only a weak reference (rule [C7](crate::contract#c7)).
+//! The lazy cancellation token: made on first use, a child of the parent's, and cancelled at
+//! the deadline by the runtime's shared deadline timer once it has been handed out (rule
+//! [C7](crate::contract#c7); the timer is in `timer.rs`).
 
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 
 use tokio_util::sync::CancellationToken;
 
 use super::RequestBudget;
-use super::state::TokenSlot;
+use super::state::{LIVE, TokenSlot};
+use super::timer::{Entry, Timers};
 
 impl TokenSlot for OnceLock<CancellationToken> {
     type Token = CancellationToken;
@@ -23,8 +26,40 @@ impl TokenSlot for OnceLock<CancellationToken> {
 }
 
 impl RequestBudget {
+    /// The token for a wait that carries its own timer (`done()`, the client layer's bound):
+    /// made if need be, without joining the deadline timer.
+    #[inline]
+    pub(crate) fn waiting_token(&self) -> CancellationToken {
+        match self.inner.token.get() {
+            Some(token) => token.clone(),
+            None => self.make_token(),
+        }
+    }
+
     /// This budget's token, made (with those of its ancestors that have none) if need be.
     pub(super) fn make_token(&self) -> CancellationToken {
+        // The common case, a root or a child of a budget with a token, needs no list (the
+        // list's allocation was a third of a client call's token).
+        if self
+            .inner
+            .parent
+            .as_ref()
+            .is_none_or(|parent| parent.inner.token.get().is_some())
+        {
+            self.init_token();
+        } else {
+            self.make_ancestor_tokens();
+        }
+        self.inner
+            .token
+            .get()
+            .cloned()
+            .unwrap_or_else(CancellationToken::new)
+    }
+
+    /// Make the tokens of this budget and of its ancestors that have none.
+    #[cold]
+    fn make_ancestor_tokens(&self) {
         // Tokens are made from the top down; collect the ancestors that have none yet, without
         // recursion, so a chain of any depth costs no stack.
         let mut missing = vec![self];
@@ -39,81 +74,71 @@ impl RequestBudget {
         for budget in missing.into_iter().rev() {
             budget.init_token();
         }
-        self.inner
-            .token
-            .get()
-            .cloned()
-            .unwrap_or_else(CancellationToken::new)
     }
 
     /// Create this budget's token; the parent's already exists.
     fn init_token(&self) {
-        let mut created = false;
         let token = self.inner.token.get_or_init(|| {
-            created = true;
             match self.inner.parent.as_ref().and_then(|p| p.inner.token.get()) {
                 Some(parent) => parent.child_token(),
                 None => CancellationToken::new(),
             }
         });
         // See `EndState::end`: a cause recorded before the token existed still has to reach it.
-        if !self
-            .inner
+        self.inner
             .state
-            .check_new_token::<OnceLock<CancellationToken>>(token)
-        {
-            return;
-        }
-        if created && self.needs_own_timer() {
-            self.arm_timer(token.clone());
-        }
+            .check_new_token::<OnceLock<CancellationToken>>(token);
     }
 
-    /// A child that shares its parent's deadline is cancelled by the parent's timer through
-    /// the token tree; only a budget with a deadline of its own needs a timer.
-    fn needs_own_timer(&self) -> bool {
-        // Unenforced (C24): no timer ends the work at the deadline.
-        if !self.inner.policy.enforce {
-            return false;
-        }
-        match &self.inner.parent {
-            None => true,
-            Some(parent) => self.deadline() < parent.deadline(),
-        }
-    }
-
-    /// Expire this budget at its deadline even if nobody awaits it (rule [C7](crate::contract#c7)). The task holds
-    /// only a weak reference, and ends as soon as the token is cancelled for any reason (the
-    /// request completed, the caller went away), so finished requests leave no timers behind.
-    /// Outside a tokio runtime there is nothing to run a timer on; `done()` still expires the
-    /// budget for whoever awaits it.
-    fn arm_timer(&self, token: CancellationToken) {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+    /// A token was handed out: make sure a timer cancels it at the deadline even if nobody
+    /// awaits it (rule [C7](crate::contract#c7)). A budget that shares its parent's deadline
+    /// is covered by the parent's timer through the token tree, so the entry goes to the
+    /// nearest ancestor whose deadline is this one's. Outside a tokio runtime there is nothing
+    /// to run a timer on; `done()` still expires the budget for whoever awaits it.
+    pub(super) fn arm_timer(&self) {
+        if self.inner.timed.load(Ordering::Acquire) {
             return;
-        };
-        let weak = Arc::downgrade(&self.inner);
-        let mut at = self.deadline();
-        runtime.spawn(async move {
-            loop {
-                tokio::select! {
-                    biased;
-                    () = token.cancelled() => return,
-                    () = tokio::time::sleep_until(at.instant()) => {}
-                }
-                let Some(inner) = weak.upgrade() else {
-                    // Nobody holds the budget any more, but the token may still be held.
-                    token.cancel();
-                    return;
-                };
-                let budget = RequestBudget { inner };
-                let now_due = budget.deadline();
-                if now_due.is_expired() {
-                    budget.expire();
-                    return;
-                }
-                // A stream route's deadline moved to the stream lifetime (C13).
-                at = now_due;
+        }
+        let mut owner = self;
+        let mut covered = vec![];
+        loop {
+            // Unenforced (C24): no timer ends the work at the deadline.
+            if !owner.inner.policy.enforce {
+                return;
             }
-        });
+            match &owner.inner.parent {
+                Some(parent) if owner.deadline() >= parent.deadline() => {
+                    covered.push(owner);
+                    if parent.inner.timed.load(Ordering::Acquire) {
+                        break;
+                    }
+                    owner = parent;
+                }
+                _ => {
+                    if !owner.arm_own() {
+                        return;
+                    }
+                    owner.inner.timed.store(true, Ordering::Release);
+                    break;
+                }
+            }
+        }
+        for budget in covered {
+            budget.inner.timed.store(true, Ordering::Release);
+        }
+    }
+
+    /// Put this budget in the runtime's deadline timer, if it is live and not in already.
+    fn arm_own(&self) -> bool {
+        // Made above for this budget and every ancestor.
+        let Some(token) = self.inner.token.get() else {
+            return false;
+        };
+        self.inner.timer.arm(
+            || self.inner.state.word() == LIVE,
+            Timers::current,
+            self.deadline().instant(),
+            || Entry::new(Arc::downgrade(&self.inner), token.clone()),
+        )
     }
 }

@@ -112,7 +112,9 @@ impl Bound {
             let watched = &self.watched;
             let waits = self.waits.get_or_insert_with(|| {
                 Box::pin(Waits {
-                    cancelled: watched.token().cancelled_owned(),
+                    // This wait has its own sleep: the token need not join the budget's
+                    // deadline timer (#51).
+                    cancelled: watched.waiting_token().cancelled_owned(),
                     sleep: None,
                 })
             });
@@ -179,6 +181,18 @@ mod tests {
         assert!(pending(&mut bound).await);
         tokio::time::advance(Duration::from_millis(95)).await;
         assert_eq!(bound.over_now(), Some(BudgetError::Expired));
+        assert!(!pending(&mut bound).await);
+    }
+
+    /// #51 item 1: the bound's own sleep ends the wait; it puts the request's budget in no
+    /// deadline timer (the token it watches is not handed out).
+    #[tokio::test(start_paused = true)]
+    async fn a_wait_joins_no_deadline_timer() {
+        let budget = RequestBudget::local(Duration::from_millis(100), HopPolicy::DEFAULT);
+        let mut bound = bound_for(&budget);
+        assert!(pending(&mut bound).await);
+        assert_eq!(crate::budget::timer_stats().0, 0);
+        budget.cancel();
         assert!(!pending(&mut bound).await);
     }
 
