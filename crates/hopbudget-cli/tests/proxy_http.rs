@@ -420,6 +420,134 @@ async fn a_ping_flood_ends_its_connection() {
     );
 }
 
+/// The profile reloads without a restart (#46 item 5, C24): a changed file (here swapped
+/// behind a symlink, as Kubernetes updates a ConfigMap) and SIGHUP put the new one in force;
+/// a file that does not validate is refused and the one in force stays. The loaded hash is
+/// on `/metrics`.
+#[cfg(unix)]
+#[tokio::test]
+async fn the_profile_reloads_on_a_changed_file_and_on_sighup_and_a_bad_one_is_refused() {
+    let (service, _, _) = upstream().await;
+    let dir = std::env::temp_dir().join(format!("hopbudget-reload-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let version = |name: &str, min: u32| {
+        let path = dir.join(name);
+        std::fs::write(
+            &path,
+            format!("routes: [{{path: /tax, min_budget_ms: {min}}}]\n"),
+        )
+        .unwrap();
+        path
+    };
+    // profile.yaml -> data: swapping `data` to another file changes the content at the path.
+    let link = dir.join("profile.yaml");
+    let point = |target: &std::path::Path| {
+        let tmp = dir.join("profile.yaml.new");
+        let _ = std::fs::remove_file(&tmp);
+        std::os::unix::fs::symlink(target, &tmp).unwrap();
+        std::fs::rename(&tmp, &link).unwrap();
+    };
+    point(&version("v1.yaml", 200));
+    let link_arg = link.display().to_string();
+    let proxy = Proxy::start(
+        service,
+        None,
+        &["--profile", &link_arg, "--profile-poll", "0.1"],
+    )
+    .await;
+    let status = |proxy: &Proxy| {
+        let addr = proxy.addr;
+        async move {
+            http_get(addr, "/tax", &[("x-request-timeout-ms", "100")])
+                .await
+                .unwrap()
+                .status
+        }
+    };
+    let hash = |metrics: &str| {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix("hopbudget_proxy_profile_hash "))
+            .map(str::to_owned)
+    };
+    let await_hash_change = |proxy: &Proxy, from: Option<String>| {
+        let admin = proxy.admin;
+        async move {
+            tokio::time::timeout(PATIENCE, async {
+                loop {
+                    let m = http_get(admin, "/metrics", &[]).await.unwrap().body;
+                    if hash(&m) != from {
+                        return hash(&m);
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            })
+            .await
+            .expect("the new profile is loaded")
+        }
+    };
+    assert_eq!(status(&proxy).await, 503, "v1: 100 ms is below /tax's 200");
+    let first = hash(&proxy.metrics().await);
+    assert!(first.is_some());
+
+    point(&version("v2.yaml", 50));
+    let second = await_hash_change(&proxy, first).await;
+    assert_eq!(status(&proxy).await, 200, "v2: 100 ms is enough");
+
+    // Not YAML a profile can be: refused, counted, v2 stays.
+    point(&version("bad.yaml", 0));
+    std::fs::write(
+        dir.join("bad.yaml"),
+        "routes: [{path: /tax, min_budget_ms: -5}]\n",
+    )
+    .unwrap();
+    tokio::time::timeout(PATIENCE, async {
+        while !proxy
+            .metrics()
+            .await
+            .contains("hopbudget_proxy_profile_reloads_total{result=\"invalid\"}")
+        {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("the bad profile is counted");
+    assert_eq!(hash(&proxy.metrics().await), second, "v2 stays");
+    assert_eq!(status(&proxy).await, 200);
+
+    // SIGHUP reads the file again even when its content has not changed (polling does not):
+    // the bad one is refused a second time.
+    let invalid = |m: &str| {
+        m.lines()
+            .find_map(|l| {
+                l.strip_prefix("hopbudget_proxy_profile_reloads_total{result=\"invalid\"} ")
+            })
+            .map(str::to_owned)
+    };
+    assert_eq!(invalid(&proxy.metrics().await).as_deref(), Some("1"));
+    let pid = proxy.child.id().unwrap().to_string();
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-HUP", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    tokio::time::timeout(PATIENCE, async {
+        while invalid(&proxy.metrics().await).as_deref() != Some("2") {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("SIGHUP reloads");
+    // A good file again is taken at the next poll.
+    point(&version("v3.yaml", 300));
+    await_hash_change(&proxy, second).await;
+    assert_eq!(status(&proxy).await, 503, "v3: 100 ms is below 300 again");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A chunk size that overflows (2^64 + 5) is the caller's malformed framing: 400, not the
 /// 502 that would blame the service (#46 item 4).
 #[tokio::test]

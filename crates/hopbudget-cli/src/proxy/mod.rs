@@ -48,6 +48,7 @@ mod log_fields;
 pub mod options;
 mod paired;
 mod registry;
+mod reload;
 mod restate;
 mod serve;
 mod spans;
@@ -75,8 +76,8 @@ const DRAIN_SLACK: Duration = Duration::from_secs(1);
 /// Run the proxy until SIGTERM or Ctrl-C. Exit status 2 for a bad profile or an address that
 /// cannot be bound, 1 when requests were still running after the drain bound.
 pub fn run(args: &ProxyArgs) -> ExitCode {
-    let profile = match load_profile(args) {
-        Ok(profile) => profile,
+    let (profile, file) = match load_profile(args) {
+        Ok(loaded) => loaded,
         Err(message) => {
             eprintln!("hopbudget proxy: {message}");
             return ExitCode::from(2);
@@ -100,7 +101,7 @@ pub fn run(args: &ProxyArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    runtime.block_on(run_async(args, profile))
+    runtime.block_on(run_async(args, profile, file))
 }
 
 /// INFO lines on stderr. The hop's span (target `hopbudget::observe::hop`) is left out: its
@@ -144,21 +145,29 @@ fn init_logging(spans: bool) {
         .try_init();
 }
 
-fn load_profile(args: &ProxyArgs) -> Result<Profile, String> {
-    let profile = match &args.profile {
-        Some(path) => Profile::load(path).map_err(|e| e.to_string())?,
-        None => Profile::default(),
-    };
-    if args.no_hop_log || profile.spec().log.hops {
-        return Ok(profile);
+/// The profile to start with, and the file it came from with its content's hash.
+fn load_profile(args: &ProxyArgs) -> Result<(Profile, Option<(reload::ProfileFile, u64)>), String> {
+    match &args.profile {
+        Some(path) => {
+            let file = reload::ProfileFile {
+                path: path.clone(),
+                no_hop_log: args.no_hop_log,
+            };
+            let (profile, hash) = file.load()?;
+            Ok((profile, Some((file, hash))))
+        }
+        None => Ok((
+            reload::with_hop_line(Profile::default(), args.no_hop_log)?,
+            None,
+        )),
     }
-    // A sidecar's log is its hops: one line each unless told otherwise.
-    let mut spec = profile.spec().clone();
-    spec.log.hops = true;
-    Profile::from_spec(spec).map_err(|issues| format!("{issues:?}"))
 }
 
-async fn run_async(args: &ProxyArgs, profile: Profile) -> ExitCode {
+async fn run_async(
+    args: &ProxyArgs,
+    profile: Profile,
+    file: Option<(reload::ProfileFile, u64)>,
+) -> ExitCode {
     let drain = profile.max() + DRAIN_SLACK;
     let listener = match tokio::net::TcpListener::bind(args.listen).await {
         Ok(listener) => listener,
@@ -195,6 +204,8 @@ async fn run_async(args: &ProxyArgs, profile: Profile) -> ExitCode {
     };
     let spans = export.as_ref().map(|e| spans::Spans::new(e.provider()));
     let shared = SharedProfile::new(profile);
+    // SIGHUP or a changed file puts a new profile in force (C24); a bad one is refused.
+    let _reloader = file.map(|(file, hash)| file.watch(shared.clone(), hash, args.profile_poll));
     let egress_wanted = args.egress.is_some() || !args.egress_to.is_empty();
     let registry = egress_wanted.then(|| registry::Registry::new(args.request_id_header.clone()));
     let starter = egress_wanted.then(|| {

@@ -23,6 +23,8 @@ pub struct ProxyArgs {
 
     /// The adoption profile (YAML, as for the library's layers): carriers read, `max_ms`,
     /// `edge_total_ms`, margins, route minimums, status codes. Built-in defaults without it.
+    /// Reloaded on SIGHUP and when its content changes (`--profile-poll`); a new profile that
+    /// does not validate is refused, logged, and the one in force stays.
     #[arg(long, value_name = "FILE")]
     pub profile: Option<PathBuf>,
 
@@ -93,6 +95,11 @@ pub struct ProxyArgs {
     /// Seconds.
     #[arg(long, value_name = "SECONDS", default_value = "90", value_parser = parse_seconds)]
     pub upstream_idle_timeout: Duration,
+
+    /// How often the profile file's content is checked for a change, which is then put in
+    /// force as on SIGHUP (a ConfigMap's symlink swap included). Seconds.
+    #[arg(long, value_name = "SECONDS", default_value = "5", value_parser = parse_seconds)]
+    pub profile_poll: Duration,
 
     /// Concurrent HTTP/2 streams per caller connection, at most (advertised in SETTINGS).
     /// nginx's `http2_max_concurrent_streams`.
