@@ -63,6 +63,31 @@ async fn upstream() -> (
             }),
         )
         .route(
+            "/ws",
+            get(|mut req: axum::extract::Request| async move {
+                // A WebSocket-like service: switches, then echoes whatever comes.
+                let upgraded = hyper::upgrade::on(&mut req);
+                tokio::spawn(async move {
+                    if let Ok(io) = upgraded.await {
+                        let mut io = hyper_util::rt::TokioIo::new(io);
+                        let mut buf = [0u8; 64];
+                        use tokio::io::AsyncReadExt;
+                        while let Ok(n) = io.read(&mut buf).await {
+                            if n == 0 || io.write_all(&buf[..n]).await.is_err() {
+                                break;
+                            }
+                        }
+                    }
+                });
+                axum::http::Response::builder()
+                    .status(101)
+                    .header("connection", "upgrade")
+                    .header("upgrade", "websocket")
+                    .body(axum::body::Body::empty())
+                    .unwrap()
+            }),
+        )
+        .route(
             "/body",
             any(
                 |State(s): State<Service>, body: axum::body::Bytes| async move {
@@ -546,6 +571,82 @@ async fn the_profile_reloads_on_a_changed_file_and_on_sighup_and_a_bad_one_is_re
     await_hash_change(&proxy, second).await;
     assert_eq!(status(&proxy).await, 503, "v3: 100 ms is below 300 again");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Write `text` into a tunnel and read it back.
+async fn echo(ws: &mut tokio::net::TcpStream, text: &[u8]) {
+    use tokio::io::AsyncReadExt;
+    ws.write_all(text).await.unwrap();
+    let mut got = vec![0u8; text.len()];
+    tokio::time::timeout(PATIENCE, ws.read_exact(&mut got))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(got, text);
+}
+
+/// WebSocket passes (#46 item 6): the handshake is a request under its budget, recorded as
+/// a hop; the connection it opens outlives that budget and the idle timeout, and is closed at
+/// `--tunnel-max`. Any other `Upgrade` (`h2c`, a smuggling route) is refused with a reason.
+#[tokio::test]
+async fn a_websocket_tunnel_outlives_its_handshakes_budget_until_the_tunnel_limit() {
+    use tokio::io::AsyncReadExt;
+    let (service, _, _) = upstream().await;
+    let proxy = Proxy::start(
+        service,
+        None,
+        &["--tunnel-max", "2", "--idle-timeout", "0.3"],
+    )
+    .await;
+    let mut ws = send_head(
+        proxy.addr,
+        "GET",
+        "/ws",
+        &[
+            ("connection", "upgrade"),
+            ("upgrade", "websocket"),
+            ("x-request-timeout-ms", "300"),
+        ],
+    )
+    .await
+    .unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        tokio::time::timeout(PATIENCE, ws.read_exact(&mut byte))
+            .await
+            .unwrap()
+            .unwrap();
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&head).to_lowercase();
+    assert!(head.starts_with("http/1.1 101"), "{head}");
+    assert!(head.contains("upgrade: websocket"), "{head}");
+    proxy.await_outcome("completed", 1).await;
+    echo(&mut ws, b"hello").await;
+    // Past the handshake's 300 ms budget and the 0.3 s idle timeout, quiet: still open.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    echo(&mut ws, b"again").await;
+    // Closed at the tunnel limit.
+    closed_by_the_proxy(&mut ws).await;
+
+    let mut h2c = send_head(
+        proxy.addr,
+        "GET",
+        "/echo",
+        &[
+            ("connection", "upgrade, http2-settings"),
+            ("upgrade", "h2c"),
+            ("http2-settings", ""),
+        ],
+    )
+    .await
+    .unwrap();
+    let answer = read_answer(&mut h2c).await.unwrap();
+    assert_eq!(answer.status, 400, "{answer:?}");
+    assert!(answer.body.contains("Upgrade: h2c"), "{}", answer.body);
+    let metrics = proxy.metrics().await;
+    assert!(metrics.contains("reason=\"upgrade\""), "{metrics}");
 }
 
 /// A chunk size that overflows (2^64 + 5) is the caller's malformed framing: 400, not the

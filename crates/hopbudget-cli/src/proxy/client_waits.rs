@@ -76,6 +76,19 @@ impl InFlight {
 #[derive(Debug)]
 pub(crate) struct Request(Arc<InFlight>);
 
+/// A connection's count, in the extensions of a request that asks to upgrade it: a tunnel
+/// holds it as a request in flight, so the caller bounds (made for request heads and idle
+/// keep-alive) never cut the tunnel; `--tunnel-max` does.
+#[derive(Clone, Debug)]
+pub(crate) struct Connection(Arc<InFlight>);
+
+impl Connection {
+    /// Count a request in flight for as long as the returned guard lives.
+    pub(crate) fn hold(&self) -> Request {
+        Request::start(&self.0)
+    }
+}
+
 impl Request {
     fn start(in_flight: &Arc<InFlight>) -> Self {
         in_flight.started.fetch_add(1, Ordering::Relaxed);
@@ -373,9 +386,9 @@ impl<S> Tracked<S> {
     }
 }
 
-impl<S, R> tower::Service<R> for Tracked<S>
+impl<S, B> tower::Service<http::Request<B>> for Tracked<S>
 where
-    S: tower::Service<R>,
+    S: tower::Service<http::Request<B>>,
     S::Future: Unpin,
 {
     type Response = S::Response;
@@ -386,7 +399,11 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, req: R) -> Self::Future {
+    fn call(&mut self, mut req: http::Request<B>) -> Self::Future {
+        if req.headers().contains_key(http::header::UPGRADE) {
+            req.extensions_mut()
+                .insert(Connection(self.in_flight.clone()));
+        }
         TrackedFuture {
             request: Request::start(&self.in_flight),
             inner: self.inner.call(req),

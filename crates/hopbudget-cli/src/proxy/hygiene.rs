@@ -36,6 +36,8 @@ pub(crate) enum Reason {
     Connect,
     UnderscoreAlias,
     MalformedBody,
+    /// An `Upgrade` other than a WebSocket handshake (see `tunnel`).
+    Upgrade,
 }
 
 impl Reason {
@@ -45,6 +47,7 @@ impl Reason {
             Reason::Connect => "connect",
             Reason::UnderscoreAlias => "underscore_alias",
             Reason::MalformedBody => "malformed_body",
+            Reason::Upgrade => "upgrade",
         }
     }
 }

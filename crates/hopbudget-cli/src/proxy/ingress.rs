@@ -43,6 +43,7 @@ use super::restate::{self, Stampers};
 use super::serve::PerConnection;
 use super::spans::{self, IngressSpan, Spans};
 use super::trace_context::Starter;
+use super::tunnel;
 use super::upstream::{Upstream, strip_hop_by_hop};
 
 type Stack = BoxCloneService<Request<Incoming>, Response<ProxyBody>, Infallible>;
@@ -81,6 +82,8 @@ struct Forwarder {
     // outbound calls can be matched (C26). Without an egress nothing would read it, and the
     // service's own spans would name a parent no one exports.
     starter: Option<Starter>,
+    // `--tunnel-max`: how long a WebSocket connection lives after its handshake.
+    tunnel_max: std::time::Duration,
 }
 
 impl Ingress {
@@ -90,6 +93,7 @@ impl Ingress {
         carrier: UpstreamCarrier,
         registry: Option<Arc<Registry>>,
         starter: Option<Starter>,
+        tunnel_max: std::time::Duration,
     ) -> Self {
         let forwarder = Arc::new(Forwarder {
             client: Stampers::new(ClientBudgetLayer::new(profile.clone()).trust_all(), carrier),
@@ -97,6 +101,7 @@ impl Ingress {
             upstream,
             registry,
             starter,
+            tunnel_max,
         });
         let to = |grpc: bool| {
             let forwarder = forwarder.clone();
@@ -165,8 +170,13 @@ impl Service<Request<Incoming>> for Ingress {
     }
 
     fn call(&mut self, mut req: Request<Incoming>) -> Self::Future {
-        // Before anything reads it: what must not reach the service (#46 item 4).
+        // Before anything reads it: what must not reach the service (#46 item 4), and an
+        // `Upgrade` (#46 item 6).
         if let Some(answer) = hygiene::check(&mut req, &self.forwarder.profile) {
+            return IngressFuture::Answered(Some(answer));
+        }
+        if let Some(answer) = tunnel::inspect(&mut req) {
+            hygiene::count(&self.forwarder.profile.current(), hygiene::Reason::Upgrade);
             return IngressFuture::Answered(Some(answer));
         }
         // The request's span, when spans are made: the hop opens inside it. It comes first, so
@@ -229,8 +239,16 @@ async fn forward(
         _ => None,
     };
     restate::strip_carriers(req.headers_mut(), &profile);
-    let pairing = req.extensions_mut().remove::<Pairing>();
+    let mut pairing = req.extensions_mut().remove::<Pairing>();
+    // A WebSocket handshake takes the pooled client: its connection leaves with the tunnel.
+    let websocket = req.extensions_mut().remove::<tunnel::WebSocket>();
+    if websocket.is_some() {
+        pairing = None;
+    }
     let client = forwarder.upstream.prepare_call(&mut req, grpc, pairing);
+    if let Some(websocket) = &websocket {
+        websocket.restore_request(req.headers_mut());
+    }
     let layer = forwarder.client.get(grpc);
     // With spans, what the service is told is noted on its ingress span, from the stamp.
     let told = IngressSpan::of(req.extensions()).map(IngressSpan::told);
@@ -247,6 +265,9 @@ async fn forward(
         Ok(mut res) => {
             if !grpc {
                 strip_hop_by_hop(res.headers_mut(), false);
+            }
+            if let Some(websocket) = websocket {
+                websocket.open(&mut res, forwarder.tunnel_max);
             }
             // Findable until the answer is out: a service may call out while it streams.
             Ok(res.map(|body| {

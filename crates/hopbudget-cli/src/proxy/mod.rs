@@ -31,7 +31,7 @@
 //! Files: [`options`] (the command line), `ingress` (the per-request stack), `restate` (the
 //! carriers), `upstream` (the client), `paired` (an HTTP/1.1 caller's own connection to the
 //! service), `answer` (failed calls), `trace_context` (trace context started at the ingress),
-//! `hygiene` (what never reaches the service), `client_waits` (slow and idle callers), `registry` (requests in flight by trace context), `egress` (outbound calls), `serve` (accepting and the clean
+//! `hygiene` (what never reaches the service), `client_waits` (slow and idle callers), `tunnel` (WebSocket), `registry` (requests in flight by trace context), `egress` (outbound calls), `serve` (accepting and the clean
 //! stop), `admin` (`/metrics`), `log_fields` (the log lines' fields), `spans` (a span per
 //! request and per egress call, `--otlp-endpoint`) and `export` (where they are sent).
 //!
@@ -53,6 +53,7 @@ mod restate;
 mod serve;
 mod spans;
 mod trace_context;
+mod tunnel;
 mod upstream;
 
 use std::io::Write;
@@ -223,6 +224,7 @@ async fn run_async(
         args.upstream_carrier,
         registry.clone(),
         starter,
+        args.tunnel_max,
     )
     .with_spans(spans.clone());
     let waits = client_waits::ClientLimits {

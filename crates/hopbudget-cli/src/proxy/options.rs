@@ -101,6 +101,11 @@ pub struct ProxyArgs {
     #[arg(long, value_name = "SECONDS", default_value = "5", value_parser = parse_seconds)]
     pub profile_poll: Duration,
 
+    /// How long a WebSocket connection lives after its handshake (which its budget bounds,
+    /// as any request's) before the proxy closes it. Envoy's `max_stream_duration`. Seconds.
+    #[arg(long, value_name = "SECONDS", default_value = "3600", value_parser = parse_seconds)]
+    pub tunnel_max: Duration,
+
     /// Concurrent HTTP/2 streams per caller connection, at most (advertised in SETTINGS).
     /// nginx's `http2_max_concurrent_streams`.
     #[arg(long, value_name = "N", default_value = "128")]

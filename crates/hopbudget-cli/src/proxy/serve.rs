@@ -99,8 +99,9 @@ where
                 let service = Tracked::new(service.for_connection(), in_flight.clone());
                 let service = TowerToHyperService::new(service);
                 let stream = Watched::new(stream, waits, in_flight);
+                // With upgrades: a WebSocket handshake hands its connection over (see `tunnel`).
                 let connection = builder
-                    .serve_connection(TokioIo::new(stream), service)
+                    .serve_connection_with_upgrades(TokioIo::new(stream), service)
                     .into_owned();
                 let connection = graceful.watch(connection);
                 metrics::gauge!(CONNECTIONS_OPEN).increment(1.0);
