@@ -129,6 +129,10 @@ pub struct Hop {
     // `open_unlabelled`).
     #[cfg(feature = "metrics")]
     arrival: Option<Arrival>,
+    // When the hop opened and the budget it arrived with: its duration and the share of its
+    // budget it used, recorded at its end.
+    #[cfg(feature = "metrics")]
+    opened: (tokio::time::Instant, Duration),
     finished: bool,
     /// What enforcement would have done was recorded already ([C24](crate::contract#c24)): once per hop.
     unenforced: bool,
@@ -239,6 +243,8 @@ impl Hop {
             line,
             #[cfg(feature = "metrics")]
             arrival: (!count_now).then_some(arrival),
+            #[cfg(feature = "metrics")]
+            opened: (tokio::time::Instant::now(), remaining),
             finished: false,
             unenforced: false,
         }
@@ -379,7 +385,7 @@ impl Hop {
             self.span.record(fields::OUTCOME, outcome.as_str());
         }
         #[cfg(feature = "metrics")]
-        metrics_names::record_end(&self.keys, outcome);
+        metrics_names::record_end(&self.keys, outcome, self.opened.0.elapsed(), self.opened.1);
         if let Some(line) = self.line.take() {
             tracing::info!(
                 target: LINE_TARGET,
