@@ -129,8 +129,8 @@ pub struct Hop {
     // `open_unlabelled`).
     #[cfg(feature = "metrics")]
     arrival: Option<Arrival>,
-    // When the hop opened and the budget it arrived with: its duration and the share of its
-    // budget it used, recorded at its end.
+    // When the request arrived and the budget it arrived with: the hop's duration and the
+    // share of its budget it used, recorded at its end.
     #[cfg(feature = "metrics")]
     opened: (tokio::time::Instant, Duration),
     finished: bool,
@@ -145,6 +145,18 @@ struct Arrival {
     low_budget: Duration,
     remaining: Duration,
     source: Source,
+}
+
+/// When the request of `budget` arrived: its deadline less the budget it arrived with, so
+/// that opening a hop reads no clock. A request that arrived with nothing left (its deadline
+/// may be long past) reads the clock instead.
+#[cfg(feature = "metrics")]
+fn arrived_at(budget: &RequestBudget) -> tokio::time::Instant {
+    let remaining = budget.at_arrival();
+    match budget.deadline().instant().checked_sub(remaining) {
+        Some(at) if !remaining.is_zero() => at,
+        _ => tokio::time::Instant::now(),
+    }
 }
 
 impl Hop {
@@ -244,7 +256,7 @@ impl Hop {
             #[cfg(feature = "metrics")]
             arrival: (!count_now).then_some(arrival),
             #[cfg(feature = "metrics")]
-            opened: (tokio::time::Instant::now(), remaining),
+            opened: (arrived_at(budget), remaining),
             finished: false,
             unenforced: false,
         }
