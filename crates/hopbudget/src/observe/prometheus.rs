@@ -8,7 +8,9 @@
 //!
 //! The fraction of requests that arrive with little budget left is not a gauge: a gauge would
 //! have to pick a window inside the process. It is a ready-made recording rule over two
-//! counters instead, [`RECORDING_RULES`], so Prometheus picks the window.
+//! counters instead, [`RECORDING_RULES`], so Prometheus picks the window. The repository's
+//! `deploy/prometheus/hopbudget-rules.yml` has these two and the rest: the alerts, each with
+//! its runbook in the guide's operations page.
 //!
 //! # Examples
 //!
