@@ -215,6 +215,38 @@ async fn metrics_endpoint_exposes_every_hopbudget_metric() {
         types.keys().filter(|n| n.starts_with("hopbudget_")).count()
     );
 
+    // The guide's metrics table (docs/guide/observability.md) against the exposition: a row
+    // for every hopbudget metric it has, with its type and its labels, and no other row.
+    let guide = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/guide/observability.md"
+    ))
+    .unwrap();
+    let mut rows = BTreeMap::new();
+    for line in guide.lines().filter(|l| l.starts_with("| `hopbudget_")) {
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        let name = cells[1].trim_matches('`');
+        let mut labels: Vec<&str> = cells[3].split(", ").map(|l| l.trim_matches('`')).collect();
+        labels.sort_unstable();
+        rows.insert(name.to_owned(), (cells[2].to_owned(), labels));
+    }
+    for (name, ty) in types.iter().filter(|(n, _)| n.starts_with("hopbudget_")) {
+        let Some((documented, labels)) = rows.remove(name) else {
+            panic!("{name} is exposed and has no row in docs/guide/observability.md")
+        };
+        assert_eq!(&documented, ty, "type of {name} in the guide");
+        let mut exposed: BTreeSet<&str> = BTreeSet::new();
+        for s in samples.iter().filter(|s| s.name.starts_with(name.as_str())) {
+            exposed.extend(s.labels.keys().map(String::as_str).filter(|k| *k != "le"));
+        }
+        assert_eq!(
+            labels,
+            exposed.into_iter().collect::<Vec<_>>(),
+            "labels of {name} in the guide"
+        );
+    }
+    assert!(rows.is_empty(), "documented, not exposed: {rows:?}");
+
     assert!(
         text.contains(
             "hopbudget_unenforced_total{service=\"tax\",route=\"/dry-run\",would=\"refused\"} 1"
@@ -255,6 +287,30 @@ async fn metrics_endpoint_exposes_every_hopbudget_metric() {
             &with(("outcome", "cancelled"))
         ),
         Some(1.0)
+    );
+    // Every hop's duration, by outcome, in the bucket its (short) time falls in; the share of
+    // its budget each one used.
+    for (outcome, count) in [("completed", 4.0), ("refused", 1.0), ("expired", 1.0)] {
+        assert_eq!(
+            value(
+                &samples,
+                "hopbudget_hop_duration_ms_count",
+                &with(("outcome", outcome))
+            ),
+            Some(count),
+            "{outcome}"
+        );
+        let in_bucket = samples.iter().find(|s| {
+            s.name == "hopbudget_hop_duration_ms_bucket"
+                && s.labels.get("route").map(String::as_str) == Some("/tax/{id}")
+                && s.labels.get("outcome").map(String::as_str) == Some(outcome)
+                && s.labels.get("le").map(String::as_str) == Some("1050")
+        });
+        assert_eq!(in_bucket.map(|s| s.value), Some(count), "{outcome}");
+    }
+    assert_eq!(
+        value(&samples, "hopbudget_budget_used_ratio_count", &tax),
+        Some(7.0)
     );
     assert_eq!(
         value(&samples, "hopbudget_refused_before_work_total", &tax),

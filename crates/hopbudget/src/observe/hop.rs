@@ -129,6 +129,10 @@ pub struct Hop {
     // `open_unlabelled`).
     #[cfg(feature = "metrics")]
     arrival: Option<Arrival>,
+    // When the request arrived and the budget it arrived with: the hop's duration and the
+    // share of its budget it used, recorded at its end.
+    #[cfg(feature = "metrics")]
+    opened: (tokio::time::Instant, Duration),
     finished: bool,
     /// What enforcement would have done was recorded already ([C24](crate::contract#c24)): once per hop.
     unenforced: bool,
@@ -141,6 +145,18 @@ struct Arrival {
     low_budget: Duration,
     remaining: Duration,
     source: Source,
+}
+
+/// When the request of `budget` arrived: its deadline less the budget it arrived with, so
+/// that opening a hop reads no clock. A request that arrived with nothing left (its deadline
+/// may be long past) reads the clock instead.
+#[cfg(feature = "metrics")]
+fn arrived_at(budget: &RequestBudget) -> tokio::time::Instant {
+    let remaining = budget.at_arrival();
+    match budget.deadline().instant().checked_sub(remaining) {
+        Some(at) if !remaining.is_zero() => at,
+        _ => tokio::time::Instant::now(),
+    }
 }
 
 impl Hop {
@@ -239,6 +255,8 @@ impl Hop {
             line,
             #[cfg(feature = "metrics")]
             arrival: (!count_now).then_some(arrival),
+            #[cfg(feature = "metrics")]
+            opened: (arrived_at(budget), remaining),
             finished: false,
             unenforced: false,
         }
@@ -379,7 +397,7 @@ impl Hop {
             self.span.record(fields::OUTCOME, outcome.as_str());
         }
         #[cfg(feature = "metrics")]
-        metrics_names::record_end(&self.keys, outcome);
+        metrics_names::record_end(&self.keys, outcome, self.opened.0.elapsed(), self.opened.1);
         if let Some(line) = self.line.take() {
             tracing::info!(
                 target: LINE_TARGET,

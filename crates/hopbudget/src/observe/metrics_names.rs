@@ -72,6 +72,20 @@ pub const CACHE_READS_TOTAL: &str = "hopbudget_cache_reads_total";
 /// See the [example](METRICS#examples).
 pub const UNENFORCED_TOTAL: &str = "hopbudget_unenforced_total";
 
+/// Histogram: how long a hop took from arrival to its terminal status, ms. Labels: `service`,
+/// `route`, `outcome`. Its buckets are narrow around common default timeouts, so that hops
+/// ending at a default (a dropped deadline) stand out.
+///
+/// See the [example](METRICS#examples).
+pub const HOP_DURATION_MS: &str = "hopbudget_hop_duration_ms";
+
+/// Histogram: the share of its budget at arrival a hop used before its terminal status (1 is
+/// all of it). Hops that arrived with no budget left are not recorded. Labels: `service`,
+/// `route`.
+///
+/// See the [example](METRICS#examples).
+pub const BUDGET_USED_RATIO: &str = "hopbudget_budget_used_ratio";
+
 /// Every metric hopbudget records: name, Prometheus type, labels.
 ///
 /// # Examples
@@ -97,7 +111,7 @@ pub const UNENFORCED_TOTAL: &str = "hopbudget_unenforced_total";
 /// let refused_ratio = format!("rate({REFUSED_BEFORE_WORK_TOTAL}[5m]) / rate({ARRIVALS_TOTAL}[5m])");
 /// assert!(refused_ratio.contains("hopbudget_arrivals_total"));
 /// ```
-pub const METRICS: [(&str, &str, &[&str]); 13] = [
+pub const METRICS: [(&str, &str, &[&str]); 15] = [
     (HOPS_TOTAL, "counter", &["service", "route", "outcome"]),
     (REFUSED_BEFORE_WORK_TOTAL, "counter", &["service", "route"]),
     (DEADLINE_MISSING_TOTAL, "counter", &["service", "route"]),
@@ -119,6 +133,12 @@ pub const METRICS: [(&str, &str, &[&str]); 13] = [
         &["service", "cache", "choice"],
     ),
     (UNENFORCED_TOTAL, "counter", &["service", "route", "would"]),
+    (
+        HOP_DURATION_MS,
+        "histogram",
+        &["service", "route", "outcome"],
+    ),
+    (BUDGET_USED_RATIO, "histogram", &["service", "route"]),
 ];
 
 /// Give the current recorder a description and unit for every hopbudget metric, so an
@@ -173,6 +193,15 @@ pub fn describe_metrics() {
     describe_counter!(
         UNENFORCED_TOTAL,
         "Hops let through while enforcement was off (C24), by what enforcement would have done: refused, expired or malformed."
+    );
+    describe_histogram!(
+        HOP_DURATION_MS,
+        Unit::Milliseconds,
+        "How long a hop took from arrival to its terminal status, in milliseconds, by outcome."
+    );
+    describe_histogram!(
+        BUDGET_USED_RATIO,
+        "The share of its budget at arrival a hop used (1 is all of it)."
     );
     describe_counter!(
         CACHE_READS_TOTAL,

@@ -12,9 +12,10 @@ use metrics::{Counter, Histogram, Key, Label, Level, Metadata, Recorder};
 
 use super::held::{Held, RecorderId};
 use super::{
-    ARRIVALS_TOTAL, CACHE_READS_TOTAL, DEADLINE_MISSING_TOTAL, DEGRADED_TOTAL, HOPS_TOTAL,
-    LATE_WORK_OVERRUN_MS, LATE_WORK_TOTAL, LOW_BUDGET_ARRIVALS_TOTAL, MALFORMED_HEADERS_TOTAL,
-    QUEUE_EXPIRED_TOTAL, REFUSED_BEFORE_WORK_TOTAL, REMAINING_AT_ARRIVAL_MS, UNENFORCED_TOTAL,
+    ARRIVALS_TOTAL, BUDGET_USED_RATIO, CACHE_READS_TOTAL, DEADLINE_MISSING_TOTAL, DEGRADED_TOTAL,
+    HOP_DURATION_MS, HOPS_TOTAL, LATE_WORK_OVERRUN_MS, LATE_WORK_TOTAL, LOW_BUDGET_ARRIVALS_TOTAL,
+    MALFORMED_HEADERS_TOTAL, QUEUE_EXPIRED_TOTAL, REFUSED_BEFORE_WORK_TOTAL,
+    REMAINING_AT_ARRIVAL_MS, UNENFORCED_TOTAL,
 };
 use crate::budget::Source;
 use crate::observe::HopLabels;
@@ -58,7 +59,9 @@ pub(in crate::observe) struct KeyCache {
     refused: OnceLock<Key>,
     late: OnceLock<Key>,
     overrun: OnceLock<Key>,
+    used: OnceLock<Key>,
     hops: [OnceLock<Key>; 4],
+    durations: [OnceLock<Key>; 4],
     // Boxed: the process-wide entries, up to `MAX_SHARED` of them, hold none.
     held: Option<Box<Handles>>,
 }
@@ -73,7 +76,9 @@ struct Handles {
     refused: Held<Counter>,
     late: Held<Counter>,
     overrun: Held<Histogram>,
+    used: Held<Histogram>,
     hops: [Held<Counter>; 4],
+    durations: [Held<Histogram>; 4],
 }
 
 impl KeyCache {
@@ -88,7 +93,9 @@ impl KeyCache {
             refused: OnceLock::new(),
             late: OnceLock::new(),
             overrun: OnceLock::new(),
+            used: OnceLock::new(),
             hops: [const { OnceLock::new() }; 4],
+            durations: [const { OnceLock::new() }; 4],
             held: None,
         }
     }
@@ -105,7 +112,9 @@ impl KeyCache {
                 refused: Held::new(),
                 late: Held::new(),
                 overrun: Held::new(),
+                used: Held::new(),
                 hops: [const { Held::new() }; 4],
+                durations: [const { Held::new() }; 4],
             })),
             ..Self::new(service, route)
         }
@@ -153,11 +162,23 @@ impl KeyCache {
     }
 
     fn hops_key(&self, outcome: Outcome) -> &Key {
-        let slot = &self.hops[outcome_index(outcome)];
-        slot.get_or_init(|| {
+        self.outcome_key(HOPS_TOTAL, &self.hops, outcome)
+    }
+
+    fn duration_key(&self, outcome: Outcome) -> &Key {
+        self.outcome_key(HOP_DURATION_MS, &self.durations, outcome)
+    }
+
+    fn outcome_key<'a>(
+        &'a self,
+        name: &'static str,
+        slots: &'a [OnceLock<Key>; 4],
+        outcome: Outcome,
+    ) -> &'a Key {
+        slots[outcome_index(outcome)].get_or_init(|| {
             let mut labels = self.labels();
             labels.push(Label::from_static_parts("outcome", outcome.as_str()));
-            Key::from_parts(HOPS_TOTAL, labels)
+            Key::from_parts(name, labels)
         })
     }
 }
@@ -313,22 +334,40 @@ pub(in crate::observe) fn record_arrival(
     });
 }
 
-pub(in crate::observe) fn record_end(keys: &KeyCache, outcome: Outcome) {
+/// The end of a hop: its outcome, how long it took (`took`) and the budget it arrived with
+/// (`budget`), whose share used is recorded unless the hop arrived with none.
+pub(in crate::observe) fn record_end(
+    keys: &KeyCache,
+    outcome: Outcome,
+    took: Duration,
+    budget: Duration,
+) {
+    let used_ratio = (!budget.is_zero()).then(|| took.as_secs_f64() / budget.as_secs_f64());
     metrics::with_recorder(|r| {
         let refused = || keys.route_key(REFUSED_BEFORE_WORK_TOTAL, &keys.refused);
         let hops = || keys.hops_key(outcome);
+        let duration = || keys.duration_key(outcome);
+        let used = || keys.route_key(BUDGET_USED_RATIO, &keys.used);
         let id = RecorderId::of(r);
         let Some(held) = keys.held.as_deref().filter(|_| id.holds()) else {
             if outcome == Outcome::Refused {
                 increment(r, refused());
             }
             increment(r, hops());
+            observe(r, duration(), millis(took));
+            if let Some(ratio) = used_ratio {
+                observe(r, used(), ratio);
+            }
             return;
         };
         if outcome == Outcome::Refused {
             held.refused.increment(r, id, refused);
         }
         held.hops[outcome_index(outcome)].increment(r, id, hops);
+        held.durations[outcome_index(outcome)].record(r, id, duration, millis(took));
+        if let Some(ratio) = used_ratio {
+            held.used.record(r, id, used, ratio);
+        }
     });
 }
 
