@@ -148,17 +148,18 @@ async fn service(ways: Ways) -> SocketAddr {
 
 /// A service, a destination and a proxy with both kinds of egress in front of them.
 async fn setup(profile: Option<&str>) -> (Proxy, Arc<AtomicUsize>) {
+    setup_with(profile, &[]).await
+}
+
+/// [`setup`], with `extra` arguments for the proxy.
+async fn setup_with(profile: Option<&str>, extra: &[&str]) -> (Proxy, Arc<AtomicUsize>) {
     let ways = Ways::default();
     let (destination, calls) = destination().await;
     ways.destination.set(destination).unwrap();
     let service = service(ways.clone()).await;
     let to = format!("127.0.0.1:0={destination}");
-    let proxy = Proxy::start(
-        service,
-        profile,
-        &["--egress", "127.0.0.1:0", "--egress-to", &to],
-    )
-    .await;
+    let args = [&["--egress", "127.0.0.1:0", "--egress-to", &to][..], extra].concat();
+    let proxy = Proxy::start(service, profile, &args).await;
     ways.egress.set(proxy.egress.unwrap()).unwrap();
     ways.egress_to.set(proxy.egress_to[0]).unwrap();
     (proxy, calls)
@@ -405,4 +406,49 @@ async fn an_abandoned_egress_call_leaves_its_line_as_cancelled() {
         .await_log(&["egress call ended", "outcome=\"cancelled\""])
         .await;
     assert!(line.contains("matched=false"), "{line}");
+}
+
+/// The egress is not an open proxy (#46 item 8): with `--egress-allow`, a destination not on
+/// the list is refused with 403 and never called; one on it is called as usual. An
+/// `--egress-to` destination is the operator's own choice and needs no listing.
+#[tokio::test]
+async fn with_an_allow_list_the_egress_calls_nothing_else() {
+    let caller = [("x-request-timeout-ms", "2000"), ("traceparent", TRACE)];
+    let (proxy, calls) = setup_with(
+        None,
+        &[
+            "--egress-allow",
+            "127.0.0.1:1",
+            "--egress-allow",
+            "*.internal",
+        ],
+    )
+    .await;
+    let answer = http_get(proxy.addr, "/call?via=proxy", &caller)
+        .await
+        .unwrap();
+    let body = &answer.body;
+    assert_eq!(line(body, "status="), Some("403"), "{body}");
+    assert!(body.contains("is not in the egress allow-list"), "{body}");
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+    let answer = http_get(proxy.addr, "/call?via=to", &caller).await.unwrap();
+    assert_eq!(
+        line(&answer.body, "status="),
+        Some("200"),
+        "{}",
+        answer.body
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+
+    let (proxy, calls) = setup_with(None, &["--egress-allow", "127.0.0.1"]).await;
+    let answer = http_get(proxy.addr, "/call?via=proxy", &caller)
+        .await
+        .unwrap();
+    assert_eq!(
+        line(&answer.body, "status="),
+        Some("200"),
+        "{}",
+        answer.body
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
 }

@@ -36,6 +36,7 @@ use tower::{Layer, Service, ServiceExt};
 use super::ProxyBody;
 use super::answer::{self, full};
 use super::ingress::is_grpc;
+use super::options::EgressAllow;
 use super::options::UpstreamCarrier;
 use super::registry::Registry;
 use super::restate::{self, Stampers};
@@ -70,6 +71,8 @@ struct Shared {
     // Judge each destination against the profile's `outbound.trusted_hosts` (C19); one layer
     // per carrier the destination is told in.
     client: Stampers,
+    // `--egress-allow`: the only destinations `--egress` calls; none set, any.
+    allow: Vec<EgressAllow>,
 }
 
 impl Egress {
@@ -79,6 +82,7 @@ impl Egress {
         registry: Arc<Registry>,
         carrier: UpstreamCarrier,
         idle: std::time::Duration,
+        allow: Vec<EgressAllow>,
     ) -> Self {
         let client = Stampers::for_profile(profile.clone(), carrier);
         Self {
@@ -88,6 +92,7 @@ impl Egress {
                 unmatched_quiet: AtomicU64::new(0),
                 registry,
                 client,
+                allow,
             }),
             destination: Arc::new(Destination::Named(Box::new(http1_client(idle)))),
             spans: None,
@@ -208,12 +213,23 @@ async fn call(
                 record.finish("refused", StatusCode::NOT_IMPLEMENTED.as_u16(), None);
                 return Ok(connect_refusal(grpc));
             }
-            if req.uri().authority().is_none() {
+            let Some(authority) = req.uri().authority() else {
                 record.finish("refused", StatusCode::BAD_REQUEST.as_u16(), None);
                 return Ok(plain(
                     StatusCode::BAD_REQUEST,
                     "hopbudget proxy: the egress proxy needs an absolute URI \
                      (GET http://host:port/path); for one fixed destination use --egress-to\n",
+                ));
+            };
+            // Not an open proxy: with an allow-list, nothing else leaves (#46 item 8).
+            if !shared.allow.is_empty() && !shared.allow.iter().any(|a| a.admits(authority)) {
+                record.finish("refused", StatusCode::FORBIDDEN.as_u16(), None);
+                return Ok(plain_owned(
+                    StatusCode::FORBIDDEN,
+                    format!(
+                        "hopbudget proxy: {authority} is not in the egress allow-list \
+                         (--egress-allow)\n"
+                    ),
                 ));
             }
             strip_hop_by_hop(req.headers_mut(), grpc);
@@ -378,11 +394,35 @@ fn connect_refusal(grpc: bool) -> Response<ProxyBody> {
 }
 
 fn plain(status: StatusCode, text: &'static str) -> Response<ProxyBody> {
-    let mut res = Response::new(full(Bytes::from_static(text.as_bytes())));
+    plain_owned(status, text.to_owned())
+}
+
+fn plain_owned(status: StatusCode, text: String) -> Response<ProxyBody> {
+    let mut res = Response::new(full(Bytes::from(text)));
     res.headers_mut().insert(
         http::header::CONTENT_TYPE,
         HeaderValue::from_static("text/plain; charset=utf-8"),
     );
     *res.status_mut() = status;
     res
+}
+
+#[cfg(test)]
+mod allow_tests {
+    use super::EgressAllow as Allowed;
+
+    #[test]
+    fn hosts_ports_and_domains_are_admitted_as_written() {
+        let a = |t: &str| t.parse::<Allowed>().unwrap();
+        let auth = |t: &str| t.parse::<http::uri::Authority>().unwrap();
+        assert!(a("stock").admits(&auth("stock:8080")));
+        assert!(a("stock:8080").admits(&auth("STOCK:8080")));
+        assert!(!a("stock:8080").admits(&auth("stock:9090")));
+        assert!(a("*.svc.local").admits(&auth("pay.svc.local:443")));
+        assert!(!a("*.svc.local").admits(&auth("svc.local")));
+        assert!(!a("*.svc.local").admits(&auth("evilsvc.local")));
+        assert!(!a("stock").admits(&auth("stock.evil.example")));
+        assert!("stock:port".parse::<Allowed>().is_err());
+        assert!("".parse::<Allowed>().is_err());
+    }
 }

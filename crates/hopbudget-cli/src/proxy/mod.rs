@@ -302,6 +302,7 @@ async fn bind_egress(
         registry,
         options::UpstreamCarrier::Auto,
         args.upstream_idle_timeout,
+        args.egress_allow.clone(),
     );
     let mut listeners = Vec::new();
     let bind = |addr: std::net::SocketAddr| async move {
@@ -311,6 +312,22 @@ async fn bind_egress(
         let bound = listener.local_addr().map_err(|e| e.to_string())?;
         Ok::<_, String>((listener, bound))
     };
+    // The egress carries the service's calls anywhere: reachable from elsewhere, it is an
+    // open proxy (#46 item 8).
+    for addr in args
+        .egress
+        .iter()
+        .chain(args.egress_to.iter().map(|(a, _)| a))
+    {
+        if !addr.ip().is_loopback() {
+            tracing::warn!(
+                listen = %addr,
+                "an egress listener on a non-loopback address: whoever reaches it can send \
+                 calls through the proxy; keep it on 127.0.0.1 unless the service runs elsewhere, \
+                 and give --egress an --egress-allow list"
+            );
+        }
+    }
     if let Some(addr) = args.egress {
         let (listener, bound) = bind(addr).await?;
         let _ = writeln!(out, "egress on {bound}");

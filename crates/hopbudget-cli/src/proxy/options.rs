@@ -47,6 +47,11 @@ pub struct ProxyArgs {
     #[arg(long, value_name = "ADDR")]
     pub egress: Option<SocketAddr>,
 
+    /// With `--egress`: the only destinations it calls, `HOST`, `HOST:PORT` or `*.DOMAIN`;
+    /// anything else is refused with 403. Repeatable. Without it, any destination.
+    #[arg(long = "egress-allow", value_name = "HOST[:PORT]", requires = "egress")]
+    pub egress_allow: Vec<EgressAllow>,
+
     /// Egress to one destination: the service dials LISTEN for HOST:PORT (h2c and gRPC, or
     /// HTTP/1.1). Repeatable.
     #[arg(long = "egress-to", value_name = "LISTEN=HOST:PORT", value_parser = parse_egress_to)]
@@ -346,5 +351,54 @@ mod tests {
         assert_eq!(UpstreamCarrier::Envoy.for_request(true), Carrier::Envoy);
         assert!(UpstreamProtocol::Auto.http2(true) && !UpstreamProtocol::Auto.http2(false));
         assert!(UpstreamProtocol::H2c.http2(false) && !UpstreamProtocol::Http1.http2(true));
+    }
+}
+
+/// A destination `--egress` may call (`--egress-allow`): `HOST`, `HOST:PORT`, or `*.DOMAIN`
+/// (any port).
+///
+/// ```
+/// let allow: hopbudget_cli::proxy::options::EgressAllow = "*.svc.local".parse().unwrap();
+/// assert!("stock:port".parse::<hopbudget_cli::proxy::options::EgressAllow>().is_err());
+/// # let _ = allow;
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+pub struct EgressAllow {
+    host: String,
+    port: Option<u16>,
+}
+
+impl std::str::FromStr for EgressAllow {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        let text = text.trim();
+        let (host, port) = match text.rsplit_once(':') {
+            Some((host, port)) if !host.ends_with(']') || text.starts_with('[') => {
+                let port = port
+                    .parse()
+                    .map_err(|_| format!("`{text}`: the port `{port}` is not a number"))?;
+                (host, Some(port))
+            }
+            _ => (text, None),
+        };
+        if host.is_empty() || host.contains('/') {
+            return Err(format!("`{text}` is not HOST, HOST:PORT or *.DOMAIN"));
+        }
+        Ok(Self {
+            host: host.to_ascii_lowercase(),
+            port,
+        })
+    }
+}
+
+impl EgressAllow {
+    pub(crate) fn admits(&self, authority: &http::uri::Authority) -> bool {
+        let host = authority.host().to_ascii_lowercase();
+        let host_ok = match self.host.strip_prefix("*.") {
+            Some(domain) => host.strip_suffix(domain).is_some_and(|h| h.ends_with('.')),
+            None => host == self.host,
+        };
+        host_ok && self.port.is_none_or(|p| authority.port_u16() == Some(p))
     }
 }
