@@ -35,7 +35,7 @@ enum Command {
     /// Run a sidecar in front of a service in any language: read, refuse, restate and enforce
     /// its deadlines (HTTP/1.1, h2c, gRPC).
     #[command(long_about = crate::proxy::options::HELP)]
-    Proxy(ProxyArgs),
+    Proxy(Box<ProxyArgs>),
 }
 
 #[derive(Debug, Subcommand)]

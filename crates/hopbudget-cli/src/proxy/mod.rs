@@ -31,11 +31,11 @@
 //! Files: [`options`] (the command line), `ingress` (the per-request stack), `restate` (the
 //! carriers), `upstream` (the client), `paired` (an HTTP/1.1 caller's own connection to the
 //! service), `answer` (failed calls), `trace_context` (trace context started at the ingress),
-//! `hygiene` (what never reaches the service), `client_waits` (slow and idle callers), `tunnel` (WebSocket), `registry` (requests in flight by trace context), `egress` (outbound calls), `serve` (accepting and the clean
+//! `hygiene` (what never reaches the service), `client_waits` (slow and idle callers), `tunnel` (WebSocket), `tls` (TLS on the ingress), `registry` (requests in flight by trace context), `egress` (outbound calls), `serve` (accepting and the clean
 //! stop), `admin` (`/metrics`), `log_fields` (the log lines' fields), `spans` (a span per
 //! request and per egress call, `--otlp-endpoint`) and `export` (where they are sent).
 //!
-//! Not yet: TLS, reloading the profile while running.
+//! Not yet: TLS to the service and to egress destinations.
 
 mod admin;
 mod answer;
@@ -52,6 +52,7 @@ mod reload;
 mod restate;
 mod serve;
 mod spans;
+mod tls;
 mod trace_context;
 mod tunnel;
 mod upstream;
@@ -177,6 +178,16 @@ async fn run_async(
             return ExitCode::from(2);
         }
     };
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => match tls::acceptor(cert, key) {
+            Ok(acceptor) => Some(acceptor),
+            Err(message) => {
+                eprintln!("hopbudget proxy: {message}");
+                return ExitCode::from(2);
+            }
+        },
+        _ => None,
+    };
     let mut out = std::io::stdout().lock();
     if let Some(admin) = args.admin {
         match start_admin(admin).await {
@@ -261,17 +272,21 @@ async fn run_async(
             let _ = stopped.wait_for(|stop| *stop).await;
         };
         let service = service.with_spans(spans.clone());
+        let slots = slots.clone();
         egress.spawn(serve::serve(
-            listener,
-            service,
-            waits,
-            slots.clone(),
-            stop,
-            drain,
+            listener, service, waits, slots, None, stop, drain,
         ));
     }
-    let mut drained =
-        serve::serve(listener, ingress, waits, slots, serve::stop_signal(), drain).await;
+    let mut drained = serve::serve(
+        listener,
+        ingress,
+        waits,
+        slots,
+        tls,
+        serve::stop_signal(),
+        drain,
+    )
+    .await;
     let _ = stop_egress.send(true);
     while let Some(done) = egress.join_next().await {
         drained &= done.unwrap_or(false);

@@ -106,6 +106,15 @@ pub struct ProxyArgs {
     #[arg(long, value_name = "SECONDS", default_value = "5", value_parser = parse_seconds)]
     pub profile_poll: Duration,
 
+    /// TLS on `--listen`: the certificate chain (PEM, leaf first). With `--tls-key`; ALPN
+    /// offers h2 and http/1.1.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// The private key for `--tls-cert` (PEM: PKCS#8, PKCS#1 or SEC1).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+
     /// How long a WebSocket connection lives after its handshake (which its budget bounds,
     /// as any request's) before the proxy closes it. Envoy's `max_stream_duration`. Seconds.
     #[arg(long, value_name = "SECONDS", default_value = "3600", value_parser = parse_seconds)]

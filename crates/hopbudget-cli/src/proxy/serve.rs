@@ -20,7 +20,8 @@ use http::{Request, Response};
 use hyper::body::Incoming;
 
 use super::ProxyBody;
-use super::client_waits::{ClientLimits, InFlight, Tracked, Watched};
+use super::client_waits::{CLOSED_TOTAL, ClientLimits, InFlight, Tracked, Watched};
+use tokio_rustls::TlsAcceptor;
 
 /// A service that keeps something per caller connection: the ingress, its connection to the
 /// service (see `paired`).
@@ -45,6 +46,7 @@ pub(crate) async fn serve<S>(
     service: S,
     waits: ClientLimits,
     slots: Slots,
+    tls: Option<TlsAcceptor>,
     stop: impl Future<Output = ()>,
     drain: Duration,
 ) -> bool
@@ -57,7 +59,8 @@ where
     S::Future: Send + Unpin + 'static,
 {
     let mut refused = AcceptErrors::default();
-    // HTTP/1.1 and HTTP/2 with prior knowledge (h2c) on one port: gRPC callers need no TLS.
+    // HTTP/1.1 and HTTP/2 on one port: with prior knowledge (h2c) in plain text, so gRPC
+    // callers need no TLS, or by ALPN over TLS.
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder.http2().max_concurrent_streams(waits.max_streams);
     let graceful = GracefulShutdown::new();
@@ -98,13 +101,45 @@ where
                 let in_flight = std::sync::Arc::new(InFlight::default());
                 let service = Tracked::new(service.for_connection(), in_flight.clone());
                 let service = TowerToHyperService::new(service);
+                metrics::gauge!(CONNECTIONS_OPEN).increment(1.0);
+                if let Some(acceptor) = &tls {
+                    // The handshake runs in the connection's own task, bounded as a request
+                    // head is: a caller that stalls in it holds nothing else.
+                    let acceptor = acceptor.clone();
+                    let (builder, watcher) = (builder.clone(), graceful.watcher());
+                    tokio::spawn(async move {
+                        let _slot = slot;
+                        match tokio::time::timeout(waits.header_read, acceptor.accept(stream)).await
+                        {
+                            Ok(Ok(tls)) => {
+                                let stream = Watched::new(tls, waits, in_flight);
+                                let connection = builder
+                                    .serve_connection_with_upgrades(TokioIo::new(stream), service)
+                                    .into_owned();
+                                if let Err(error) = watcher.watch(connection).await {
+                                    tracing::debug!(%error, "connection ended with an error");
+                                }
+                            }
+                            Ok(Err(error)) => {
+                                tracing::debug!(%error, "TLS handshake failed");
+                                metrics::counter!(CLOSED_TOTAL, "reason" => "tls_handshake")
+                                    .increment(1);
+                            }
+                            Err(_) => {
+                                metrics::counter!(CLOSED_TOTAL, "reason" => "header_read_timeout")
+                                    .increment(1);
+                            }
+                        }
+                        metrics::gauge!(CONNECTIONS_OPEN).decrement(1.0);
+                    });
+                    continue;
+                }
                 let stream = Watched::new(stream, waits, in_flight);
                 // With upgrades: a WebSocket handshake hands its connection over (see `tunnel`).
                 let connection = builder
                     .serve_connection_with_upgrades(TokioIo::new(stream), service)
                     .into_owned();
                 let connection = graceful.watch(connection);
-                metrics::gauge!(CONNECTIONS_OPEN).increment(1.0);
                 tokio::spawn(async move {
                     let _slot = slot;
                     // A caller that leaves mid-request ends here too; its hop is recorded
