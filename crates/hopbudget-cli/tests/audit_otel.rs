@@ -194,6 +194,71 @@ fn work_that_went_on_after_its_caller_gave_up_is_found_from_timing_alone() {
     );
 }
 
+/// Work for nobody has a severity (#50 item 6): on the incident's traces (a fleet that
+/// propagates nothing) the gateway went on a median 1,208 ms after the browser gave up in 8
+/// of 24 calls (33%), an error by default (100 ms, 5%), so the audit exits 1. Each threshold
+/// from both sides, at the fixture's own median and share.
+#[test]
+fn work_for_nobody_is_an_error_when_large_and_common_and_both_thresholds_hold() {
+    let path = fixture("plain-otel.jsonl.gz");
+    let judged = |ms: u64, percent: f64| {
+        let opts = AuditOptions {
+            nobody_error_ms: ms,
+            nobody_error_percent: percent,
+            // The fixture's budget resets are errors too; here they must not decide.
+            reset_error_ms: u64::MAX,
+            ..AuditOptions::default()
+        };
+        let r = audit::run(std::slice::from_ref(&path), &opts);
+        let gw = finding(&r, FindingKind::WorkAfterCallerLeft, "gateway").unwrap();
+        (gw.severity, r.exit_status(), gw.detail.clone())
+    };
+    use audit::Severity::{Error, Warning};
+    let (s, exit, d) = judged(100, 5.0);
+    assert_eq!((s, exit), (Error, 1), "{d}");
+    assert!(
+        d.contains("an error: at least 100 ms after the caller gave up in at least 5% of calls"),
+        "{d}"
+    );
+    let median = finding(
+        &audit_fixture("plain-otel.jsonl.gz"),
+        FindingKind::WorkAfterCallerLeft,
+        "gateway",
+    )
+    .unwrap()
+    .detail
+    .split("median ")
+    .nth(1)
+    .and_then(|t| t.split(' ').next())
+    .and_then(|t| t.parse::<u64>().ok())
+    .expect("the median in the detail");
+    assert_eq!(judged(median, 5.0).0, Error, "at the median");
+    assert_eq!(judged(median + 1, 5.0).0, Warning, "just above it");
+    assert_eq!(
+        judged(100, 100.0 * 8.0 / 24.0).0,
+        Error,
+        "at the share, 8 of 24"
+    );
+    let (s, exit, d) = judged(100, 34.0);
+    assert_eq!((s, exit), (Warning, 0), "{d}");
+    assert!(d.contains("a warning: in under 34% of calls"), "{d}");
+    // The command's flags: with resets out of the way, --nobody-error-ms decides.
+    let gz = std::fs::read(&path).unwrap();
+    let mut plain = String::new();
+    std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(&gz[..]), &mut plain).unwrap();
+    let quiet_resets = ["audit", "--reset-error-ms", "1000000", "-"];
+    assert_eq!(binary(&quiet_resets, plain.as_bytes()).0, Some(1));
+    let lifted = [
+        "audit",
+        "--reset-error-ms",
+        "1000000",
+        "--nobody-error-ms",
+        "5000",
+        "-",
+    ];
+    assert_eq!(binary(&lifted, plain.as_bytes()).0, Some(0));
+}
+
 #[test]
 fn chain_depth_is_counted_in_server_spans() {
     let r = audit_fixture("plain-otel.jsonl.gz");

@@ -14,7 +14,10 @@ use super::{AuditOptions, render};
     more time than its caller had left: the chain lost its deadline there). A reset is an error \
     when it added a median of at least --reset-error-ms (100 ms) in at least \
     --reset-error-percent (5%) of the calls compared; a smaller or rarer one (say 12 ms in 1 of \
-    200 calls) is a warning and does not change the exit status. Else 4 when there was nothing to \
+    200 calls) is a warning and does not change the exit status. Work for nobody (a service \
+    that went on after its caller gave up) is an error the same way: a median of at least \
+    --nobody-error-ms (100 ms) after the caller's span ended, in at least --nobody-error-percent \
+    (5%) of the service's calls. Else 4 when there was nothing to \
     judge (an empty input, no span that could be read, or no span with a deadline attribute or \
     header or a caller to time it against: the report says which); else 3 \
     when some input could not be read (grouped by kind, with a count and the first examples); \
@@ -104,6 +107,14 @@ pub struct AuditArgs {
     /// See --reset-error-ms: the least share of calls (percent, 0 to 100) of an error.
     #[arg(long, default_value_t = 5.0, value_parser = percent)]
     reset_error_percent: f64,
+    /// Work for nobody (a service that went on after its caller gave up) is an error (exit
+    /// status 1) when it went on by a median of at least this many ms in at least
+    /// --nobody-error-percent of the service's calls; otherwise a warning.
+    #[arg(long, default_value_t = 100)]
+    nobody_error_ms: u64,
+    /// See --nobody-error-ms: the least share of a service's calls (percent, 0 to 100).
+    #[arg(long, default_value_t = 5.0, value_parser = percent)]
+    nobody_error_percent: f64,
     /// Finish a trace once its root arrived and this many later spans were read.
     #[arg(long, default_value_t = 20_000)]
     settle_spans: u64,
@@ -180,6 +191,8 @@ pub fn audit_to(args: &AuditArgs, out: &mut dyn Write) -> u8 {
         max_line_bytes: args.max_line_bytes,
         reset_error_ms: args.reset_error_ms,
         reset_error_percent: args.reset_error_percent,
+        nobody_error_ms: args.nobody_error_ms,
+        nobody_error_percent: args.nobody_error_percent,
         ..AuditOptions::default()
     };
     if let Some(addr) = args.listen {

@@ -197,6 +197,13 @@ pub struct AuditOptions {
     pub reset_error_ms: u64,
     /// See [`reset_error_ms`](Self::reset_error_ms). Default 5 (%).
     pub reset_error_percent: f64,
+    /// Work for nobody is an error (exit status 1) when a service's server spans went on
+    /// after their caller's client span had ended in at least
+    /// [`nobody_error_percent`](Self::nobody_error_percent) of its calls, by a median of at
+    /// least this (ms) over those calls; otherwise a warning. Default 100 ms.
+    pub nobody_error_ms: u64,
+    /// See [`nobody_error_ms`](Self::nobody_error_ms). Default 5 (%).
+    pub nobody_error_percent: f64,
 }
 
 impl Default for AuditOptions {
@@ -212,6 +219,8 @@ impl Default for AuditOptions {
             depth_min: 10,
             reset_error_ms: 100,
             reset_error_percent: 5.0,
+            nobody_error_ms: 100,
+            nobody_error_percent: 5.0,
         }
     }
 }
@@ -258,6 +267,10 @@ pub(crate) fn rules(opts: &AuditOptions) -> report::findings::FindingRules {
         resets: report::reset_severity::ResetThresholds {
             error_ms: opts.reset_error_ms,
             error_percent: opts.reset_error_percent,
+        },
+        nobody: report::reset_severity::ResetThresholds {
+            error_ms: opts.nobody_error_ms,
+            error_percent: opts.nobody_error_percent,
         },
     }
 }

@@ -230,7 +230,9 @@ impl Report {
     /// captured deadline headers that added at least the error threshold in at least its share
     /// of calls (`--reset-error-ms`, `--reset-error-percent`; a smaller or rarer reset is a
     /// warning and does not count), any hop behind a sidecar told more than its caller had,
-    /// and any outbound call that matched no inbound request (C26).
+    /// any outbound call that matched no inbound request (C26), and work for nobody that is
+    /// an error (`--nobody-error-ms`, `--nobody-error-percent`: the work a fleet that
+    /// propagates nothing does for callers who left).
     pub fn chain_breaks(&self) -> usize {
         self.findings
             .iter()
@@ -242,6 +244,7 @@ impl Report {
                             | FindingKind::BudgetResetByHeader
                             | FindingKind::ToldMoreThanCallerHad
                             | FindingKind::UnmatchedCall
+                            | FindingKind::WorkAfterCallerLeft
                     )
             })
             .count()

@@ -34,6 +34,20 @@ impl ResetThresholds {
     /// The severity of `resets` of `calls` calls that added `median_ms` (median), and the
     /// words that say why, for the finding's detail.
     pub(crate) fn judge(self, median_ms: u64, resets: u64, calls: u64) -> (Severity, String) {
+        self.judge_as(median_ms, resets, calls, "added")
+    }
+
+    /// [`judge`](Self::judge) for another measure of the same shape: `what` says what the
+    /// milliseconds are (`added`, `after the caller gave up`). Work for nobody (#50 item 6) is
+    /// judged so: an error when at least `error_ms` (median) in at least `error_percent` of a
+    /// service's calls.
+    pub(crate) fn judge_as(
+        self,
+        median_ms: u64,
+        resets: u64,
+        calls: u64,
+        what: &str,
+    ) -> (Severity, String) {
         let pct = percent(resets, calls);
         let large = median_ms >= self.error_ms;
         let common = pct >= self.error_percent;
@@ -44,11 +58,11 @@ impl ResetThresholds {
         };
         let why = match (large, common) {
             (true, true) => format!(
-                "an error: at least {} ms added in at least {}% of calls",
+                "an error: at least {} ms {what} in at least {}% of calls",
                 self.error_ms, self.error_percent
             ),
             (false, _) => format!(
-                "a warning: under {} ms added (median {median_ms} ms)",
+                "a warning: under {} ms {what} (median {median_ms} ms)",
                 self.error_ms
             ),
             (true, false) => format!(

@@ -9,4 +9,7 @@ pub(crate) struct FindingRules {
     pub(crate) depth_min: u64,
     /// When a budget reset is an error rather than a warning.
     pub(crate) resets: super::reset_severity::ResetThresholds,
+    /// When work for nobody (a server span that went on after its caller's ended) is an
+    /// error: the same shape, the time after the caller gave up.
+    pub(crate) nobody: super::reset_severity::ResetThresholds,
 }

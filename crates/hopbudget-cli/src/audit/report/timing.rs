@@ -125,9 +125,16 @@ pub(crate) fn build(
         let service = names.name(key).to_owned();
         let callers = top(&s.late_for, names);
         if s.after_caller.count > 0 {
+            let median = s.after_caller.excess.quantile(0.5).unwrap_or(0);
+            let (severity, why) = rules.nobody.judge_as(
+                median,
+                s.after_caller.count,
+                s.after_caller.of,
+                "after the caller gave up",
+            );
             findings.push(Finding {
                 kind: FindingKind::WorkAfterCallerLeft,
-                severity: Severity::Warning,
+                severity,
                 hop: service.clone(),
                 count: s.after_caller.count,
                 of: s.after_caller.of,
@@ -136,7 +143,8 @@ pub(crate) fn build(
                 below: Vec::new(),
                 detail: format!(
                     "work for nobody: {service} went on after the client span that called it \
-                     had ended in {} of {} calls ({}), called by {}: the caller had given up",
+                     had ended in {} of {} calls ({}), called by {}: the caller had given up; \
+                     {why}",
                     s.after_caller.count,
                     s.after_caller.of,
                     late_text(&s.after_caller),
