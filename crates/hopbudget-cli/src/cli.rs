@@ -28,7 +28,7 @@ enum Command {
     /// Find where deadlines get lost, from OTLP traces: files, `--listen` (OTLP/HTTP),
     /// `--kafka` (the Collector's Kafka exporter), or `--merge` of reports (exit 1 when a hop
     /// resets the budget).
-    Audit(AuditArgs),
+    Audit(Box<AuditArgs>),
     /// Write synthetic OTLP JSON traces of the checkout graph (for measuring `audit`).
     #[command(hide = true)]
     GenTraces(GenTracesArgs),
