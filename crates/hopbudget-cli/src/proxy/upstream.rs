@@ -192,15 +192,23 @@ fn connector() -> HttpConnector {
 /// them, and the ones the `Connection` header names. HTTP/2 forbids them outright. gRPC's
 /// `te: trailers` is end to end and stays.
 pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap, grpc: bool) {
-    // One walk over the names (see `restate::remove_where`); the `Connection` header's list
-    // is read only when there is one.
-    let named: Vec<HeaderName> = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
-        .collect();
+    // One walk over the names (see `restate::remove_where`). The `Connection` header's list
+    // names `keep-alive` or `close` on most HTTP/1.1 messages, which go anyway: only other
+    // names are collected, so the list allocates only when there is one.
+    let mut named: Vec<HeaderName> = Vec::new();
+    for value in &headers.get_all(header::CONNECTION) {
+        let Ok(value) = value.to_str() else { continue };
+        for token in value.split(',').map(str::trim) {
+            let gone_anyway = ["close", "keep-alive", "upgrade", "proxy-connection", ""]
+                .iter()
+                .any(|known| token.eq_ignore_ascii_case(known));
+            if !gone_anyway {
+                if let Ok(name) = HeaderName::from_bytes(token.as_bytes()) {
+                    named.push(name);
+                }
+            }
+        }
+    }
     remove_where(headers, |name| {
         name == header::CONNECTION
             || name == header::PROXY_AUTHORIZATION
