@@ -63,6 +63,13 @@ async fn upstream() -> (
             }),
         )
         .route(
+            "/big",
+            get(|State(s): State<Service>| async move {
+                s.calls.fetch_add(1, Ordering::SeqCst);
+                vec![b'x'; 50 << 20]
+            }),
+        )
+        .route(
             "/ws",
             get(|mut req: axum::extract::Request| async move {
                 // A WebSocket-like service: switches, then echoes whatever comes.
@@ -571,6 +578,44 @@ async fn the_profile_reloads_on_a_changed_file_and_on_sighup_and_a_bad_one_is_re
     await_hash_change(&proxy, second).await;
     assert_eq!(status(&proxy).await, 503, "v3: 100 ms is below 300 again");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The deadline ends the answer too (#46 item 2, C4, C7): a caller that asks for 50 MB under
+/// a 500 ms budget and reads none of it is cut off at the deadline (its HTTP/1.1 connection
+/// closed), and the hop ends then, not when the caller finally closes.
+#[tokio::test]
+async fn a_caller_that_stops_reading_is_cut_off_at_the_deadline() {
+    let (service, _, _) = upstream().await;
+    let proxy = Proxy::start(service, None, &[]).await;
+    let mut stalled = send_head(
+        proxy.addr,
+        "GET",
+        "/big",
+        &[
+            ("x-request-timeout-ms", "500"),
+            ("connection", "keep-alive"),
+        ],
+    )
+    .await
+    .unwrap();
+    let metrics = tokio::time::timeout(PATIENCE, async {
+        loop {
+            let m = proxy.metrics().await;
+            if m.contains("reason=\"answer_deadline\"") {
+                return m;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("the proxy cuts the stalled answer off");
+    let ended = support::hops(&metrics, "expired") + support::hops(&metrics, "cancelled");
+    assert_eq!(
+        ended, 1,
+        "the hop ended when the answer was cut:\n{metrics}"
+    );
+    // What the caller could still read is what was in flight; then the connection is gone.
+    closed_by_the_proxy(&mut stalled).await;
 }
 
 /// Write `text` into a tunnel and read it back.

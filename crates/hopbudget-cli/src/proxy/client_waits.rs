@@ -27,6 +27,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
+use hopbudget::RequestBudget;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
@@ -60,6 +61,8 @@ pub(crate) fn default_max_connections() -> usize {
 pub(crate) struct InFlight {
     now: AtomicU32,
     started: AtomicU32,
+    /// The budget of the answer being written on an HTTP/1.1 connection (see [`AnswerBy`]).
+    answer: std::sync::Mutex<Option<RequestBudget>>,
 }
 
 impl InFlight {
@@ -71,6 +74,14 @@ impl InFlight {
         self.started.load(Ordering::Relaxed)
     }
 }
+
+/// In an answer's extensions, for an HTTP/1.1 caller: the budget its writing is bounded by
+/// (#46 item 2). A caller that stops reading leaves the proxy's writes pending; at the
+/// deadline (for a stream route, the lifetime it moved to after the first byte, C13) the
+/// connection is closed and the hop ends. HTTP/2 answers are left to the stream's flow
+/// control: one connection carries many answers, and closing it for one would end the rest.
+#[derive(Clone, Debug)]
+pub(crate) struct AnswerBy(pub(crate) RequestBudget);
 
 /// Held while a request is in flight on a connection.
 #[derive(Debug)]
@@ -129,6 +140,8 @@ pub(crate) struct Watched<IO> {
     h2: Option<bool>,
     /// An HTTP/2 caller's frames.
     frames: Option<Box<FrameScan>>,
+    /// Made when a write is first left pending: the current answer's deadline.
+    write_sleep: Option<Pin<Box<Sleep>>>,
     sleep: Pin<Box<Sleep>>,
     armed: Option<Instant>,
 }
@@ -238,6 +251,7 @@ impl<IO> Watched<IO> {
             last_active: now,
             h2: None,
             frames: None,
+            write_sleep: None,
             sleep: Box::pin(tokio::time::sleep_until(now + waits.idle)),
             armed: None,
         }
@@ -315,6 +329,40 @@ impl<IO> Watched<IO> {
     }
 }
 
+impl<IO> Watched<IO> {
+    /// A write would block: past the current answer's deadline (HTTP/1.1), an error that
+    /// closes the connection; before it, the timer armed for it.
+    fn on_write_wait(&mut self, cx: &mut Context<'_>) -> Poll<io::Error> {
+        if self.h2 != Some(false) {
+            return Poll::Pending;
+        }
+        let Some(due) = self
+            .in_flight
+            .answer
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .as_ref()
+            .map(|b| b.deadline().instant())
+        else {
+            return Poll::Pending;
+        };
+        if Instant::now() < due {
+            let sleep = self
+                .write_sleep
+                .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(due)));
+            if sleep.deadline() != due {
+                sleep.as_mut().reset(due);
+            }
+            ready!(sleep.as_mut().poll(cx));
+        }
+        metrics::counter!(CLOSED_TOTAL, "reason" => "answer_deadline").increment(1);
+        Poll::Ready(io::Error::new(
+            io::ErrorKind::TimedOut,
+            "the caller did not read its answer by the deadline",
+        ))
+    }
+}
+
 impl<IO: AsyncRead + Unpin> AsyncRead for Watched<IO> {
     fn poll_read(
         self: Pin<&mut Self>,
@@ -344,9 +392,13 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Watched<IO> {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        let n = ready!(Pin::new(&mut this.io).poll_write(cx, buf))?;
-        this.active = true;
-        Poll::Ready(Ok(n))
+        match Pin::new(&mut this.io).poll_write(cx, buf) {
+            Poll::Pending => this.on_write_wait(cx).map(Err),
+            Poll::Ready(n) => {
+                this.active = true;
+                Poll::Ready(n)
+            }
+        }
     }
 
     fn poll_write_vectored(
@@ -355,9 +407,13 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Watched<IO> {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        let n = ready!(Pin::new(&mut this.io).poll_write_vectored(cx, bufs))?;
-        this.active = true;
-        Poll::Ready(Ok(n))
+        match Pin::new(&mut this.io).poll_write_vectored(cx, bufs) {
+            Poll::Pending => this.on_write_wait(cx).map(Err),
+            Poll::Ready(n) => {
+                this.active = true;
+                Poll::Ready(n)
+            }
+        }
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -365,7 +421,11 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Watched<IO> {
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+        let this = self.get_mut();
+        match Pin::new(&mut this.io).poll_flush(cx) {
+            Poll::Pending => this.on_write_wait(cx).map(Err),
+            ready => ready,
+        }
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -386,9 +446,9 @@ impl<S> Tracked<S> {
     }
 }
 
-impl<S, B> tower::Service<http::Request<B>> for Tracked<S>
+impl<S, B, RB> tower::Service<http::Request<B>> for Tracked<S>
 where
-    S: tower::Service<http::Request<B>>,
+    S: tower::Service<http::Request<B>, Response = http::Response<RB>>,
     S::Future: Unpin,
 {
     type Response = S::Response;
@@ -420,13 +480,25 @@ pub(crate) struct TrackedFuture<F> {
     request: Request,
 }
 
-impl<F: Future + Unpin> Future for TrackedFuture<F> {
+impl<F, RB, E> Future for TrackedFuture<F>
+where
+    F: Future<Output = Result<http::Response<RB>, E>> + Unpin,
+{
     type Output = F::Output;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         let this = self.get_mut();
-        let out = ready!(Pin::new(&mut this.inner).poll(cx));
-        let _ = &this.request;
+        let mut out = ready!(Pin::new(&mut this.inner).poll(cx));
+        if let Ok(res) = &mut out {
+            // The answer's writing is bounded by its budget (HTTP/1.1; see `AnswerBy`).
+            let answer = res.extensions_mut().remove::<AnswerBy>().map(|a| a.0);
+            *this
+                .request
+                .0
+                .answer
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = answer;
+        }
         Poll::Ready(out)
     }
 }

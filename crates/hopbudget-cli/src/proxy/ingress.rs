@@ -35,6 +35,7 @@ use tracing::Instrument as _;
 
 use super::ProxyBody;
 use super::answer;
+use super::client_waits;
 use super::hygiene;
 use super::options::UpstreamCarrier;
 use super::paired::Pairing;
@@ -228,6 +229,10 @@ async fn forward(
     grpc: bool,
 ) -> Result<Response<ProxyBody>, Infallible> {
     let profile = forwarder.profile.current();
+    // An HTTP/1.1 caller's answer is written under its budget (#46 item 2).
+    let answer_by = (req.version() <= http::Version::HTTP_11)
+        .then(|| req.extensions().get::<RequestBudget>().cloned())
+        .flatten();
     // The service's own calls are made under what the service is told, the forward budget,
     // so each hop below is told less again (C2): not under the proxy's larger remainder.
     let registration = match (&forwarder.registry, req.extensions().get::<RequestBudget>()) {
@@ -266,8 +271,13 @@ async fn forward(
             if !grpc {
                 strip_hop_by_hop(res.headers_mut(), false);
             }
-            if let Some(websocket) = websocket {
-                websocket.open(&mut res, forwarder.tunnel_max);
+            match websocket {
+                Some(websocket) => websocket.open(&mut res, forwarder.tunnel_max),
+                None => {
+                    if let Some(budget) = answer_by {
+                        res.extensions_mut().insert(client_waits::AnswerBy(budget));
+                    }
+                }
             }
             // Findable until the answer is out: a service may call out while it streams.
             Ok(res.map(|body| {
