@@ -149,7 +149,9 @@ impl From<Error> for DownstreamError {
     /// A reqwest call's error: the deadline outcome [`BudgetMiddleware`] reported
     /// ([`BudgetError::find`]), else a transport failure.
     fn from(e: Error) -> Self {
-        match BudgetError::find(&e) {
+        // `budget_error`, not `BudgetError::find`: a refusal the middleware made itself is
+        // the anyhow error inside, which `source()` never yields (see `Reported`).
+        match budget_error(&e) {
             Some(b) => DownstreamError::from(*b),
             None => DownstreamError::transport(Box::new(e)),
         }
