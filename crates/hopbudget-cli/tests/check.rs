@@ -4,8 +4,12 @@
 //! (an unreachable target, a downstream address in use, a service that never calls the
 //! downstream, a target that is not HTTP) exits 2.
 
+#[path = "proxy_support/mod.rs"]
+mod support;
+
 use std::net::SocketAddr;
 use std::process::Command;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use axum::Router;
@@ -439,4 +443,104 @@ async fn a_service_whose_call_outlives_its_caller_fails_c5() {
     let card = check::check(&args(service, downstream)).await.unwrap();
     println!("{}", card.text());
     assert_eq!(verdict(&card, "C5"), Verdict::Fail, "{}", card.text());
+}
+
+/// A forgetful service that forwards the trace context (its tracing library does) but no
+/// deadline, calling its downstream through the sidecar's egress, set once the proxy is up.
+/// Like the forgetful service above it has a fresh 5 s timeout of its own.
+async fn forgetful_behind(egress: Arc<OnceLock<SocketAddr>>) -> SocketAddr {
+    use axum::http::StatusCode;
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let router = Router::new().route(
+        "/work",
+        get(move |headers: axum::http::HeaderMap| {
+            let (http, egress) = (http.clone(), egress.clone());
+            async move {
+                let mut call = http.get(format!("http://{}/dep", egress.get().unwrap()));
+                if let Some(trace) = headers.get("traceparent") {
+                    call = call.header("traceparent", trace.clone());
+                }
+                // It hands on its downstream's status and `Retry-After` (the egress's 504, or
+                // its 503 refusal): one that answers 200 whatever happened below fails C4 and
+                // C3 behind the sidecar too, and one that drops `Retry-After` fails C3.
+                match call.send().await {
+                    Ok(answer) => {
+                        let mut relayed = reply(answer.status(), String::new());
+                        if let Some(retry) = answer.headers().get("retry-after") {
+                            relayed.headers_mut().insert("retry-after", retry.clone());
+                        }
+                        relayed
+                    }
+                    Err(e) => reply(StatusCode::BAD_GATEWAY, format!("downstream failed: {e}")),
+                }
+            }
+        }),
+    );
+    serve(router).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_forgetful_service_behind_the_sidecar_passes() {
+    let _serial = SERIAL.lock().await;
+    let downstream = free_addr();
+    let egress = Arc::new(OnceLock::new());
+    let service = forgetful_behind(egress.clone()).await;
+    let to = format!("127.0.0.1:0={downstream}");
+    let proxy = support::Proxy::start(service, None, &["--egress-to", &to]).await;
+    egress.set(proxy.egress_to[0]).unwrap();
+    let card = check::check(&args(proxy.addr, downstream)).await.unwrap();
+    let text = card.text();
+    println!("{text}");
+    for line in &card.lines {
+        let expected = if line.rule == "C1-step" {
+            Verdict::NotApplicable
+        } else {
+            Verdict::Pass
+        };
+        assert_eq!(line.verdict, expected, "{}:\n{text}", line.rule);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_command_prints_json_and_its_exit_status_says_pass_or_fail() {
+    let _serial = SERIAL.lock().await;
+    for (swallows, status) in [(false, 0), (true, 1)] {
+        let downstream = free_addr();
+        let service = if swallows {
+            swallowing_service(downstream).await
+        } else {
+            library_service(downstream).await
+        };
+        let target = format!("http://{service}/work");
+        let downstream = downstream.to_string();
+        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_hopbudget"))
+            .args([
+                "check",
+                "--json",
+                "--target",
+                &target,
+                "--downstream",
+                &downstream,
+            ])
+            .output()
+            .await
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(status), "{stdout}");
+        let card: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+        let lines = card["lines"].as_array().unwrap();
+        let failed: Vec<_> = lines
+            .iter()
+            .filter(|l| l["verdict"] == "fail")
+            .map(|l| l["rule"].as_str().unwrap())
+            .collect();
+        if swallows {
+            assert_eq!(failed, ["C4", "C3"], "{stdout}");
+        } else {
+            assert!(failed.is_empty(), "{stdout}");
+        }
+    }
 }
