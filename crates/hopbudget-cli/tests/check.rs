@@ -300,6 +300,8 @@ enum Flaw {
     TooMany,
     /// No refuse threshold: calls the downstream with whatever is left (C3).
     NoThreshold,
+    /// Calls again when the downstream answers 5xx, even an expired one (C6).
+    Retries,
 }
 
 /// A hand-rolled deadline middleware, as a team without the library would write it: reads
@@ -373,6 +375,18 @@ async fn home_made(
         .get(format!("http://{downstream}/dep"))
         .header("x-request-timeout-ms", told.to_string())
         .send();
+    let call = async {
+        let answer = call.await;
+        match answer {
+            Ok(a) if flaw == Flaw::Retries && a.status().is_server_error() => {
+                http.get(format!("http://{downstream}/dep"))
+                    .header("x-request-timeout-ms", told.to_string())
+                    .send()
+                    .await
+            }
+            other => other,
+        }
+    };
     match tokio::time::timeout(Duration::from_millis(left), call).await {
         Ok(Ok(answer)) => reply(StatusCode::OK, answer.status().to_string()),
         Ok(Err(e)) => reply(StatusCode::BAD_GATEWAY, e.to_string()),
@@ -413,6 +427,7 @@ async fn each_rule_fails_against_a_service_that_breaks_it() {
         (Flaw::Lenient, "malformed"),
         (Flaw::TooMany, "C10"),
         (Flaw::NoThreshold, "C3"),
+        (Flaw::Retries, "C6"),
     ] {
         let card = check_home_made(flaw).await;
         assert_eq!(

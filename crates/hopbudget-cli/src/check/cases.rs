@@ -339,6 +339,57 @@ impl Run {
         })
     }
 
+    /// C6: the downstream answers that the deadline expired; the service must not call it
+    /// again for the same request.
+    pub async fn c6(&mut self) -> Result<Line, Abort> {
+        let sent = format!(
+            "{REQUEST_TIMEOUT_MS}: 2000; the downstream answers 504, x-deadline-outcome: expired"
+        );
+        let expects = "no second call after an expired answer";
+        self.downstream.set_mode(Mode::Expired);
+        let (id, trace) = self.trace();
+        let headers = [(REQUEST_TIMEOUT_MS, "2000".to_owned()), trace];
+        let pending = caller::send(&self.target, &headers)
+            .await
+            .map_err(|e| format!("the target {} is unreachable: {e}", self.target.addr))?;
+        let answer = pending.answer(ANSWER_PATIENCE).await;
+        if self
+            .downstream
+            .next_call(&id, CALL_PATIENCE)
+            .await
+            .is_none()
+        {
+            return Ok(Line::new(
+                "C6",
+                Verdict::NotApplicable,
+                sent,
+                format!("{}; the downstream was never called", shown(&answer)),
+                expects,
+            ));
+        }
+        // A retry comes at once or after a backoff; the answer has come back, so any second
+        // call is already on its way or was made before it.
+        let mut calls = 1;
+        while self
+            .downstream
+            .next_call(&id, STRAY_PATIENCE)
+            .await
+            .is_some()
+        {
+            calls += 1;
+        }
+        let verdict = if calls == 1 {
+            Verdict::Pass
+        } else {
+            Verdict::Fail
+        };
+        let observed = format!(
+            "{}; the downstream was called {calls} time(s)",
+            shown(&answer)
+        );
+        Ok(Line::new("C6", verdict, sent, observed, expects))
+    }
+
     /// A malformed deadline header: 400 naming it, and no downstream call.
     pub async fn malformed(&mut self) -> Result<Line, Abort> {
         let sent = format!("{REQUEST_TIMEOUT_MS}: 12abc");

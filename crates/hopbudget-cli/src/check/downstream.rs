@@ -26,6 +26,8 @@ pub enum Mode {
     Answer,
     /// Never answer: hold the call until the service hangs up (or [`HOLD_LIMIT`]).
     Hold,
+    /// Answer at once that the deadline expired: `504` with `x-deadline-outcome: expired`.
+    Expired,
 }
 
 /// One call the service made to the downstream.
@@ -157,7 +159,7 @@ async fn serve(mut stream: TcpStream, mode: Mode, calls: mpsc::UnboundedSender<C
         headers,
         closed,
     };
-    let hold = mode == Mode::Hold || matches!(call.told(), Ok(None));
+    let hold = mode == Mode::Hold || (mode == Mode::Answer && matches!(call.told(), Ok(None)));
     let _ = calls.send(call);
     if hold {
         // Wait for the service to hang up: a read of zero bytes, or an error (a reset).
@@ -174,9 +176,12 @@ async fn serve(mut stream: TcpStream, mode: Mode, calls: mpsc::UnboundedSender<C
         let _ = closed_tx.send(Instant::now());
         return;
     }
-    let _ = stream
-        .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok")
-        .await;
+    let answer: &[u8] = if mode == Mode::Expired {
+        b"HTTP/1.1 504 Gateway Timeout\r\nx-deadline-outcome: expired\r\ncontent-length: 8\r\nconnection: close\r\n\r\nexpired\n"
+    } else {
+        b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok"
+    };
+    let _ = stream.write_all(answer).await;
     let _ = stream.shutdown().await;
 }
 

@@ -106,6 +106,7 @@ pub async fn check(args: &CheckArgs) -> Result<Scorecard, Abort> {
     lines.push(run.malformed().await?);
     lines.extend(run.c4_c10().await?);
     lines.push(run.c5().await?);
+    lines.push(run.c6().await?);
     lines.push(run.c3().await?);
     if total.load(Ordering::SeqCst) == 0 {
         return Err(format!(
