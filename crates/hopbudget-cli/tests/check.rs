@@ -123,6 +123,7 @@ fn args(target: SocketAddr, downstream: SocketAddr) -> CheckArgs {
         downstream,
         route: None,
         min_budget: None,
+        third_party: None,
         grpc: None,
         json: false,
     }
@@ -143,7 +144,7 @@ async fn a_service_on_the_librarys_layers_passes_every_rule() {
     let text = card.text();
     println!("{text}");
     for line in &card.lines {
-        let expected = if line.rule == "C1-step" {
+        let expected = if ["C1-step", "C19"].contains(&line.rule) {
             Verdict::NotApplicable
         } else {
             Verdict::Pass
@@ -302,19 +303,22 @@ enum Flaw {
     NoThreshold,
     /// Calls again when the downstream answers 5xx, even an expired one (C6).
     Retries,
+    /// Tells the third party it also calls its deadline (C19).
+    TellsThirdParty,
 }
 
 /// A hand-rolled deadline middleware, as a team without the library would write it: reads
 /// `x-request-timeout-ms` and Envoy's header (the tightest wins), 400 on a malformed one,
 /// 1000 ms when none, clamped to 30 s, 503 with `Retry-After` under 10 ms, and calls the
 /// downstream with what is left less 5 ms (504 when it runs out). `flaw` breaks one rule.
-async fn home_made_service(downstream: SocketAddr, flaw: Flaw) -> SocketAddr {
+/// It also calls a third party, `third`, first, with no deadline (unless the flaw is to).
+async fn home_made_service(downstream: SocketAddr, third: SocketAddr, flaw: Flaw) -> SocketAddr {
     let http = reqwest::Client::new();
     let router = Router::new().route(
         "/work",
         get(move |headers: axum::http::HeaderMap| {
             let http = http.clone();
-            async move { home_made(http, downstream, flaw, headers).await }
+            async move { home_made(http, (downstream, third), flaw, headers).await }
         }),
     );
     serve(router).await
@@ -322,7 +326,7 @@ async fn home_made_service(downstream: SocketAddr, flaw: Flaw) -> SocketAddr {
 
 async fn home_made(
     http: reqwest::Client,
-    downstream: SocketAddr,
+    (downstream, third): (SocketAddr, SocketAddr),
     flaw: Flaw,
     headers: axum::http::HeaderMap,
 ) -> axum::response::Response {
@@ -371,6 +375,14 @@ async fn home_made(
     } else {
         left.saturating_sub(5)
     };
+    let mut to_third = http.get(format!("http://{third}/lookup"));
+    if flaw == Flaw::TellsThirdParty {
+        to_third = to_third.header("x-request-timeout-ms", told.to_string());
+    }
+    if let Some(trace) = headers.get("traceparent") {
+        to_third = to_third.header("traceparent", trace.clone());
+    }
+    let _ = to_third.timeout(Duration::from_millis(left)).send().await;
     let call = http
         .get(format!("http://{downstream}/dep"))
         .header("x-request-timeout-ms", told.to_string())
@@ -403,9 +415,11 @@ fn reply(status: axum::http::StatusCode, body: String) -> axum::response::Respon
 /// The home-made service with `flaw`: its scorecard.
 async fn check_home_made(flaw: Flaw) -> Scorecard {
     let _serial = SERIAL.lock().await;
-    let downstream = free_addr();
-    let service = home_made_service(downstream, flaw).await;
-    let card = check::check(&args(service, downstream)).await.unwrap();
+    let (downstream, third) = (free_addr(), free_addr());
+    let service = home_made_service(downstream, third, flaw).await;
+    let mut args = args(service, downstream);
+    args.third_party = Some(third);
+    let card = check::check(&args).await.unwrap();
     println!("{flaw:?}:\n{}", card.text());
     card
 }
@@ -428,6 +442,7 @@ async fn each_rule_fails_against_a_service_that_breaks_it() {
         (Flaw::TooMany, "C10"),
         (Flaw::NoThreshold, "C3"),
         (Flaw::Retries, "C6"),
+        (Flaw::TellsThirdParty, "C19"),
     ] {
         let card = check_home_made(flaw).await;
         assert_eq!(
@@ -510,7 +525,7 @@ async fn the_forgetful_service_behind_the_sidecar_passes() {
     let text = card.text();
     println!("{text}");
     for line in &card.lines {
-        let expected = if line.rule == "C1-step" {
+        let expected = if ["C1-step", "C19"].contains(&line.rule) {
             Verdict::NotApplicable
         } else {
             Verdict::Pass

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use hopbudget::codec::{ENVOY_EXPECTED_RQ_TIMEOUT_MS, REQUEST_TIMEOUT_MS};
+use hopbudget::codec::{self, ENVOY_EXPECTED_RQ_TIMEOUT_MS, REQUEST_TIMEOUT_MS};
 
 use super::caller::{self, Answer, CallError, Target};
 use super::downstream::{Call, Downstream, HOLD_LIMIT, Mode};
@@ -30,6 +30,8 @@ pub struct Run {
     pub downstream: Downstream,
     /// `--min-budget`: the service's refuse threshold, instead of bisecting for it.
     pub min_budget: Option<Duration>,
+    /// `--third-party`: a second downstream the service must tell no deadline (C19).
+    pub third_party: Option<Downstream>,
     cases: u64,
 }
 
@@ -43,6 +45,7 @@ impl Run {
             target,
             downstream,
             min_budget,
+            third_party: None,
             cases: 0,
         }
     }
@@ -388,6 +391,62 @@ impl Run {
             shown(&answer)
         );
         Ok(Line::new("C6", verdict, sent, observed, expects))
+    }
+
+    /// C19: the service's call to a third party carries no deadline header.
+    pub async fn c19(&mut self) -> Result<Line, Abort> {
+        let sent = format!("{REQUEST_TIMEOUT_MS}: 2000; the service calls the third party too");
+        let expects = "no deadline header reaches a third party";
+        let Some(mut third) = self.third_party.take() else {
+            return Ok(Line::new(
+                "C19",
+                Verdict::NotApplicable,
+                "nothing: no --third-party given",
+                "not run",
+                expects,
+            ));
+        };
+        third.set_mode(Mode::Plain);
+        let (id, trace) = self.trace();
+        self.downstream.set_mode(Mode::Answer);
+        let headers = [(REQUEST_TIMEOUT_MS, "2000".to_owned()), trace];
+        let pending = caller::send(&self.target, &headers)
+            .await
+            .map_err(|e| format!("the target {} is unreachable: {e}", self.target.addr))?;
+        let answer = pending.answer(ANSWER_PATIENCE).await;
+        let call = third.next_call(&id, CALL_PATIENCE).await;
+        self.third_party = Some(third);
+        let Some(call) = call else {
+            return Ok(Line::new(
+                "C19",
+                Verdict::NotApplicable,
+                sent,
+                format!("{}; the third party was never called", shown(&answer)),
+                expects,
+            ));
+        };
+        let leaked: Vec<&str> = codec::WELL_KNOWN
+            .iter()
+            .copied()
+            .filter(|name| call.header(name).is_some())
+            .collect();
+        Ok(if leaked.is_empty() {
+            Line::new(
+                "C19",
+                Verdict::Pass,
+                sent,
+                "the third party was told no deadline",
+                expects,
+            )
+        } else {
+            Line::new(
+                "C19",
+                Verdict::Fail,
+                sent,
+                format!("the third party was told {}", leaked.join(", ")),
+                expects,
+            )
+        })
     }
 
     /// A malformed deadline header: 400 naming it, and no downstream call.

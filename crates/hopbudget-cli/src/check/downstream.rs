@@ -28,6 +28,8 @@ pub enum Mode {
     Hold,
     /// Answer at once that the deadline expired: `504` with `x-deadline-outcome: expired`.
     Expired,
+    /// Answer `200` at once, deadline or not: a third party, which is told none (C19).
+    Plain,
 }
 
 /// One call the service made to the downstream.
@@ -97,11 +99,16 @@ pub struct Downstream {
 impl Downstream {
     /// Listen on `addr`; an address in use is an error naming it.
     pub async fn bind(addr: SocketAddr) -> Result<Self, String> {
+        Self::bind_as(addr, "downstream", Mode::Answer).await
+    }
+
+    /// Listen on `addr` as the `role` the error names, answering as `mode` to begin with.
+    pub async fn bind_as(addr: SocketAddr, role: &str, mode: Mode) -> Result<Self, String> {
         let listener = TcpListener::bind(addr)
             .await
-            .map_err(|e| format!("cannot listen on the downstream address {addr}: {e}"))?;
+            .map_err(|e| format!("cannot listen on the {role} address {addr}: {e}"))?;
         let addr = listener.local_addr().map_err(|e| e.to_string())?;
-        let mode = Arc::new(Mutex::new(Mode::Answer));
+        let mode = Arc::new(Mutex::new(mode));
         let total = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let (tx, calls) = mpsc::unbounded_channel();
         let (m, t) = (mode.clone(), total.clone());

@@ -42,6 +42,11 @@ pub struct CheckArgs {
     /// The service's refuse threshold in milliseconds (C3), instead of finding it by bisection.
     #[arg(long, value_name = "MS")]
     pub min_budget: Option<u64>,
+    /// A second downstream the service calls that it must not trust: the checker listens
+    /// there too, and expects no deadline header to reach it (C19). On loopback the profile
+    /// must not trust this address (the default trusts 127/8).
+    #[arg(long, value_name = "ADDR")]
+    pub third_party: Option<SocketAddr>,
     /// gRPC cases for SERVICE/METHOD: not implemented yet (exit 2).
     #[arg(long, value_name = "SERVICE/METHOD")]
     pub grpc: Option<String>,
@@ -98,6 +103,10 @@ pub async fn check(args: &CheckArgs) -> Result<Scorecard, Abort> {
         downstream,
         args.min_budget.map(Duration::from_millis),
     );
+    if let Some(addr) = args.third_party {
+        run.third_party =
+            Some(Downstream::bind_as(addr, "third-party", downstream::Mode::Plain).await?);
+    }
     let mut lines = Vec::new();
     lines.extend(run.c1_c2().await?);
     lines.push(run.c8().await?);
@@ -107,6 +116,7 @@ pub async fn check(args: &CheckArgs) -> Result<Scorecard, Abort> {
     lines.extend(run.c4_c10().await?);
     lines.push(run.c5().await?);
     lines.push(run.c6().await?);
+    lines.push(run.c19().await?);
     lines.push(run.c3().await?);
     if total.load(Ordering::SeqCst) == 0 {
         return Err(format!(

@@ -136,3 +136,39 @@ impl Scorecard {
         serde_json::to_string_pretty(self).unwrap_or_default()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn card(verdicts: &[Verdict]) -> Scorecard {
+        Scorecard {
+            target: "http://127.0.0.1:1/".into(),
+            downstream: "127.0.0.1:2".into(),
+            lines: verdicts
+                .iter()
+                .map(|v| Line::new("C2", *v, "sent", "observed", "expects"))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_failed_rule_is_exit_1_and_a_run_that_judged_nothing_is_exit_2() {
+        use Verdict::*;
+        assert_eq!(card(&[Pass, NotApplicable]).exit_code(), ExitCode::SUCCESS);
+        assert_eq!(card(&[Pass, Fail]).exit_code(), ExitCode::from(1));
+        assert_eq!(
+            card(&[NotApplicable, NotApplicable]).exit_code(),
+            ExitCode::from(2)
+        );
+    }
+
+    #[test]
+    fn the_json_names_each_rule_and_its_verdict() {
+        let json: serde_json::Value =
+            serde_json::from_str(&card(&[Verdict::NotApplicable]).json()).unwrap();
+        assert_eq!(json["lines"][0]["rule"], "C2");
+        assert_eq!(json["lines"][0]["verdict"], "not-applicable");
+        assert!(card(&[Verdict::Fail]).text().contains("FAIL C2"));
+    }
+}
