@@ -263,6 +263,28 @@ fn a_target_that_is_not_http_is_bad_input() {
     assert!(err.contains("answers nothing like HTTP"), "{err}");
 }
 
+#[test]
+fn a_target_that_accepts_and_says_nothing_is_bad_input() {
+    // Accepts every connection and holds it, silent.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let target = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming().flatten() {
+            held.push(stream);
+        }
+    });
+    let (code, _, err) = hopbudget(&[
+        "check",
+        "--target",
+        &format!("http://{target}/"),
+        "--downstream",
+        &free_addr().to_string(),
+    ]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("answered nothing within"), "{err}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_service_that_never_calls_the_downstream_is_misconfigured_not_passing() {
     let service = serve(Router::new().route("/work", get(|| async { "ok" }))).await;

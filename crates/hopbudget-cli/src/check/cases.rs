@@ -97,6 +97,15 @@ impl Run {
             STRAY_PATIENCE
         };
         let call = self.downstream.next_call(&id, patience).await;
+        // Silence with no downstream call is a target that speaks nothing at all: stop
+        // rather than wait out every case.
+        if let (Err(CallError::NoAnswer(waited)), None) = (&answer, &call) {
+            return Err(format!(
+                "the target {} answered nothing within {} s and never called the downstream",
+                self.target.addr,
+                waited.as_secs()
+            ));
+        }
         Ok((answer, call, sent))
     }
 
