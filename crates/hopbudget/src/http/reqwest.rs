@@ -206,7 +206,8 @@ impl Middleware for BudgetMiddleware {
                 host.as_deref(),
                 host_header.as_deref(),
             )
-            .map_err(Error::middleware)?;
+            // Through `Reported`, like every other outcome here, so `BudgetError::find` sees it.
+            .map_err(budget_failure)?;
         self.shared.stamp_http(req.headers_mut(), &call);
         // The callee's hop span continues this trace (feature `otel`).
         #[cfg(feature = "otel")]
@@ -277,6 +278,31 @@ mod tests {
         assert_eq!(
             DownstreamError::from(err).budget_error(),
             Some(&BudgetError::Cancelled)
+        );
+    }
+
+    /// A call refused before it starts (C3) is found by a plain walk too, and converts to a
+    /// refusal, not a transport failure: a handler's `?` answers 503 with `Retry-After`.
+    #[tokio::test]
+    async fn a_call_refused_before_it_starts_is_a_refusal_downstream() {
+        let profile = Profile::default();
+        let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
+            .with(BudgetMiddleware::new(profile.clone()))
+            .build();
+        let budget = RequestBudget::local(std::time::Duration::from_millis(5), profile.policy());
+        // Port 9 (discard) is never reached: the refusal comes before any connection.
+        let err = budget
+            .scope(client.get("http://127.0.0.1:9/").send())
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(BudgetError::find(&err), Some(BudgetError::Refused(_))),
+            "{err}"
+        );
+        let downstream = DownstreamError::from(err);
+        assert!(
+            matches!(downstream.budget_error(), Some(BudgetError::Refused(_))),
+            "{downstream}"
         );
     }
 }
