@@ -601,12 +601,22 @@ impl Run {
     /// call. The threshold is `--min-budget`, or found by bisection between 1 ms and 1 s.
     pub async fn c3(&mut self) -> Result<Line, Abort> {
         let expects = "503 with Retry-After, and the downstream is never called";
-        let (below, found) = match self.min_budget {
-            Some(min) => ((min / 2).max(Duration::from_millis(1)), String::new()),
+        // The answer judged is the one to the highest budget the service did not pass on:
+        // sending it again could land on the other side of a threshold that moves by a
+        // millisecond with the time the service holds it.
+        let (ms, found, answer, call) = match self.min_budget {
+            Some(min) => {
+                let ms = u64::try_from((min / 2).as_millis())
+                    .unwrap_or(u64::MAX)
+                    .max(1);
+                let (answer, call) = self.probe(ms).await?;
+                (ms, String::new(), answer, call)
+            }
             None => {
                 let mut refused = 1u64;
                 let mut called = 1000u64;
-                if self.probe(refused).await?.1.is_some() {
+                let (mut answer, call) = self.probe(refused).await?;
+                if call.is_some() {
                     return Ok(Line::new(
                         "C3",
                         Verdict::Fail,
@@ -626,21 +636,19 @@ impl Run {
                 }
                 while called - refused > 1 {
                     let mid = (refused + called) / 2;
-                    if self.probe(mid).await?.1.is_some() {
+                    let (probed, call) = self.probe(mid).await?;
+                    if call.is_some() {
                         called = mid;
                     } else {
                         refused = mid;
+                        answer = probed;
                     }
                 }
-                (
-                    Duration::from_millis(refused),
-                    format!(" (bisection: threshold {called} ms)"),
-                )
+                let found = format!(" (bisection: threshold {called} ms)");
+                (refused, found, answer, None)
             }
         };
-        let ms = below.as_millis() as u64;
         let sent = format!("{REQUEST_TIMEOUT_MS}: {ms}{found}");
-        let (answer, call) = self.probe(ms).await?;
         let called = if call.is_some() {
             "; the downstream was called"
         } else {
