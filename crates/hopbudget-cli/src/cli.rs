@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 use crate::audit::command::{self, AuditArgs, GenTracesArgs};
+use crate::check::{self, CheckArgs};
 use crate::profile_cmd;
 use crate::proxy::{self, ProxyArgs};
 
@@ -36,6 +37,10 @@ enum Command {
     /// its deadlines (HTTP/1.1, h2c, gRPC).
     #[command(long_about = crate::proxy::options::HELP)]
     Proxy(Box<ProxyArgs>),
+    /// Check any service's deadline behaviour from outside: play its caller and its
+    /// downstream, print a scorecard of the contract's rules (exit 1 when one fails, 2 on bad
+    /// input).
+    Check(CheckArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -56,6 +61,7 @@ pub fn main() -> ExitCode {
         } => profile_cmd::check(&file),
         Command::Audit(args) => command::audit(&args),
         Command::Proxy(args) => proxy::run(&args),
+        Command::Check(args) => check::run(&args),
         Command::GenTraces(args) => match command::gen_traces(&args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

@@ -4,7 +4,7 @@
 //! every hop it passes through learns how much is left, forwards slightly less, refuses work it
 //! cannot finish, and stops its children when the time is up or the caller is gone.
 //!
-//! The behaviour is specified as numbered rules (C1-C27) and scenarios (S1-S25) in the
+//! The behaviour is specified as numbered rules (C1-C28) and scenarios (S1-S26) in the
 //! [contract] (`docs/contract.md` in the repository); the docs cite them by
 //! number, each has an anchor there (rule [C3](crate::contract#c3) is [`contract#c3`](crate::contract#c3), scenario
 //! [S2](crate::contract#s2) [`contract#s2`](crate::contract#s2)), and each entry names the modules and tests behind

@@ -149,7 +149,9 @@ impl From<Error> for DownstreamError {
     /// A reqwest call's error: the deadline outcome [`BudgetMiddleware`] reported
     /// ([`BudgetError::find`]), else a transport failure.
     fn from(e: Error) -> Self {
-        match BudgetError::find(&e) {
+        // `budget_error`, not `BudgetError::find`: a refusal the middleware made itself is
+        // the anyhow error inside, which `source()` never yields (see `Reported`).
+        match budget_error(&e) {
             Some(b) => DownstreamError::from(*b),
             None => DownstreamError::transport(Box::new(e)),
         }
@@ -204,7 +206,8 @@ impl Middleware for BudgetMiddleware {
                 host.as_deref(),
                 host_header.as_deref(),
             )
-            .map_err(Error::middleware)?;
+            // Through `Reported`, like every other outcome here, so `BudgetError::find` sees it.
+            .map_err(budget_failure)?;
         self.shared.stamp_http(req.headers_mut(), &call);
         // The callee's hop span continues this trace (feature `otel`).
         #[cfg(feature = "otel")]
@@ -275,6 +278,31 @@ mod tests {
         assert_eq!(
             DownstreamError::from(err).budget_error(),
             Some(&BudgetError::Cancelled)
+        );
+    }
+
+    /// A call refused before it starts (C3) is found by a plain walk too, and converts to a
+    /// refusal, not a transport failure: a handler's `?` answers 503 with `Retry-After`.
+    #[tokio::test]
+    async fn a_call_refused_before_it_starts_is_a_refusal_downstream() {
+        let profile = Profile::default();
+        let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
+            .with(BudgetMiddleware::new(profile.clone()))
+            .build();
+        let budget = RequestBudget::local(std::time::Duration::from_millis(5), profile.policy());
+        // Port 9 (discard) is never reached: the refusal comes before any connection.
+        let err = budget
+            .scope(client.get("http://127.0.0.1:9/").send())
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(BudgetError::find(&err), Some(BudgetError::Refused(_))),
+            "{err}"
+        );
+        let downstream = DownstreamError::from(err);
+        assert!(
+            matches!(downstream.budget_error(), Some(BudgetError::Refused(_))),
+            "{downstream}"
         );
     }
 }

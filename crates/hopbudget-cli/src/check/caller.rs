@@ -1,0 +1,182 @@
+//! The caller's side: one request to the service under test on a connection of its own, its
+//! answer read with bounded patience, and nothing hidden (a connection refused, a reply that
+//! is not HTTP and no reply at all are each told apart).
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+use super::downstream::parse_headers;
+
+/// Where the service under test listens, and the path the checker requests.
+#[derive(Clone, Debug)]
+pub struct Target {
+    /// The service's address.
+    pub addr: SocketAddr,
+    /// The `host` header.
+    pub host: String,
+    /// The request path.
+    pub path: String,
+}
+
+/// The service's answer to one request.
+#[derive(Clone, Debug)]
+pub struct Answer {
+    /// The status code.
+    pub status: u16,
+    /// Headers, names lower-case.
+    pub headers: Vec<(String, String)>,
+    /// The body as text (chunk framing left in: it is searched, not parsed).
+    pub body: String,
+    /// From the request written to the answer's head read.
+    pub elapsed: Duration,
+}
+
+impl Answer {
+    /// The first value of header `name`.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The body's first line, shortened, for a scorecard's observation.
+    pub fn gist(&self) -> String {
+        let line = self
+            .body
+            .lines()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("");
+        let mut gist: String = line.chars().take(80).collect();
+        if gist.len() < line.len() {
+            gist.push_str("...");
+        }
+        gist
+    }
+}
+
+impl fmt::Display for Answer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} after {} ms", self.status, self.elapsed.as_millis())
+    }
+}
+
+/// Why a request got no answer to judge.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CallError {
+    /// The connection was refused or failed.
+    Unreachable(String),
+    /// Bytes came back, but not an HTTP/1.1 answer.
+    NotHttp(String),
+    /// No answer within the patience given.
+    NoAnswer(Duration),
+}
+
+impl fmt::Display for CallError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CallError::Unreachable(e) => write!(f, "cannot connect: {e}"),
+            CallError::NotHttp(start) => write!(f, "the answer is not HTTP: {start:?}"),
+            CallError::NoAnswer(p) => write!(f, "no answer within {} ms", p.as_millis()),
+        }
+    }
+}
+
+/// A request written on its own connection, not yet answered.
+#[derive(Debug)]
+pub struct Pending {
+    stream: TcpStream,
+    sent: Instant,
+}
+
+impl Pending {
+    /// When the request had been written.
+    pub fn sent(&self) -> Instant {
+        self.sent
+    }
+
+    /// Read the answer, waiting at most `patience` for its head.
+    pub async fn answer(mut self, patience: Duration) -> Result<Answer, CallError> {
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 4096];
+        let until = self.sent + patience;
+        let (end, elapsed) = loop {
+            let read = tokio::time::timeout_at(until, self.stream.read(&mut chunk)).await;
+            let n = match read {
+                Err(_) => return Err(CallError::NoAnswer(patience)),
+                Ok(Err(e)) if buf.is_empty() => {
+                    return Err(CallError::Unreachable(format!("connection failed: {e}")));
+                }
+                Ok(Err(_)) | Ok(Ok(0)) => {
+                    if buf.is_empty() {
+                        return Err(CallError::NotHttp("the connection closed".into()));
+                    }
+                    return Err(CallError::NotHttp(String::from_utf8_lossy(&buf).into()));
+                }
+                Ok(Ok(n)) => n,
+            };
+            buf.extend_from_slice(&chunk[..n]);
+            if buf.len() >= 5 && !buf.starts_with(b"HTTP/") {
+                let start = String::from_utf8_lossy(&buf[..buf.len().min(40)]).into_owned();
+                return Err(CallError::NotHttp(start));
+            }
+            if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                break (end, self.sent.elapsed());
+            }
+        };
+        let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+        let status = head
+            .split(' ')
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| CallError::NotHttp(head.clone()))?;
+        // The body: what follows, until the connection closes (asked with `connection:
+        // close`), bounded so a streaming answer cannot hold the checker.
+        let mut body = buf[end + 4..].to_vec();
+        let _ = tokio::time::timeout(Duration::from_millis(500), async {
+            while let Ok(n) = self.stream.read(&mut chunk).await {
+                if n == 0 || body.len() > 64 * 1024 {
+                    break;
+                }
+                body.extend_from_slice(&chunk[..n]);
+            }
+        })
+        .await;
+        Ok(Answer {
+            status,
+            headers: parse_headers(&head),
+            body: String::from_utf8_lossy(&body).into_owned(),
+            elapsed,
+        })
+    }
+}
+
+/// Connect and write `GET path` with `headers` on a fresh connection.
+pub async fn send(target: &Target, headers: &[(&str, String)]) -> Result<Pending, CallError> {
+    let mut stream = tokio::time::timeout(Duration::from_secs(5), TcpStream::connect(target.addr))
+        .await
+        .map_err(|_| CallError::Unreachable(format!("connecting to {} timed out", target.addr)))?
+        .map_err(|e| CallError::Unreachable(format!("{}: {e}", target.addr)))?;
+    let _ = stream.set_nodelay(true);
+    let mut head = format!(
+        "GET {} HTTP/1.1\r\nhost: {}\r\nconnection: close\r\n",
+        target.path, target.host
+    );
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("\r\n");
+    stream
+        .write_all(head.as_bytes())
+        .await
+        .map_err(|e| CallError::Unreachable(format!("{}: {e}", target.addr)))?;
+    Ok(Pending {
+        stream,
+        sent: Instant::now(),
+    })
+}
