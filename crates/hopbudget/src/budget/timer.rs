@@ -163,12 +163,14 @@ impl<K: Ord + Copy, V> Wheel<K, V> {
         Err(first)
     }
 
-    /// How many entries are in.
+    /// How many entries are in (for tests: `budget::timer_stats`).
+    #[cfg(test)]
     pub(super) fn len(&self) -> usize {
         lock(&self.state).entries.len()
     }
 
-    /// How many entries woke the driver to move its sleep earlier.
+    /// How many entries woke the driver to move its sleep earlier (for tests, as above).
+    #[cfg(test)]
     pub(super) fn earlier_moves(&self) -> u64 {
         lock(&self.state).earlier
     }
