@@ -7,6 +7,8 @@
 #[path = "proxy_support/mod.rs"]
 mod support;
 
+use support::serve;
+
 use std::net::SocketAddr;
 use std::process::Command;
 use std::sync::{Arc, OnceLock};
@@ -20,13 +22,6 @@ use hopbudget::{DownstreamError, Profile};
 use hopbudget_cli::check::scorecard::{Scorecard, Verdict};
 use hopbudget_cli::check::{self, CheckArgs};
 use reqwest_middleware::ClientBuilder;
-
-async fn serve(router: Router) -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
-    addr
-}
 
 /// A port free a moment ago: the service must know its downstream before the checker
 /// listens there.

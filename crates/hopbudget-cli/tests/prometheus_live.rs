@@ -23,6 +23,8 @@
 #[path = "proxy_support/mod.rs"]
 mod support;
 
+use support::serve;
+
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::Stdio;
@@ -38,13 +40,6 @@ use support::Proxy;
 /// A bound on waiting for Prometheus to have scraped and evaluated what the load did; reaching
 /// it fails the test.
 const PROMETHEUS_PATIENCE: Duration = Duration::from_secs(90);
-
-async fn serve(router: Router) -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
-    addr
-}
 
 /// A service whose work takes `ms`, whatever it is told.
 async fn slow(ms: u64) -> SocketAddr {

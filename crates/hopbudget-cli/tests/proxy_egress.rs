@@ -13,6 +13,8 @@
 #[path = "proxy_support/mod.rs"]
 mod support;
 
+use support::serve;
+
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -38,11 +40,7 @@ async fn destination() -> (SocketAddr, Arc<AtomicUsize>) {
                 let counter = counter.clone();
                 async move {
                     counter.fetch_add(1, Ordering::SeqCst);
-                    let mut text = String::new();
-                    for (name, value) in &headers {
-                        text.push_str(&format!("{name}: {}\n", value.to_str().unwrap_or("?")));
-                    }
-                    text
+                    support::headers_text(&headers)
                 }
             }),
         )
@@ -59,13 +57,6 @@ async fn destination() -> (SocketAddr, Arc<AtomicUsize>) {
             }),
         );
     (serve(router).await, calls)
-}
-
-async fn serve(router: Router) -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
-    addr
 }
 
 /// Where the service's outbound calls go; known once the proxy has started.

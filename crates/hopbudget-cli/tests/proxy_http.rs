@@ -55,11 +55,7 @@ async fn upstream() -> (
             "/echo",
             any(|State(s): State<Service>, headers: HeaderMap| async move {
                 s.calls.fetch_add(1, Ordering::SeqCst);
-                let mut text = String::new();
-                for (name, value) in &headers {
-                    text.push_str(&format!("{name}: {}\n", value.to_str().unwrap_or("?")));
-                }
-                text
+                support::headers_text(&headers)
             }),
         )
         .route(

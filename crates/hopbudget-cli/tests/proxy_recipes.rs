@@ -80,13 +80,7 @@ async fn destination() -> Destination {
     let router = Router::new()
         .route(
             "/echo",
-            get(|headers: HeaderMap| async move {
-                let mut text = String::new();
-                for (name, value) in &headers {
-                    text.push_str(&format!("{name}: {}\n", value.to_str().unwrap_or("?")));
-                }
-                text
-            }),
+            get(|headers: HeaderMap| async move { support::headers_text(&headers) }),
         )
         .route(
             "/v1/traces",

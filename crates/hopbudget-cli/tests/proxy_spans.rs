@@ -11,6 +11,8 @@
 #[path = "proxy_support/mod.rs"]
 mod support;
 
+use support::serve;
+
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -166,13 +168,6 @@ async fn collector_keeping_requests() -> (SocketAddr, Received) {
     (addr, (got, requests))
 }
 
-async fn serve(router: Router) -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
-    addr
-}
-
 /// Where the service's outbound calls go: the proxy's `--egress`, to the destination.
 #[derive(Clone, Default)]
 struct Ways {
@@ -262,13 +257,7 @@ async fn destination() -> SocketAddr {
         Router::new()
             .route(
                 "/echo",
-                get(|headers: HeaderMap| async move {
-                    let mut text = String::new();
-                    for (name, value) in &headers {
-                        text.push_str(&format!("{name}: {}\n", value.to_str().unwrap_or("?")));
-                    }
-                    text
-                }),
+                get(|headers: HeaderMap| async move { support::headers_text(&headers) }),
             )
             .route(
                 "/slow",

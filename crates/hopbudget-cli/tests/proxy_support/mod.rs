@@ -198,6 +198,23 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// Serve `router` (axum) on a free loopback port; its address.
+pub async fn serve(router: axum::Router) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    addr
+}
+
+/// The headers a service saw, one `name: value` line each: what the tests' echo routes answer.
+pub fn headers_text(headers: &http::HeaderMap) -> String {
+    let mut text = String::new();
+    for (name, value) in headers {
+        text.push_str(&format!("{name}: {}\n", value.to_str().unwrap_or("?")));
+    }
+    text
+}
+
 /// SIGTERM `child` and wait for it to exit: what a graceful stop of a proxy or a service
 /// looks like (a proxy sends its last spans first); its exit status.
 pub async fn terminate(child: &mut Child) -> std::process::ExitStatus {
