@@ -706,10 +706,10 @@ fn rss_kib(proxy: &Proxy) -> u64 {
 /// half a request head and stall, each round cut off by the header-read timeout, and a
 /// normal caller served after each. The proxy's memory levels off: after the tenth round it
 /// is within 10% of after the fifth (a leak of 1 KiB a connection would add 9%; 16 KiB added
-/// 69%), and within 25% of after the first. The first rounds grow it by 10-20% (23.3 MiB to 27.0 in
-/// one run, flat from the fifth to the twenty-fifth): the allocator's and the runtime's
-/// high-water marks, reached as more of a round's connections are open at once; a leak
-/// would go on growing.
+/// 69%). The first rounds are not compared: they grow it by 10-30% (23.3 MiB to 27.0 in one
+/// run, 24.3 to 30.8 in a CI run, flat from the fifth to the twenty-fifth), the allocator's
+/// and the runtime's high-water marks, reached as more of a round's connections happen to
+/// be open at once, which depends on the machine; a leak would go on growing.
 #[cfg(target_os = "linux")]
 #[tokio::test]
 async fn rounds_of_slow_clients_leave_the_proxys_memory_where_it_was() {
@@ -720,7 +720,7 @@ async fn rounds_of_slow_clients_leave_the_proxys_memory_where_it_was() {
         &["--header-read-timeout", "0.2", "--max-connections", "2000"],
     )
     .await;
-    let (mut after_first, mut after_fifth) = (0, 0);
+    let mut after_fifth = 0;
     for round in 0..10 {
         let mut slow = tokio::task::JoinSet::new();
         for _ in 0..500 {
@@ -738,20 +738,14 @@ async fn rounds_of_slow_clients_leave_the_proxys_memory_where_it_was() {
         }
         let answer = http_get(proxy.addr, "/tax", &[]).await.unwrap();
         assert_eq!(answer.status, 200, "round {round}: {answer:?}");
-        match round {
-            0 => after_first = rss_kib(&proxy),
-            4 => after_fifth = rss_kib(&proxy),
-            _ => {}
+        if round == 4 {
+            after_fifth = rss_kib(&proxy);
         }
     }
     let after_last = rss_kib(&proxy);
     assert!(
         after_last * 100 <= after_fifth * 110,
         "RSS grew from {after_fifth} KiB after the fifth round to {after_last} KiB after the tenth"
-    );
-    assert!(
-        after_last * 4 <= after_first * 5,
-        "RSS grew from {after_first} KiB after the first round to {after_last} KiB after the tenth"
     );
 }
 
