@@ -31,6 +31,8 @@ use hopbudget::RequestBudget;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
+use super::stream_deadline::{self, AnswerSlot};
+
 /// The bounds on waiting for a caller, and on what one caller connection may hold.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct ClientLimits {
@@ -75,11 +77,11 @@ impl InFlight {
     }
 }
 
-/// In an answer's extensions, for an HTTP/1.1 caller: the budget its writing is bounded by
-/// (#46 item 2). A caller that stops reading leaves the proxy's writes pending; at the
-/// deadline (for a stream route, the lifetime it moved to after the first byte, C13) the
-/// connection is closed and the hop ends. HTTP/2 answers are left to the stream's flow
-/// control: one connection carries many answers, and closing it for one would end the rest.
+/// In an answer's extensions: the budget its writing is bounded by (#46 item 2). A caller
+/// that stops reading leaves the proxy's writes pending; at the deadline (for a stream
+/// route, the lifetime it moved to after the first byte, C13) an HTTP/1.1 connection is
+/// closed, an HTTP/2 stream reset (`stream_deadline`: one connection carries many answers,
+/// and closing it for one would end the rest), and the hop ends.
 #[derive(Clone, Debug)]
 pub(crate) struct AnswerBy(pub(crate) RequestBudget);
 
@@ -464,8 +466,14 @@ where
             req.extensions_mut()
                 .insert(Connection(self.in_flight.clone()));
         }
+        // An HTTP/2 stream's answer deadline goes to the stream's task, which is polling this
+        // call (see `stream_deadline`).
+        let stream = (req.version() == http::Version::HTTP_2)
+            .then(stream_deadline::polled_stream_slot)
+            .flatten();
         TrackedFuture {
             request: Request::start(&self.in_flight),
+            stream,
             inner: self.inner.call(req),
         }
     }
@@ -478,6 +486,9 @@ where
 pub(crate) struct TrackedFuture<F> {
     inner: F,
     request: Request,
+    /// An HTTP/2 stream's answer slot; `None` on HTTP/1.1, whose answers are bounded through
+    /// the connection's [`InFlight`].
+    stream: Option<AnswerSlot>,
 }
 
 impl<F, RB, E> Future for TrackedFuture<F>
@@ -490,12 +501,13 @@ where
         let this = self.get_mut();
         let mut out = ready!(Pin::new(&mut this.inner).poll(cx));
         if let Ok(res) = &mut out {
-            // The answer's writing is bounded by its budget (HTTP/1.1; see `AnswerBy`).
+            // The answer's writing is bounded by its budget (see `AnswerBy`).
             let answer = res.extensions_mut().remove::<AnswerBy>().map(|a| a.0);
-            *this
-                .request
-                .0
-                .answer
+            let slot = match &this.stream {
+                Some(stream) => stream,
+                None => &this.request.0.answer,
+            };
+            *slot
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner) = answer;
         }

@@ -229,10 +229,8 @@ async fn forward(
     grpc: bool,
 ) -> Result<Response<ProxyBody>, Infallible> {
     let profile = forwarder.profile.current();
-    // An HTTP/1.1 caller's answer is written under its budget (#46 item 2).
-    let answer_by = (req.version() <= http::Version::HTTP_11)
-        .then(|| req.extensions().get::<RequestBudget>().cloned())
-        .flatten();
+    // The answer is written under the request's budget (#46 item 2).
+    let answer_by = req.extensions().get::<RequestBudget>().cloned();
     // The service's own calls are made under what the service is told, the forward budget,
     // so each hop below is told less again (C2): not under the proxy's larger remainder.
     let registration = match (&forwarder.registry, req.extensions().get::<RequestBudget>()) {

@@ -52,6 +52,7 @@ mod reload;
 mod restate;
 mod serve;
 mod spans;
+mod stream_deadline;
 mod tls;
 mod trace_context;
 mod tunnel;

@@ -5,7 +5,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::TokioIo;
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
@@ -21,6 +21,7 @@ use hyper::body::Incoming;
 
 use super::ProxyBody;
 use super::client_waits::{CLOSED_TOTAL, ClientLimits, InFlight, Tracked, Watched};
+use super::stream_deadline::StreamExecutor;
 use tokio_rustls::TlsAcceptor;
 
 /// A service that keeps something per caller connection: the ingress, its connection to the
@@ -60,8 +61,9 @@ where
 {
     let mut refused = AcceptErrors::default();
     // HTTP/1.1 and HTTP/2 on one port: with prior knowledge (h2c) in plain text, so gRPC
-    // callers need no TLS, or by ALPN over TLS.
-    let mut builder = auto::Builder::new(TokioExecutor::new());
+    // callers need no TLS, or by ALPN over TLS. Each HTTP/2 stream's task ends at its
+    // answer's deadline (`stream_deadline`).
+    let mut builder = auto::Builder::new(StreamExecutor);
     builder.http2().max_concurrent_streams(waits.max_streams);
     let graceful = GracefulShutdown::new();
     tokio::pin!(stop);
