@@ -757,6 +757,48 @@ fn rss_kib(proxy: &Proxy) -> u64 {
         .expect("VmRSS in /proc/PID/status")
 }
 
+/// A caller that stalls in its request body (#46 item 1) is cut off at
+/// `--body-read-timeout`, however much budget it has left: answered 408 (its 20 s budget
+/// would have made it a 504), its connection closed, and counted. A body that trickles in
+/// under the bound is passed whole.
+#[tokio::test]
+async fn a_caller_that_stalls_in_its_body_is_answered_408_at_the_body_read_timeout() {
+    let (service, _, _) = upstream().await;
+    let proxy = Proxy::start(service, None, &["--body-read-timeout", "0.5"]).await;
+    let head = |length: &'static str| {
+        let addr = proxy.addr;
+        async move {
+            let headers = [
+                ("x-request-timeout-ms", "20000"),
+                ("content-length", length),
+            ];
+            send_head(addr, "POST", "/body", &headers).await
+        }
+    };
+    let mut trickle = head("10").await.unwrap();
+    for _ in 0..10 {
+        trickle.write_all(b"x").await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let answer = read_answer(&mut trickle).await.unwrap();
+    assert_eq!((answer.status, answer.body.as_str()), (200, "10 bytes"));
+
+    let mut stalled = head("100").await.unwrap();
+    stalled.write_all(b"12345").await.unwrap();
+    let answer = read_answer(&mut stalled).await.unwrap();
+    assert_eq!(answer.status, 408, "{answer:?}");
+    assert!(answer.body.contains("--body-read-timeout"), "{answer:?}");
+    closed_by_the_proxy(&mut stalled).await;
+    let metrics = proxy.metrics().await;
+    assert!(
+        metrics
+            .contains("hopbudget_proxy_connections_closed_total{reason=\"body_read_timeout\"} 1"),
+        "{metrics}"
+    );
+    let answer = http_get(proxy.addr, "/tax", &[]).await.unwrap();
+    assert_eq!(answer.status, 200, "{answer:?}");
+}
+
 /// Slow clients leave nothing behind (#46 item 9): ten rounds of 500 connections that send
 /// half a request head and stall, all 500 open at once, each round cut off by the
 /// header-read timeout, and a normal caller served after each. After the tenth round the

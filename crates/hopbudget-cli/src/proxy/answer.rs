@@ -16,6 +16,7 @@ use tower::BoxError;
 use std::error::Error as _;
 
 use super::ProxyBody;
+use super::caller_body;
 use super::hygiene;
 
 /// The answer to a failed call to the service.
@@ -28,6 +29,20 @@ pub(crate) fn failure(error: &BoxError, profile: &Profile, grpc: bool) -> Respon
         }
         Some(budget) => hopbudget::http::budget_response(budget, profile.http_status()).map(full),
         None => {
+            if let Some(stalled) = caller_body::stalled(&**error) {
+                // The caller stopped sending its body: a wait bound, not the service's
+                // failure (#46 item 1). nginx answers 408 and closes.
+                let message = format!("hopbudget proxy: {stalled}");
+                return if grpc {
+                    grpc_error(1, &message)
+                } else {
+                    let mut res = Response::new(full(Bytes::from(message + "\n")));
+                    *res.status_mut() = StatusCode::REQUEST_TIMEOUT;
+                    res.headers_mut()
+                        .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+                    res
+                };
+            }
             if let Some(why) = caller_body_failed(&**error) {
                 // The caller's framing, not the service: a 400, never a 502 that blames the
                 // service (#46 item 4).

@@ -31,6 +31,7 @@ use hopbudget::RequestBudget;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
+use super::caller_body::CallerBody;
 use super::stream_deadline::{self, AnswerSlot};
 
 /// The bounds on waiting for a caller, and on what one caller connection may hold.
@@ -38,6 +39,8 @@ use super::stream_deadline::{self, AnswerSlot};
 pub(crate) struct ClientLimits {
     pub(crate) header_read: Duration,
     pub(crate) idle: Duration,
+    /// Between body bytes of a request whose body is being read (see `caller_body`).
+    pub(crate) body_read: Duration,
     /// Concurrent HTTP/2 streams per connection.
     pub(crate) max_streams: u32,
 }
@@ -440,17 +443,22 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Watched<IO> {
 pub(crate) struct Tracked<S> {
     inner: S,
     in_flight: Arc<InFlight>,
+    body_read: Duration,
 }
 
 impl<S> Tracked<S> {
-    pub(crate) fn new(inner: S, in_flight: Arc<InFlight>) -> Self {
-        Self { inner, in_flight }
+    pub(crate) fn new(inner: S, in_flight: Arc<InFlight>, body_read: Duration) -> Self {
+        Self {
+            inner,
+            in_flight,
+            body_read,
+        }
     }
 }
 
 impl<S, B, RB> tower::Service<http::Request<B>> for Tracked<S>
 where
-    S: tower::Service<http::Request<B>, Response = http::Response<RB>>,
+    S: tower::Service<http::Request<CallerBody<B>>, Response = http::Response<RB>>,
     S::Future: Unpin,
 {
     type Response = S::Response;
@@ -474,7 +482,9 @@ where
         TrackedFuture {
             request: Request::start(&self.in_flight),
             stream,
-            inner: self.inner.call(req),
+            inner: self
+                .inner
+                .call(req.map(|body| CallerBody::new(body, self.body_read))),
         }
     }
 }
@@ -523,6 +533,7 @@ mod tests {
     const WAITS: ClientLimits = ClientLimits {
         header_read: Duration::from_secs(10),
         idle: Duration::from_secs(60),
+        body_read: Duration::from_secs(30),
         max_streams: 128,
     };
 

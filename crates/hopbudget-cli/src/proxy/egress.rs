@@ -29,11 +29,10 @@ use hopbudget::profile::Unmatched;
 use hopbudget::{BudgetError, Outcome, Profile, SharedProfile};
 use http::{HeaderValue, Method, Request, Response, StatusCode, Version};
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
+
 use tower::util::MapRequest;
 use tower::{Layer, Service, ServiceExt};
 
-use super::ProxyBody;
 use super::answer::{self, full};
 use super::ingress::is_grpc;
 use super::options::EgressAllow;
@@ -42,6 +41,7 @@ use super::registry::Registry;
 use super::restate::{self, Stampers};
 use super::spans::{self, EgressSpan, Spans};
 use super::upstream::{Upstream, UpstreamClient, http1_client, strip_hop_by_hop};
+use super::{FromCaller, ProxyBody};
 
 /// Where an egress listener sends calls.
 #[derive(Debug)]
@@ -122,7 +122,7 @@ impl super::serve::PerConnection for Egress {
     }
 }
 
-impl Service<Request<Incoming>> for Egress {
+impl Service<Request<FromCaller>> for Egress {
     type Response = Response<ProxyBody>;
     type Error = Infallible;
     type Future = Pin<Box<dyn Future<Output = Result<Response<ProxyBody>, Infallible>> + Send>>;
@@ -131,7 +131,7 @@ impl Service<Request<Incoming>> for Egress {
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, req: Request<Incoming>) -> Self::Future {
+    fn call(&mut self, req: Request<FromCaller>) -> Self::Future {
         let spans = self.spans.clone();
         Box::pin(call(
             self.shared.clone(),
@@ -145,7 +145,7 @@ impl Service<Request<Incoming>> for Egress {
 async fn call(
     shared: Arc<Shared>,
     destination: Arc<Destination>,
-    mut req: Request<Incoming>,
+    mut req: Request<FromCaller>,
     spans: Option<Spans>,
 ) -> Result<Response<ProxyBody>, Infallible> {
     let grpc = is_grpc(&req);

@@ -28,12 +28,11 @@ use hopbudget::http::server::ServerBudgetLayer;
 use hopbudget::{RequestBudget, SharedProfile};
 use http::{Request, Response};
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
+
 use tower::util::{BoxCloneService, MapRequest, Oneshot};
 use tower::{Layer, Service, ServiceBuilder, ServiceExt};
 use tracing::Instrument as _;
 
-use super::ProxyBody;
 use super::answer;
 use super::client_waits;
 use super::hygiene;
@@ -46,8 +45,9 @@ use super::spans::{self, IngressSpan, Spans};
 use super::trace_context::Starter;
 use super::tunnel;
 use super::upstream::{Upstream, strip_hop_by_hop};
+use super::{FromCaller, ProxyBody};
 
-type Stack = BoxCloneService<Request<Incoming>, Response<ProxyBody>, Infallible>;
+type Stack = BoxCloneService<Request<FromCaller>, Response<ProxyBody>, Infallible>;
 
 /// The service hyper runs for every request the proxy accepts.
 #[derive(Clone)]
@@ -145,7 +145,7 @@ impl PerConnection for Ingress {
 #[derive(Debug)]
 pub(crate) enum IngressFuture {
     Answered(Option<Response<ProxyBody>>),
-    Call(spans::Traced<Oneshot<Stack, Request<Incoming>>>),
+    Call(spans::Traced<Oneshot<Stack, Request<FromCaller>>>),
 }
 
 impl Future for IngressFuture {
@@ -161,7 +161,7 @@ impl Future for IngressFuture {
     }
 }
 
-impl Service<Request<Incoming>> for Ingress {
+impl Service<Request<FromCaller>> for Ingress {
     type Response = Response<ProxyBody>;
     type Error = Infallible;
     type Future = IngressFuture;
@@ -170,7 +170,7 @@ impl Service<Request<Incoming>> for Ingress {
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, mut req: Request<Incoming>) -> Self::Future {
+    fn call(&mut self, mut req: Request<FromCaller>) -> Self::Future {
         // Before anything reads it: what must not reach the service (#46 item 4), and an
         // `Upgrade` (#46 item 6).
         if let Some(answer) = hygiene::check(&mut req, &self.forwarder.profile) {
@@ -225,7 +225,7 @@ pub(crate) fn is_grpc<B>(req: &Request<B>) -> bool {
 /// where the server layer put it.
 async fn forward(
     forwarder: Arc<Forwarder>,
-    mut req: Request<Incoming>,
+    mut req: Request<FromCaller>,
     grpc: bool,
 ) -> Result<Response<ProxyBody>, Infallible> {
     let profile = forwarder.profile.current();

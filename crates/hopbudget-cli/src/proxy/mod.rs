@@ -39,6 +39,7 @@
 
 mod admin;
 mod answer;
+mod caller_body;
 mod client_waits;
 mod egress;
 mod export;
@@ -71,6 +72,9 @@ pub use options::ProxyArgs;
 
 /// The body of every answer the proxy sends: the service's, or one of its own.
 pub(crate) type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
+
+/// The body of every request the proxy passes on: the caller's, its reading bounded.
+pub(crate) type FromCaller = caller_body::CallerBody<hyper::body::Incoming>;
 
 /// How long requests in flight get after the stop signal, beyond the largest budget the
 /// profile admits: the answer still has to be written.
@@ -242,6 +246,7 @@ async fn run_async(
     let waits = client_waits::ClientLimits {
         header_read: args.header_read_timeout,
         idle: args.idle_timeout,
+        body_read: args.body_read_timeout,
         max_streams: args.max_streams,
     };
     let max_connections = args

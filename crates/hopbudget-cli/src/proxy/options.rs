@@ -88,6 +88,12 @@ pub struct ProxyArgs {
     #[arg(long, value_name = "SECONDS", default_value = "60", value_parser = parse_seconds)]
     pub idle_timeout: Duration,
 
+    /// End a request whose caller has sent no body byte for this long while the proxy waits
+    /// for its body (408, the connection closed), however much budget it has left. nginx's
+    /// `client_body_timeout`. Seconds, fractions allowed.
+    #[arg(long, value_name = "SECONDS", default_value = "30", value_parser = parse_seconds)]
+    pub body_read_timeout: Duration,
+
     /// Open caller connections at most, on all listeners together; at the limit the proxy
     /// stops accepting (callers wait in the kernel's backlog) and serves those it has.
     /// Default: 90% of the open-file limit (`ulimit -n`), halved, as each caller connection

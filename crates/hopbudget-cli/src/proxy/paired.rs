@@ -18,6 +18,8 @@ use std::sync::{Arc, Mutex};
 use http::uri::Authority;
 use http::{Request, Response};
 use hyper::body::Incoming;
+
+use super::FromCaller;
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::rt::TokioIo;
 use tower::BoxError;
@@ -25,7 +27,7 @@ use tower::BoxError;
 /// Idle connections kept for new callers, at most (nginx's `keepalive` takes a number too).
 const MAX_IDLE: usize = 64;
 
-type Sender = SendRequest<Incoming>;
+type Sender = SendRequest<FromCaller>;
 
 /// The service's address and its idle HTTP/1.1 connections, shared by every caller
 /// connection.
@@ -80,7 +82,7 @@ impl Connections {
         // Loopback sidecar traffic: small writes must not wait for Nagle.
         stream.set_nodelay(true)?;
         let (sender, connection) = http1::Builder::new()
-            .handshake::<_, Incoming>(TokioIo::new(stream))
+            .handshake::<_, FromCaller>(TokioIo::new(stream))
             .await?;
         tokio::spawn(async move {
             // Ends when the service closes it, on a cancelled request, or once every sender
@@ -123,7 +125,7 @@ impl Pairing {
     /// opening one when there is none.
     pub(crate) async fn send(
         self,
-        mut req: Request<Incoming>,
+        mut req: Request<FromCaller>,
     ) -> Result<Response<Incoming>, BoxError> {
         loop {
             let held = self.take();

@@ -17,11 +17,10 @@ use tokio::sync::Semaphore;
 use std::convert::Infallible;
 
 use http::{Request, Response};
-use hyper::body::Incoming;
 
-use super::ProxyBody;
 use super::client_waits::{CLOSED_TOTAL, ClientLimits, InFlight, Tracked, Watched};
 use super::stream_deadline::StreamExecutor;
+use super::{FromCaller, ProxyBody};
 use tokio_rustls::TlsAcceptor;
 
 /// A service that keeps something per caller connection: the ingress, its connection to the
@@ -52,7 +51,7 @@ pub(crate) async fn serve<S>(
     drain: Duration,
 ) -> bool
 where
-    S: tower::Service<Request<Incoming>, Response = Response<ProxyBody>, Error = Infallible>
+    S: tower::Service<Request<FromCaller>, Response = Response<ProxyBody>, Error = Infallible>
         + PerConnection
         + Clone
         + Send
@@ -101,7 +100,7 @@ where
                 };
                 let _ = stream.set_nodelay(true);
                 let in_flight = std::sync::Arc::new(InFlight::default());
-                let service = Tracked::new(service.for_connection(), in_flight.clone());
+                let service = Tracked::new(service.for_connection(), in_flight.clone(), waits.body_read);
                 let service = TowerToHyperService::new(service);
                 metrics::gauge!(CONNECTIONS_OPEN).increment(1.0);
                 if let Some(acceptor) = &tls {

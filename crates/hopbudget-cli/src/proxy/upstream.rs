@@ -24,12 +24,13 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tower::{BoxError, Service};
 
+use super::FromCaller;
 use super::options::UpstreamProtocol;
 use super::paired::{Connections, Pairing};
 use super::restate::remove_where;
 
 /// The client the proxy forwards with: one pool per protocol.
-pub(crate) type UpstreamClient = Client<HttpConnector, Incoming>;
+pub(crate) type UpstreamClient = Client<HttpConnector, FromCaller>;
 
 /// Where requests go and how.
 #[derive(Debug, Clone)]
@@ -68,7 +69,7 @@ impl Upstream {
     /// service is spoken to in HTTP/1.1, else as [`prepare`](Self::prepare).
     pub(crate) fn prepare_call(
         &self,
-        req: &mut Request<Incoming>,
+        req: &mut Request<FromCaller>,
         grpc: bool,
         pairing: Option<Pairing>,
     ) -> Call {
@@ -99,7 +100,7 @@ impl Upstream {
 
     /// The client for one request, after making the request fit it: the service's address in
     /// an absolute URI, the protocol version the client speaks, no hop-by-hop headers.
-    pub(crate) fn prepare(&self, req: &mut Request<Incoming>, grpc: bool) -> UpstreamClient {
+    pub(crate) fn prepare(&self, req: &mut Request<FromCaller>, grpc: bool) -> UpstreamClient {
         let http2 = self.protocol.http2(grpc);
         let path = req
             .uri()
@@ -133,7 +134,7 @@ pub(crate) enum Call {
 
 type CallFuture = Pin<Box<dyn Future<Output = Result<Response<Incoming>, BoxError>> + Send>>;
 
-impl Service<Request<Incoming>> for Call {
+impl Service<Request<FromCaller>> for Call {
     type Response = Response<Incoming>;
     type Error = BoxError;
     type Future = CallFuture;
@@ -141,7 +142,7 @@ impl Service<Request<Incoming>> for Call {
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
         match self {
             Self::Pooled(client) => {
-                Service::<Request<Incoming>>::poll_ready(client, cx).map_err(Into::into)
+                Service::<Request<FromCaller>>::poll_ready(client, cx).map_err(Into::into)
             }
             // Readiness is the connection's, awaited in the call: a request waits for it
             // inside its budget.
@@ -149,7 +150,7 @@ impl Service<Request<Incoming>> for Call {
         }
     }
 
-    fn call(&mut self, req: Request<Incoming>) -> CallFuture {
+    fn call(&mut self, req: Request<FromCaller>) -> CallFuture {
         match self {
             Self::Pooled(client) => {
                 let call = client.call(req);
