@@ -669,6 +669,77 @@ async fn an_http2_stream_whose_caller_stops_reading_is_reset_at_the_deadline() {
     assert_eq!(other.status(), 200, "the connection's other streams go on");
 }
 
+/// Pooled connections to the service are bounded in total (#46 item 3): two HTTP/2 callers,
+/// 16 streams each, to an HTTP/1.1 service whose answers each take 200 ms after their
+/// head, under
+/// `--upstream-max-connections 4`. The service never has more than 4 requests at once (one
+/// a connection, HTTP/1.1 being one at a time, held to the end of the answer's body), every
+/// stream is answered 200 inside its budget, and the waits are counted.
+#[tokio::test]
+async fn http2_callers_share_a_bounded_number_of_connections_to_an_http1_service() {
+    use http_body_util::Empty;
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    let (now, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let router = Router::new().route(
+        "/slow",
+        get({
+            let (now, most) = (now.clone(), most.clone());
+            move || async move {
+                // The answer's head at once, its body over 200 ms: the connection is busy
+                // until the body's end, not the head's.
+                most.fetch_max(now.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+                let (mut tx, body) = http_body_util::channel::Channel::<bytes::Bytes>::new(1);
+                let now = now.clone();
+                tokio::spawn(async move {
+                    let _ = tx.send_data(bytes::Bytes::from_static(b"do")).await;
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    now.fetch_sub(1, Ordering::SeqCst);
+                    let _ = tx.send_data(bytes::Bytes::from_static(b"ne")).await;
+                });
+                axum::body::Body::new(body)
+            }
+        }),
+    );
+    let service = support::serve(router).await;
+    let proxy = Proxy::start(service, None, &["--upstream-max-connections", "4"]).await;
+    let mut calls = tokio::task::JoinSet::new();
+    for _ in 0..2 {
+        let tcp = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+        let (send, connection) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+            .handshake(TokioIo::new(tcp))
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        for _ in 0..16 {
+            let mut send = send.clone();
+            calls.spawn(async move {
+                let req = http::Request::get("http://x/slow")
+                    .header("x-request-timeout-ms", "20000")
+                    .body(Empty::<bytes::Bytes>::new())
+                    .unwrap();
+                let answer = send.send_request(req).await.unwrap();
+                let status = answer.status();
+                let body = http_body_util::BodyExt::collect(answer.into_body()).await;
+                (status, body.unwrap().to_bytes())
+            });
+        }
+    }
+    while let Some(answer) = calls.join_next().await {
+        let (status, body) = answer.unwrap();
+        assert_eq!((status.as_u16(), &body[..]), (200, &b"done"[..]));
+    }
+    assert_eq!(
+        most.load(Ordering::SeqCst),
+        4,
+        "requests at the service at once"
+    );
+    let metrics = proxy.metrics().await;
+    assert!(
+        metrics.contains("hopbudget_proxy_upstream_limit_reached_total"),
+        "{metrics}"
+    );
+}
+
 /// Write `text` into a tunnel and read it back.
 async fn echo(ws: &mut tokio::net::TcpStream, text: &[u8]) {
     use tokio::io::AsyncReadExt;
@@ -816,7 +887,7 @@ async fn rounds_of_slow_clients_leave_the_proxys_memory_where_it_was() {
     )
     .await;
     let mut after = Vec::new();
-    for round in 0..10 {
+    for round in 0..std::env::var("ROUNDS").map_or(10, |r| r.parse().unwrap()) {
         // Every round's connections are open together before the first is cut off (a
         // round that opened them over longer than the timeout would hold fewer at once,
         // and a later, faster round would raise the high-water mark, not a leak).
@@ -848,7 +919,7 @@ async fn rounds_of_slow_clients_leave_the_proxys_memory_where_it_was() {
     }
     let (first, last) = (after[0], after[9]);
     assert!(
-        last * 100 <= first * 110,
+        last * 100 <= first * 110 && std::env::var("RSSDEBUG").is_err(),
         "RSS grew from {first} KiB after the first round to {last} KiB after the tenth: {after:?} KiB"
     );
 }

@@ -45,6 +45,7 @@ use super::spans::{self, IngressSpan, Spans};
 use super::trace_context::Starter;
 use super::tunnel;
 use super::upstream::{Upstream, strip_hop_by_hop};
+use super::upstream_limit;
 use super::{FromCaller, ProxyBody};
 
 type Stack = BoxCloneService<Request<FromCaller>, Response<ProxyBody>, Infallible>;
@@ -277,10 +278,13 @@ async fn forward(
                     }
                 }
             }
+            // A pooled connection's place under `--upstream-max-connections` is held until
+            // the service's answer has been read to its end.
+            let held = res.extensions_mut().remove::<upstream_limit::Held>();
             // Findable until the answer is out: a service may call out while it streams.
             Ok(res.map(|body| {
                 body.map_frame(move |frame| {
-                    let _ = &registration;
+                    let _ = (&registration, &held);
                     frame
                 })
                 .boxed_unsync()

@@ -58,6 +58,7 @@ mod tls;
 mod trace_context;
 mod tunnel;
 mod upstream;
+mod upstream_limit;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -229,11 +230,18 @@ async fn run_async(
         let ratio = shared.current().spec().sidecar.sample_ratio;
         trace_context::Starter::new(ratio, args.request_id_header.clone())
     });
+    let max_connections = args
+        .max_connections
+        .map_or_else(client_waits::default_max_connections, |n| n.get());
     let upstream = upstream::Upstream::new(
         args.upstream.clone(),
         args.upstream_protocol,
         args.upstream_idle_timeout,
-    );
+    )
+    .with_limit(upstream_limit::UpstreamLimit::new(
+        args.upstream_max_connections
+            .map_or(max_connections, |n| n.get()),
+    ));
     let ingress = ingress::Ingress::new(
         shared.clone(),
         upstream,
@@ -249,9 +257,6 @@ async fn run_async(
         body_read: args.body_read_timeout,
         max_streams: args.max_streams,
     };
-    let max_connections = args
-        .max_connections
-        .map_or_else(client_waits::default_max_connections, |n| n.get());
     let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(max_connections));
     let mut egress_listeners = Vec::new();
     if let Some(registry) = registry {

@@ -101,6 +101,13 @@ pub struct ProxyArgs {
     #[arg(long, value_name = "N")]
     pub max_connections: Option<std::num::NonZeroUsize>,
 
+    /// Pooled HTTP/1.1 connections to the service open at once, at most: those HTTP/2
+    /// callers' streams take (an HTTP/1.1 caller has its own one). A request past it waits
+    /// for one to end, inside its budget. Default: the `--max-connections` value. Envoy's
+    /// cluster `max_connections` circuit breaker (1024), nginx's upstream `max_conns`.
+    #[arg(long, value_name = "N")]
+    pub upstream_max_connections: Option<std::num::NonZeroUsize>,
+
     /// Close a pooled connection to the service (or to an egress destination) idle this long.
     /// At most 32 idle ones are kept per destination. nginx's upstream `keepalive_timeout`.
     /// Seconds.

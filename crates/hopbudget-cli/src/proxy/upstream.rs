@@ -28,6 +28,7 @@ use super::FromCaller;
 use super::options::UpstreamProtocol;
 use super::paired::{Connections, Pairing};
 use super::restate::remove_where;
+use super::upstream_limit::UpstreamLimit;
 
 /// The client the proxy forwards with: one pool per protocol.
 pub(crate) type UpstreamClient = Client<HttpConnector, FromCaller>;
@@ -40,6 +41,9 @@ pub(crate) struct Upstream {
     http1: UpstreamClient,
     h2c: UpstreamClient,
     connections: Arc<Connections>,
+    // `--upstream-max-connections`, for the service behind the ingress (not for egress
+    // destinations: their callers are the service's own).
+    limit: Option<UpstreamLimit>,
 }
 
 impl Upstream {
@@ -51,6 +55,15 @@ impl Upstream {
             protocol,
             http1: http1_client(idle),
             h2c,
+            limit: None,
+        }
+    }
+
+    /// Bound the pooled HTTP/1.1 calls to the service (see `upstream_limit`).
+    pub(crate) fn with_limit(self, limit: UpstreamLimit) -> Self {
+        Self {
+            limit: Some(limit),
+            ..self
         }
     }
 
@@ -75,7 +88,15 @@ impl Upstream {
     ) -> Call {
         let pairing = match pairing {
             Some(pairing) if !self.protocol.http2(grpc) => pairing,
-            _ => return Call::Pooled(Box::new(self.prepare(req, grpc))),
+            _ => {
+                let client = Box::new(self.prepare(req, grpc));
+                return match &self.limit {
+                    Some(limit) if !self.protocol.http2(grpc) => {
+                        Call::Limited(client, limit.clone())
+                    }
+                    _ => Call::Pooled(client),
+                };
+            }
         };
         // Origin-form (`/path?query`): what a connection to the service itself is sent.
         if req.uri().scheme().is_some() || req.uri().authority().is_some() {
@@ -129,6 +150,8 @@ impl Upstream {
 pub(crate) enum Call {
     // Boxed: hyper-util's client is some 300 bytes, the pairing one pointer.
     Pooled(Box<UpstreamClient>),
+    /// Pooled HTTP/1.1, under `--upstream-max-connections`.
+    Limited(Box<UpstreamClient>, UpstreamLimit),
     Paired(Pairing),
 }
 
@@ -141,7 +164,7 @@ impl Service<Request<FromCaller>> for Call {
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
         match self {
-            Self::Pooled(client) => {
+            Self::Pooled(client) | Self::Limited(client, _) => {
                 Service::<Request<FromCaller>>::poll_ready(client, cx).map_err(Into::into)
             }
             // Readiness is the connection's, awaited in the call: a request waits for it
@@ -155,6 +178,16 @@ impl Service<Request<FromCaller>> for Call {
             Self::Pooled(client) => {
                 let call = client.call(req);
                 Box::pin(async move { call.await.map_err(Into::into) })
+            }
+            Self::Limited(client, limit) => {
+                let (mut client, limit) = ((**client).clone(), limit.clone());
+                Box::pin(async move {
+                    // Waiting here is inside the request's budget (C4).
+                    let held = limit.hold().await;
+                    let mut res = client.call(req).await?;
+                    res.extensions_mut().insert(held);
+                    Ok(res)
+                })
             }
             Self::Paired(pairing) => Box::pin(pairing.clone().send(req)),
         }
