@@ -872,9 +872,16 @@ async fn a_caller_that_stalls_in_its_body_is_answered_408_at_the_body_read_timeo
 
 /// Slow clients leave nothing behind (#46 item 9): ten rounds of 500 connections that send
 /// half a request head and stall, all 500 open at once, each round cut off by the
-/// header-read timeout, and a normal caller served after each. After the tenth round the
-/// proxy's memory is within 10% of what it was after the first (a leak of 1 KiB a connection
-/// would add about 20% over the nine rounds after the first).
+/// header-read timeout, and a normal caller served after each. Every round's connections
+/// are gone from the gauge, and after the tenth round the proxy's memory is within 50% of
+/// what it was after the first: a leak of 4 KiB a connection would add about 80%.
+///
+/// Not 10%, as the issue asked: with glibc's allocator the resident memory after the first
+/// round is not where it settles. Over ten rounds it rose 11% to 30% in five runs, and over
+/// thirty it rose by steps to +46% at the 24th and stayed there, with MALLOC_ARENA_MAX=1
+/// too. Under valgrind's massif the live heap after twelve rounds of 400 was 96 KB, what it
+/// was before the first: nothing is held, and the rest is free memory glibc keeps in its
+/// arenas, fragmented between rounds.
 #[cfg(target_os = "linux")]
 #[tokio::test]
 async fn rounds_of_slow_clients_leave_the_proxys_memory_where_it_was() {
@@ -887,7 +894,7 @@ async fn rounds_of_slow_clients_leave_the_proxys_memory_where_it_was() {
     )
     .await;
     let mut after = Vec::new();
-    for round in 0..std::env::var("ROUNDS").map_or(10, |r| r.parse().unwrap()) {
+    for round in 0..10 {
         // Every round's connections are open together before the first is cut off (a
         // round that opened them over longer than the timeout would hold fewer at once,
         // and a later, faster round would raise the high-water mark, not a leak).
@@ -915,11 +922,24 @@ async fn rounds_of_slow_clients_leave_the_proxys_memory_where_it_was() {
         }
         let answer = http_get(proxy.addr, "/tax", &[]).await.unwrap();
         assert_eq!(answer.status, 200, "round {round}: {answer:?}");
+        // The normal caller's connection too: `get` closes it.
+        tokio::time::timeout(PATIENCE, async {
+            while !proxy
+                .metrics()
+                .await
+                .lines()
+                .any(|l| l == "hopbudget_proxy_connections_open 0")
+            {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("round {round}: connections still open"));
         after.push(rss_kib(&proxy));
     }
     let (first, last) = (after[0], after[9]);
     assert!(
-        last * 100 <= first * 110 && std::env::var("RSSDEBUG").is_err(),
+        last * 2 <= first * 3,
         "RSS grew from {first} KiB after the first round to {last} KiB after the tenth: {after:?} KiB"
     );
 }
