@@ -55,10 +55,34 @@ fn a_bad_profile_is_refused_at_start_naming_the_file_and_field() {
 
 #[test]
 fn a_bad_upstream_address_is_named() {
-    let out = proxy(&["--listen", "127.0.0.1:0", "--upstream", "https://svc:443"]);
+    let out = proxy(&["--listen", "127.0.0.1:0", "--upstream", "ftp://svc:443"]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8(out.stderr).unwrap();
-    assert!(err.contains("https"), "{err}");
+    assert!(err.contains("ftp"), "{err}");
+}
+
+/// TLS to the service with a CA file that cannot be read, or that holds no certificate, is
+/// refused at start, naming the flag and the file (#46 item 7).
+#[test]
+fn a_bad_upstream_ca_file_is_named() {
+    let empty = std::env::temp_dir().join(format!("hopbudget-empty-ca-{}.pem", std::process::id()));
+    std::fs::write(&empty, "not a certificate\n").unwrap();
+    let missing = "/nonexistent/ca.pem";
+    for ca in [missing, empty.to_str().unwrap()] {
+        let out = proxy(&[
+            "--listen",
+            "127.0.0.1:0",
+            "--upstream",
+            "127.0.0.1:9",
+            "--upstream-tls",
+            "--upstream-ca",
+            ca,
+        ]);
+        assert_eq!(out.status.code(), Some(2), "{ca}");
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert!(err.contains("--upstream-ca") && err.contains(ca), "{err}");
+    }
+    let _ = std::fs::remove_file(&empty);
 }
 
 #[test]

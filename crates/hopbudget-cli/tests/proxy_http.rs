@@ -1025,6 +1025,131 @@ async fn tls_callers_are_served_over_http1_and_http2_with_their_budget() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A TLS service that is not ours: Python's `http.server` behind its `ssl`, answering each
+/// GET with the headers it got, one `name: value` line each. Its port, and the process.
+async fn python_tls_service(
+    cert: &std::path::Path,
+    key: &std::path::Path,
+) -> (u16, tokio::process::Child) {
+    use tokio::io::AsyncBufReadExt;
+    let python = std::env::var("HOPBUDGET_PYTHON").unwrap_or_else(|_| "python3".into());
+    let script = format!(
+        "import http.server, ssl\n\
+         class H(http.server.BaseHTTPRequestHandler):\n\
+         \x20   protocol_version = 'HTTP/1.1'\n\
+         \x20   def do_GET(self):\n\
+         \x20       body = ''.join(f'{{k.lower()}}: {{v}}\\n' for k, v in self.headers.items()).encode()\n\
+         \x20       self.send_response(200)\n\
+         \x20       self.send_header('content-length', str(len(body)))\n\
+         \x20       self.end_headers()\n\
+         \x20       self.wfile.write(body)\n\
+         \x20   def log_message(self, *args):\n\
+         \x20       pass\n\
+         server = http.server.ThreadingHTTPServer(('127.0.0.1', 0), H)\n\
+         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)\n\
+         ctx.load_cert_chain({cert:?}, {key:?})\n\
+         server.socket = ctx.wrap_socket(server.socket, server_side=True)\n\
+         print(server.server_address[1], flush=True)\n\
+         server.serve_forever()\n"
+    );
+    let mut child = tokio::process::Command::new(&python)
+        .args(["-c", &script])
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("python runs");
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let port = tokio::time::timeout(PATIENCE, lines.next_line())
+        .await
+        .expect("the TLS service says its port")
+        .unwrap()
+        .expect("a port line")
+        .parse()
+        .unwrap();
+    (port, child)
+}
+
+/// TLS from the proxy (#46 item 7): to a service that speaks only HTTPS (`--upstream
+/// https://…`, verified against `--upstream-ca`), for an HTTP/1.1 caller (its own
+/// connection) and an HTTP/2 one (the pooled client), each with its budget restated; a
+/// certificate the CA did not sign is refused (502, nothing sent); and an `--egress-to
+/// LISTEN=https://…` destination reached over TLS while the service calls plain HTTP.
+#[tokio::test]
+async fn the_proxy_speaks_tls_to_the_service_and_to_an_https_egress_destination() {
+    use http_body_util::{BodyExt, Empty};
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    let dir = std::env::temp_dir().join(format!("hopbudget-tls-out-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let made = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned()]).unwrap();
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    std::fs::write(&cert, made.cert.pem()).unwrap();
+    std::fs::write(&key, made.signing_key.serialize_pem()).unwrap();
+    let other = dir.join("other.pem");
+    let stranger = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned()]).unwrap();
+    std::fs::write(&other, stranger.cert.pem()).unwrap();
+    let (port, _python) = python_tls_service(&cert, &key).await;
+    let https = format!("https://127.0.0.1:{port}");
+    let proxy =
+        Proxy::start_with_upstream_arg(&https, &["--upstream-ca", cert.to_str().unwrap()]).await;
+
+    let answer = http_get(proxy.addr, "/echo", &[("x-request-timeout-ms", "1000")])
+        .await
+        .unwrap();
+    assert_eq!(answer.status, 200, "{answer:?}");
+    let told: u64 = seen(&answer.body, "x-request-timeout-ms")
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(told < 1000, "{answer:?}");
+
+    let tcp = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    let (mut send, connection) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+        .handshake(TokioIo::new(tcp))
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let req = http::Request::get("http://x/echo")
+        .header("x-request-timeout-ms", "1000")
+        .body(Empty::<bytes::Bytes>::new())
+        .unwrap();
+    let answer = send.send_request(req).await.unwrap();
+    let status = answer.status();
+    let body = answer.into_body().collect().await.unwrap().to_bytes();
+    let body = String::from_utf8_lossy(&body);
+    assert_eq!(status, 200, "{body}");
+    let told: u64 = seen(&body, "x-request-timeout-ms")
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(told < 1000, "{body}");
+
+    let untrusting =
+        Proxy::start_with_upstream_arg(&https, &["--upstream-ca", other.to_str().unwrap()]).await;
+    let answer = http_get(untrusting.addr, "/echo", &[]).await.unwrap();
+    assert_eq!(
+        answer.status, 502,
+        "a certificate the CA did not sign: {answer:?}"
+    );
+
+    let (plain, _, _) = upstream().await;
+    let egress_to = format!("127.0.0.1:0={https}");
+    let proxy = Proxy::start(
+        plain,
+        None,
+        &[
+            "--egress-to",
+            &egress_to,
+            "--egress-ca",
+            cert.to_str().unwrap(),
+        ],
+    )
+    .await;
+    let answer = http_get(proxy.egress_to[0], "/echo", &[]).await.unwrap();
+    assert_eq!(answer.status, 200, "{answer:?}");
+    assert!(answer.body.contains("host: "), "{answer:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A chunk size that overflows (2^64 + 5) is the caller's malformed framing: 400, not the
 /// 502 that would blame the service (#46 item 4).
 #[tokio::test]

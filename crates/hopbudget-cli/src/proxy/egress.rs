@@ -83,9 +83,9 @@ impl Egress {
         carrier: UpstreamCarrier,
         idle: std::time::Duration,
         allow: Vec<EgressAllow>,
-    ) -> Self {
+    ) -> Result<Self, String> {
         let client = Stampers::for_profile(profile.clone(), carrier);
-        Self {
+        Ok(Self {
             shared: Arc::new(Shared {
                 profile,
                 unmatched_warned_s: AtomicU64::new(0),
@@ -94,9 +94,9 @@ impl Egress {
                 client,
                 allow,
             }),
-            destination: Arc::new(Destination::Named(Box::new(http1_client(idle)))),
+            destination: Arc::new(Destination::Named(Box::new(http1_client(idle)?))),
             spans: None,
-        }
+        })
     }
 
     /// Make a span of each call (`--otlp-endpoint`); `None` makes none.

@@ -47,6 +47,7 @@ mod hygiene;
 mod ingress;
 mod log_fields;
 pub mod options;
+mod origination;
 mod paired;
 mod registry;
 mod reload;
@@ -233,12 +234,30 @@ async fn run_async(
     let max_connections = args
         .max_connections
         .map_or_else(client_waits::default_max_connections, |n| n.get());
-    let upstream = upstream::Upstream::new(
-        args.upstream.clone(),
-        args.upstream_protocol,
-        args.upstream_idle_timeout,
-    )
-    .with_limit(upstream_limit::UpstreamLimit::new(
+    let to_service = (args.upstream.tls || args.upstream_tls)
+        .then(|| {
+            origination::Origination::new(
+                &args.upstream.authority,
+                args.upstream_ca.as_deref(),
+                "--upstream-ca",
+            )
+        })
+        .transpose();
+    let upstream = match to_service.and_then(|tls| {
+        upstream::Upstream::new(
+            args.upstream.authority.clone(),
+            args.upstream_protocol,
+            args.upstream_idle_timeout,
+            tls,
+        )
+    }) {
+        Ok(upstream) => upstream,
+        Err(message) => {
+            eprintln!("hopbudget proxy: {message}");
+            return ExitCode::from(2);
+        }
+    };
+    let upstream = upstream.with_limit(upstream_limit::UpstreamLimit::new(
         args.upstream_max_connections
             .map_or(max_connections, |n| n.get()),
     ));
@@ -329,7 +348,7 @@ async fn bind_egress(
         options::UpstreamCarrier::Auto,
         args.upstream_idle_timeout,
         args.egress_allow.clone(),
-    );
+    )?;
     let mut listeners = Vec::new();
     let bind = |addr: std::net::SocketAddr| async move {
         let listener = tokio::net::TcpListener::bind(addr)
@@ -362,11 +381,22 @@ async fn bind_egress(
     for (addr, to) in &args.egress_to {
         let (listener, bound) = bind(*addr).await?;
         let _ = writeln!(out, "egress to {to} on {bound}");
+        let tls = to
+            .tls
+            .then(|| {
+                origination::Origination::new(
+                    &to.authority,
+                    args.egress_ca.as_deref(),
+                    "--egress-ca",
+                )
+            })
+            .transpose()?;
         let upstream = upstream::Upstream::new(
-            to.clone(),
+            to.authority.clone(),
             options::UpstreamProtocol::Auto,
             args.upstream_idle_timeout,
-        );
+            tls,
+        )?;
         listeners.push((
             listener,
             egress.to(egress::Destination::Fixed(Box::new(upstream))),

@@ -17,9 +17,25 @@ pub struct ProxyArgs {
     #[arg(long, value_name = "ADDR")]
     pub listen: SocketAddr,
 
-    /// The service behind the proxy: HOST:PORT or http://HOST:PORT.
+    /// The service behind the proxy: HOST:PORT or http://HOST:PORT; https://HOST:PORT speaks
+    /// TLS to it, as `--upstream-tls` does.
     #[arg(long, value_name = "ADDR", value_parser = parse_upstream)]
-    pub upstream: Authority,
+    pub upstream: Target,
+
+    /// Speak TLS to the service (rustls), its certificate verified against `--upstream-ca`,
+    /// else the system's roots, for the host `--upstream` names (a DNS name or an IP address).
+    #[arg(long)]
+    pub upstream_tls: bool,
+
+    /// The CA certificates (PEM) the service's certificate is verified against, with
+    /// `--upstream-tls` or an https:// `--upstream`.
+    #[arg(long, value_name = "FILE")]
+    pub upstream_ca: Option<PathBuf>,
+
+    /// The CA certificates (PEM) an https:// `--egress-to` destination's certificate is
+    /// verified against; the system's roots without it.
+    #[arg(long, value_name = "FILE")]
+    pub egress_ca: Option<PathBuf>,
 
     /// The adoption profile (YAML, as for the library's layers): carriers read, `max_ms`,
     /// `edge_total_ms`, margins, route minimums, status codes. Built-in defaults without it.
@@ -55,7 +71,7 @@ pub struct ProxyArgs {
     /// Egress to one destination: the service dials LISTEN for HOST:PORT (h2c and gRPC, or
     /// HTTP/1.1). Repeatable.
     #[arg(long = "egress-to", value_name = "LISTEN=HOST:PORT", value_parser = parse_egress_to)]
-    pub egress_to: Vec<(SocketAddr, Authority)>,
+    pub egress_to: Vec<(SocketAddr, Target)>,
 
     /// A request-id header the service forwards on its outbound calls, to find the inbound
     /// request a call belongs to (besides `traceparent`).
@@ -268,7 +284,7 @@ fn parse_otlp_endpoint(text: &str) -> Result<http::Uri, String> {
 }
 
 /// `LISTEN=HOST:PORT`.
-fn parse_egress_to(text: &str) -> Result<(SocketAddr, Authority), String> {
+fn parse_egress_to(text: &str) -> Result<(SocketAddr, Target), String> {
     let (listen, to) = text
         .split_once('=')
         .ok_or_else(|| format!("`{text}` is not LISTEN=HOST:PORT"))?;
@@ -278,16 +294,37 @@ fn parse_egress_to(text: &str) -> Result<(SocketAddr, Authority), String> {
     Ok((listen, parse_upstream(to)?))
 }
 
-/// `HOST:PORT` or `http://HOST:PORT`; a path or another scheme is a mistake worth naming.
-fn parse_upstream(text: &str) -> Result<Authority, String> {
-    let rest = match text.split_once("://") {
-        Some(("http", rest)) => rest,
+/// Where the proxy sends requests: an address, and whether over TLS.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Target {
+    /// `HOST:PORT`.
+    pub authority: Authority,
+    /// Given as `https://HOST:PORT`.
+    pub tls: bool,
+}
+
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.tls {
+            write!(f, "https://{}", self.authority)
+        } else {
+            write!(f, "{}", self.authority)
+        }
+    }
+}
+
+/// `HOST:PORT`, `http://HOST:PORT` or `https://HOST:PORT`; a path or another scheme is a
+/// mistake worth naming.
+fn parse_upstream(text: &str) -> Result<Target, String> {
+    let (rest, tls) = match text.split_once("://") {
+        Some(("http", rest)) => (rest, false),
+        Some(("https", rest)) => (rest, true),
         Some((scheme, _)) => {
             return Err(format!(
-                "`{scheme}://` is not supported; the service is reached over plain HTTP (http://HOST:PORT or HOST:PORT)"
+                "`{scheme}://` is not supported: give HOST:PORT, http://HOST:PORT or https://HOST:PORT"
             ));
         }
-        None => text,
+        None => (text, false),
     };
     let rest = rest.strip_suffix('/').unwrap_or(rest);
     if rest.contains('/') {
@@ -301,7 +338,7 @@ fn parse_upstream(text: &str) -> Result<Authority, String> {
     if authority.port_u16().is_none() {
         return Err(format!("`{text}` names no port; give HOST:PORT"));
     }
-    Ok(authority)
+    Ok(Target { authority, tls })
 }
 
 #[cfg(test)]
@@ -310,17 +347,20 @@ mod tests {
 
     #[test]
     fn upstream_addresses_are_host_and_port_or_say_what_is_wrong() {
-        assert_eq!(parse_upstream("127.0.0.1:8080").unwrap(), "127.0.0.1:8080");
-        assert_eq!(parse_upstream("http://svc:9/").unwrap(), "svc:9");
-        assert!(
-            parse_upstream("https://svc:9")
-                .unwrap_err()
-                .contains("https")
-        );
+        let ok = |t: &str| parse_upstream(t).unwrap().to_string();
+        assert_eq!(ok("127.0.0.1:8080"), "127.0.0.1:8080");
+        assert_eq!(ok("http://svc:9/"), "svc:9");
+        assert_eq!(ok("https://svc:9"), "https://svc:9");
+        assert!(parse_upstream("ftp://svc:9").unwrap_err().contains("ftp"));
         assert!(parse_upstream("svc:9/api").unwrap_err().contains("path"));
         assert!(parse_upstream("svc").unwrap_err().contains("port"));
         let (listen, to) = parse_egress_to("127.0.0.1:7001=pricing:50051").unwrap();
-        assert_eq!((listen.port(), to.as_str()), (7001, "pricing:50051"));
+        assert_eq!(
+            (listen.port(), to.to_string()),
+            (7001, "pricing:50051".into())
+        );
+        let (_, to) = parse_egress_to("127.0.0.1:7002=https://api.example:443").unwrap();
+        assert!(to.tls && to.authority.as_str() == "api.example:443");
         assert!(
             parse_egress_to("pricing:50051")
                 .unwrap_err()

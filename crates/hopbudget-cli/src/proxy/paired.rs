@@ -20,6 +20,7 @@ use http::{Request, Response};
 use hyper::body::Incoming;
 
 use super::FromCaller;
+use super::origination::Origination;
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::rt::TokioIo;
 use tower::BoxError;
@@ -34,13 +35,16 @@ type Sender = SendRequest<FromCaller>;
 #[derive(Debug)]
 pub(crate) struct Connections {
     authority: Authority,
+    // TLS to the service (see `origination`).
+    tls: Option<Origination>,
     idle: Mutex<Vec<Sender>>,
 }
 
 impl Connections {
-    pub(crate) fn new(authority: Authority) -> Arc<Self> {
+    pub(crate) fn new(authority: Authority, tls: Option<Origination>) -> Arc<Self> {
         Arc::new(Self {
             authority,
+            tls,
             idle: Mutex::new(Vec::new()),
         })
     }
@@ -81,18 +85,29 @@ impl Connections {
         let stream = tokio::net::TcpStream::connect(self.authority.as_str()).await?;
         // Loopback sidecar traffic: small writes must not wait for Nagle.
         stream.set_nodelay(true)?;
-        let (sender, connection) = http1::Builder::new()
-            .handshake::<_, FromCaller>(TokioIo::new(stream))
-            .await?;
-        tokio::spawn(async move {
-            // Ends when the service closes it, on a cancelled request, or once every sender
-            // is dropped and it is idle.
-            if let Err(error) = connection.await {
-                tracing::debug!(%error, "connection to the service ended with an error");
-            }
-        });
-        Ok(sender)
+        match &self.tls {
+            None => handshake(stream).await,
+            Some(tls) => handshake(tls.connect(stream).await?).await,
+        }
     }
+}
+
+/// An HTTP/1.1 connection over `io`, its task spawned.
+async fn handshake<IO>(io: IO) -> Result<Sender, BoxError>
+where
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
+{
+    let (sender, connection) = http1::Builder::new()
+        .handshake::<_, FromCaller>(TokioIo::new(io))
+        .await?;
+    tokio::spawn(async move {
+        // Ends when the service closes it, on a cancelled request, or once every sender
+        // is dropped and it is idle.
+        if let Err(error) = connection.await {
+            tracing::debug!(%error, "connection to the service ended with an error");
+        }
+    });
+    Ok(sender)
 }
 
 /// The connection to the service that belongs to one caller connection. Cloned into each of

@@ -21,6 +21,8 @@ use http::{HeaderValue, Request, Response, Version};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
+
+use super::origination::{self, Connector, Origination};
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tower::{BoxError, Service};
 
@@ -31,12 +33,14 @@ use super::restate::remove_where;
 use super::upstream_limit::UpstreamLimit;
 
 /// The client the proxy forwards with: one pool per protocol.
-pub(crate) type UpstreamClient = Client<HttpConnector, FromCaller>;
+pub(crate) type UpstreamClient = Client<Connector, FromCaller>;
 
 /// Where requests go and how.
 #[derive(Debug, Clone)]
 pub(crate) struct Upstream {
     authority: Authority,
+    // `https` with TLS to the service (see `origination`), else `http`.
+    scheme: Scheme,
     protocol: UpstreamProtocol,
     http1: UpstreamClient,
     h2c: UpstreamClient,
@@ -47,16 +51,31 @@ pub(crate) struct Upstream {
 }
 
 impl Upstream {
-    pub(crate) fn new(authority: Authority, protocol: UpstreamProtocol, idle: Duration) -> Self {
-        let h2c = pooled(idle).http2_only(true).build(connector());
-        Self {
-            connections: Connections::new(authority.clone()),
+    /// The service at `authority`, spoken to in TLS with `tls`; an error names what in the
+    /// TLS settings is wrong.
+    pub(crate) fn new(
+        authority: Authority,
+        protocol: UpstreamProtocol,
+        idle: Duration,
+        tls: Option<Origination>,
+    ) -> Result<Self, String> {
+        let h2c = pooled(idle)
+            .http2_only(true)
+            .build(origination::connector(connector(), tls.as_ref())?);
+        let http1 = pooled(idle).build(origination::connector(connector(), tls.as_ref())?);
+        Ok(Self {
+            scheme: if tls.is_some() {
+                Scheme::HTTPS
+            } else {
+                Scheme::HTTP
+            },
+            connections: Connections::new(authority.clone(), tls),
             authority,
             protocol,
-            http1: http1_client(idle),
+            http1,
             h2c,
             limit: None,
-        }
+        })
     }
 
     /// Bound the pooled HTTP/1.1 calls to the service (see `upstream_limit`).
@@ -129,7 +148,7 @@ impl Upstream {
             .cloned()
             .unwrap_or_else(|| PathAndQuery::from_static("/"));
         let mut parts = http::uri::Parts::default();
-        parts.scheme = Some(Scheme::HTTP);
+        parts.scheme = Some(self.scheme.clone());
         parts.authority = Some(self.authority.clone());
         parts.path_and_query = Some(path);
         if let Ok(uri) = Uri::from_parts(parts) {
@@ -194,9 +213,9 @@ impl Service<Request<FromCaller>> for Call {
     }
 }
 
-/// A pooled HTTP/1.1 client whose idle connections close after `idle`.
-pub(crate) fn http1_client(idle: Duration) -> UpstreamClient {
-    pooled(idle).build(connector())
+/// A pooled HTTP/1.1 client, plain HTTP only, whose idle connections close after `idle`.
+pub(crate) fn http1_client(idle: Duration) -> Result<UpstreamClient, String> {
+    Ok(pooled(idle).build(origination::connector(connector(), None)?))
 }
 
 /// Idle connections kept per destination, at most: a burst of HTTP/2 streams to an HTTP/1.1

@@ -50,7 +50,13 @@ impl Proxy {
     ) -> Self {
         let mut command = Command::new(env!("CARGO_BIN_EXE_hopbudget"));
         command.envs(env.iter().copied());
-        Self::spawn(command, upstream, profile, extra).await
+        Self::spawn(command, &upstream.to_string(), profile, extra).await
+    }
+
+    /// [`start`](Self::start) with `--upstream` given as written (`https://HOST:PORT`, say).
+    pub async fn start_with_upstream_arg(upstream: &str, extra: &[&str]) -> Self {
+        let command = Command::new(env!("CARGO_BIN_EXE_hopbudget"));
+        Self::spawn(command, upstream, None, extra).await
     }
 
     /// [`start`](Self::start) with at most `nofile` file descriptors (`ulimit -n`).
@@ -60,19 +66,19 @@ impl Proxy {
             .arg("-c")
             .arg(format!("ulimit -n {nofile} && exec \"$0\" \"$@\""))
             .arg(env!("CARGO_BIN_EXE_hopbudget"));
-        Self::spawn(command, upstream, None, extra).await
+        Self::spawn(command, &upstream.to_string(), None, extra).await
     }
 
     /// Run `command` with the proxy's arguments appended, and wait for its addresses.
     async fn spawn(
         mut command: Command,
-        upstream: SocketAddr,
+        upstream: &str,
         profile: Option<&str>,
         extra: &[&str],
     ) -> Self {
         command
             .args(["proxy", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"])
-            .args(["--upstream", &upstream.to_string()])
+            .args(["--upstream", upstream])
             .args(extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
