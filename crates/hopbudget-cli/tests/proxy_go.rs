@@ -154,3 +154,52 @@ async fn s23_a_chain_of_go_services_with_a_forgetful_hop_shrinks_and_stops_at_th
     assert_eq!(c.next_line().await, "cancelled err=context canceled");
     pc.await_outcome("expired", 1).await;
 }
+
+fn tls_client() -> Option<PathBuf> {
+    static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    skip_unless_built(BUILT.get_or_init(|| build("go_tls_client", "")))
+}
+
+/// A Go client over TLS (#46 item 7): `net/http` with a CA file reaches the proxy's TLS
+/// ingress, negotiates HTTP/2 by ALPN, and its budget reaches the service restated.
+#[tokio::test]
+async fn a_go_client_reaches_the_proxy_over_tls_with_its_budget() {
+    let Some(client) = tls_client() else {
+        return;
+    };
+    let echo = axum::Router::new().route(
+        "/echo",
+        axum::routing::get(|headers: axum::http::HeaderMap| async move {
+            support::headers_text(&headers)
+        }),
+    );
+    let service = support::serve(echo).await;
+    let dir = std::env::temp_dir().join(format!("hopbudget-go-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let made = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    std::fs::write(&cert, made.cert.pem()).unwrap();
+    std::fs::write(&key, made.signing_key.serialize_pem()).unwrap();
+    let (cert, key) = (cert.to_str().unwrap(), key.to_str().unwrap());
+    let proxy = Proxy::start(service, None, &["--tls-cert", cert, "--tls-key", key]).await;
+    let url = format!("https://localhost:{}/echo", proxy.addr.port());
+    let out = tokio::process::Command::new(&client)
+        .args([url.as_str(), cert, "1000"])
+        .output()
+        .await
+        .expect("the Go client runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("proto=HTTP/2.0\n") && text.contains("status=200\n"),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let told: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("x-request-timeout-ms: "))
+        .expect("the service was told a budget")
+        .parse()
+        .unwrap();
+    assert!(told < 1000, "{text}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
