@@ -366,6 +366,16 @@ async fn every_recording_rule_and_dashboard_query_has_series_and_the_dropped_dea
             .collect::<Vec<_>>()
     );
 
+    // The forgetful service's calls went out with no deadline, counted per callee: `stock`'s
+    // proxy, on loopback, which the default profile trusts by its `loopback` pattern.
+    let outbound = "hopbudget_deadline_missing_total\
+                    {service=\"orders\",route=\"(outbound)\",callee=\"loopback\"}";
+    assert!(
+        !prometheus.query(outbound).await.is_empty(),
+        "{:?}",
+        prometheus.query("hopbudget_deadline_missing_total").await
+    );
+
     // Which default it was: the edge total, 1 s.
     let alerts = prometheus.query(firing).await;
     eprintln!(
