@@ -72,8 +72,8 @@ fn every_query_goes_through_the_datasource_service_and_route_variables() {
 
 /// The panels issue #50 asks for, each found by what it draws: the budget at arrival as a
 /// heatmap repeated per service, outcomes, refusals with low-budget arrivals, late work, the
-/// duration histogram with the bucket around each default timeout in red, and the rollout
-/// table.
+/// duration histogram with the bucket around each default timeout in red, the rollout table,
+/// and the calls sent with no deadline by callee.
 #[test]
 fn the_dashboard_has_each_panel_operators_look_at() {
     let dashboard = dashboard::dashboard();
@@ -139,6 +139,17 @@ fn the_dashboard_has_each_panel_operators_look_at() {
             "the bucket up to {le} ms (default {t} ms) is not marked"
         );
     }
+
+    // Calls sent with no deadline, per caller and callee (the label the client layers and the
+    // sidecar's egress put on the `(outbound)` route).
+    find(
+        "timeseries",
+        &[
+            "hopbudget_deadline_missing_total",
+            "route=\"(outbound)\"",
+            "callee",
+        ],
+    );
 
     let rollout = find(
         "table",
