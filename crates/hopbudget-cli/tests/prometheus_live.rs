@@ -1,8 +1,14 @@
-//! The rules of `deploy/prometheus/hopbudget-rules.yml` on real data (issue #50 item 5, S25):
-//! `hopbudget proxy` in front of small services under load, a real Prometheus scraping the
-//! proxies' admin `/metrics` every second and evaluating the rules. Every recording rule must
-//! return series through Prometheus's HTTP API; the dropped-deadline alert must fire for the
-//! chain with a forgetful hop and stay silent for the clean one.
+//! The rules of `deploy/prometheus/hopbudget-rules.yml` and the dashboard
+//! `deploy/grafana/hopbudget.json` on real data (issue #50 item 5, S25): `hopbudget proxy` in
+//! front of small services under load, a real Prometheus scraping the proxies' admin
+//! `/metrics` every second and evaluating the rules. Every recording rule, every dashboard
+//! panel's query and every dashboard variable's query must return series through Prometheus's
+//! HTTP API; the dropped-deadline alert must fire for the chain with a forgetful hop and stay
+//! silent for the clean one.
+//!
+//! The panels' queries are read from the JSON as Grafana would send them with `All` chosen for
+//! `service` and `route` (`.*`) and `RANGE` for `$__rate_interval` and `$__range`
+//! (`dashboard::queries`).
 //!
 //! Two chains, each service behind its own proxy:
 //! - forgetful: client (3 s) -> `orders` -> its service calls out through the proxy's egress
@@ -20,6 +26,7 @@
 //! `HOPBUDGET_REQUIRE_SERVICES=1`, where it fails. By hand:
 //! `cargo test -p hopbudget-cli --test prometheus_live`.
 
+mod dashboard;
 #[path = "proxy_support/mod.rs"]
 mod support;
 
@@ -40,6 +47,10 @@ use support::Proxy;
 /// A bound on waiting for Prometheus to have scraped and evaluated what the load did; reaching
 /// it fails the test.
 const PROMETHEUS_PATIENCE: Duration = Duration::from_secs(90);
+
+/// What the dashboard's interval variables become: a window that covers the latest waves of
+/// load, with Prometheus scraping every second.
+const RANGE: &str = "1m";
 
 /// A service whose work takes `ms`, whatever it is told.
 async fn slow(ms: u64) -> SocketAddr {
@@ -236,7 +247,7 @@ async fn wave(orders: SocketAddr, cart: SocketAddr, pricing: SocketAddr, report:
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_recording_rule_has_series_and_the_dropped_deadline_alert_fires_only_for_the_forgetful_chain()
+async fn every_recording_rule_and_dashboard_query_has_series_and_the_dropped_deadline_alert_fires_only_for_the_forgetful_chain()
  {
     let Some(program) = support::program(
         "PROMETHEUS",
@@ -278,6 +289,14 @@ async fn every_recording_rule_has_series_and_the_dropped_deadline_alert_fires_on
     )
     .await;
 
+    // Nobody reads their lines here: a full pipe would stop a proxy (its `/metrics` too)
+    // after a dozen waves.
+    let mut proxies = [stock, orders, pricing, cart, report];
+    for proxy in &mut proxies {
+        proxy.discard_stderr();
+    }
+    let [stock, orders, pricing, cart, report] = proxies;
+
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("prometheus-live");
     let prometheus = Prometheus::start(
         &program,
@@ -293,6 +312,7 @@ async fn every_recording_rule_has_series_and_the_dropped_deadline_alert_fires_on
     .await;
     let records = recording_rules(&prometheus).await;
     assert!(records.len() >= 10, "{records:?}");
+    let panels = dashboard::queries(&dashboard::dashboard(), RANGE);
 
     let firing = "ALERTS{alertname=\"HopbudgetDroppedDeadline\",alertstate=\"firing\"}";
     let until = tokio::time::Instant::now() + PROMETHEUS_PATIENCE;
@@ -307,6 +327,11 @@ async fn every_recording_rule_has_series_and_the_dropped_deadline_alert_fires_on
                 without.push(name.clone());
             }
         }
+        for panel in &panels {
+            if prometheus.query(&panel.promql).await.is_empty() {
+                without.push(format!("dashboard {}: {}", panel.place, panel.promql));
+            }
+        }
         let stock_fired = !prometheus
             .query(
                 "ALERTS{alertname=\"HopbudgetDroppedDeadline\",alertstate=\"firing\",service=\"stock\"}",
@@ -318,7 +343,8 @@ async fn every_recording_rule_has_series_and_the_dropped_deadline_alert_fires_on
         }
         assert!(
             tokio::time::Instant::now() < until,
-            "after {PROMETHEUS_PATIENCE:?} of load: recording rules without series: {without:?}; \
+            "after {PROMETHEUS_PATIENCE:?} of load: recording rules and dashboard queries \
+             without series: {without:?}; \
              the dropped-deadline alert fired for stock: {stock_fired}; alerts: {:?}",
             prometheus.query("ALERTS").await
         );
@@ -340,11 +366,23 @@ async fn every_recording_rule_has_series_and_the_dropped_deadline_alert_fires_on
             .collect::<Vec<_>>()
     );
 
+    // The forgetful service's calls went out with no deadline, counted per callee: `stock`'s
+    // proxy, on loopback, which the default profile trusts by its `loopback` pattern.
+    let outbound = "hopbudget_deadline_missing_total\
+                    {service=\"orders\",route=\"(outbound)\",callee=\"loopback\"}";
+    assert!(
+        !prometheus.query(outbound).await.is_empty(),
+        "{:?}",
+        prometheus.query("hopbudget_deadline_missing_total").await
+    );
+
     // Which default it was: the edge total, 1 s.
     let alerts = prometheus.query(firing).await;
     eprintln!(
-        "after {waves} waves, every one of {} recording rules has series; firing: {}",
+        "after {waves} waves, every one of {} recording rules and {} dashboard queries has \
+         series; firing: {}",
         records.len(),
+        panels.len(),
         alerts
             .iter()
             .map(|a| a["metric"].to_string())

@@ -210,6 +210,8 @@ async fn a_call_matching_no_request_gets_the_edge_total_and_is_counted_missing()
             .lines()
             .any(|l| l.starts_with("hopbudget_deadline_missing_total{")
                 && l.contains("route=\"(outbound)\"")
+                // By callee: the destination is on loopback, which the profile trusts.
+                && l.contains("callee=\"loopback\"")
                 && l.ends_with(" 1")),
         "{metrics}"
     );
@@ -324,6 +326,8 @@ async fn an_unmatched_call_can_be_refused_and_is_counted() {
             .lines()
             .any(|l| l.starts_with("hopbudget_deadline_missing_total{")
                 && l.contains("route=\"(outbound)\"")
+                // By callee: the destination is on loopback, which the profile trusts.
+                && l.contains("callee=\"loopback\"")
                 && l.ends_with(" 1")),
         "{metrics}"
     );

@@ -176,6 +176,10 @@ struct ServeArgs {
     /// printed at start).
     #[arg(long, value_name = "ADDR")]
     metrics: Option<std::net::SocketAddr>,
+    /// How the line per hop on stdout is written: `text` (`hop name=value ...`) or `json` (one
+    /// object a line, the same fields), for a log pipeline.
+    #[arg(long, value_enum, value_name = "FORMAT", default_value = "text")]
+    log_format: crate::serve::hop_log::LogFormat,
 }
 
 fn load_topology(path: Option<&PathBuf>) -> Result<Topology, String> {
@@ -327,5 +331,6 @@ fn run_serve(args: ServeArgs) -> Result<(), String> {
         forgetful: args.forgetful,
         profile: args.profile,
         metrics: args.metrics,
+        log_format: args.log_format,
     })
 }

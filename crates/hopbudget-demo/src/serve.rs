@@ -51,6 +51,8 @@ pub struct ServeOptions {
     pub profile: Option<PathBuf>,
     /// Where to serve `/metrics` (default: 127.0.0.1 on a free port, printed at start).
     pub metrics: Option<SocketAddr>,
+    /// How the hop lines are written.
+    pub log_format: hop_log::LogFormat,
 }
 
 /// Parse `NAME=ADDR`.
@@ -255,7 +257,7 @@ pub fn run(opts: &ServeOptions) -> Result<(), String> {
     hopbudget::observe::describe_metrics();
     // One log line per hop from the library's own `hop` span.
     let _ = tracing::subscriber::set_global_default(
-        tracing_subscriber::registry().with(hop_log::HopLog),
+        tracing_subscriber::registry().with(hop_log::HopLog::new(opts.log_format)),
     );
     let rt = tokio::runtime::Runtime::new().map_err(|e| format!("cannot start tokio: {e}"))?;
     rt.block_on(async {
@@ -275,6 +277,7 @@ pub fn run(opts: &ServeOptions) -> Result<(), String> {
         let collector = Arc::new(Collector::for_serve(
             topo.services.len(),
             (!layers.server).then(|| spec.name.clone()),
+            opts.log_format,
         ));
         let node = Arc::new(Node {
             idx,

@@ -455,3 +455,110 @@ fn serve_help_names_the_wire() {
         assert!(help.contains(needed), "`{needed}` missing from:\n{help}");
     }
 }
+
+/// `name=value` pairs of a text hop line (`hop service=... took_ms=...`).
+fn text_fields(line: &str) -> Vec<(String, String)> {
+    line.strip_prefix("hop ")
+        .unwrap_or_else(|| panic!("not a hop line: {line}"))
+        .split(' ')
+        .map(|pair| {
+            let (name, value) = pair
+                .split_once('=')
+                .unwrap_or_else(|| panic!("{pair:?} in {line}"));
+            (name.to_owned(), value.to_owned())
+        })
+        .collect()
+}
+
+/// The fields of a JSON hop line, `message` left out, values as text.
+fn json_fields(line: &str) -> Vec<(String, String)> {
+    let object: serde_json::Value =
+        serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+    assert_eq!(object["message"], "hop", "{line}");
+    object
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(key, _)| *key != "message")
+        .map(|(key, value)| {
+            let value = match value {
+                serde_json::Value::String(s) => s.clone(),
+                // The text line's `none`.
+                serde_json::Value::Null => "none".to_owned(),
+                other => other.to_string(),
+            };
+            (key.clone(), value)
+        })
+        .collect()
+}
+
+/// `--log-format json` (issue #50 item 9): the hop lines as one JSON object each, with the
+/// fields of the text lines, in both places a line comes from: the library's hop span
+/// (`propagated`, a refusal and an answer) and the demo's own collector (`timeouts`, no server
+/// layer). Numbers stay numbers; a budget the mode does not read is null (`none` in text).
+#[tokio::test]
+async fn the_hop_lines_have_the_same_fields_as_json() {
+    for mode in ["propagated", "timeouts"] {
+        let mut lines = Vec::new();
+        for format in ["text", "json"] {
+            let profile = strict_profile(&format!("log-{mode}-{format}"));
+            let served = serve(&[
+                "reco-scorer",
+                "--port",
+                "0",
+                "--mode",
+                mode,
+                "--log-format",
+                format,
+                "--profile",
+                profile.to_str().unwrap(),
+            ]);
+            let mut client = HopClient::connect(format!("http://{}", served.addr))
+                .await
+                .unwrap();
+            client.call(call(2, "2S")).await.unwrap();
+            let answered = if format == "text" {
+                served.line_with(&["hop service=reco-scorer", "outcome=completed"])
+            } else {
+                served.line_with(&["{\"message\":\"hop\"", "\"outcome\":\"completed\""])
+            };
+            let mut found = vec![answered];
+            if mode == "propagated" {
+                let _ = client.call(call(1, "150m")).await.unwrap_err();
+                found.push(if format == "text" {
+                    served.line_with(&["hop service=reco-scorer", "outcome=refused"])
+                } else {
+                    served.line_with(&["{\"message\":\"hop\"", "\"outcome\":\"refused\""])
+                });
+            }
+            let _ = std::fs::remove_file(&profile);
+            lines.push(found);
+        }
+        let (text, json) = (&lines[0], &lines[1]);
+        for (text, json) in text.iter().zip(json) {
+            // By name: a JSON object's keys have no order.
+            let (mut t, mut j) = (text_fields(text), json_fields(json));
+            t.sort();
+            j.sort();
+            let names = |fields: &[(String, String)]| -> Vec<String> {
+                fields.iter().map(|(name, _)| name.clone()).collect()
+            };
+            assert_eq!(names(&t), names(&j), "{mode}\ntext: {text}\njson: {json}");
+            assert!(t.len() >= 5, "{text}");
+            // Everything but the timing is the same.
+            for ((name, tv), (_, jv)) in t.iter().zip(&j) {
+                if name != "took_ms" {
+                    assert_eq!(tv, jv, "{mode} {name}\ntext: {text}\njson: {json}");
+                }
+            }
+            let object: serde_json::Value = serde_json::from_str(json).unwrap();
+            // A mode without the layers reads no budget: `none` in text, null here.
+            let read = mode == "propagated";
+            assert!(
+                object["budget_ms"].is_u64() == read && object["budget_ms"].is_null() != read,
+                "{json}"
+            );
+            assert!(object["took_ms"].is_f64(), "{json}");
+        }
+    }
+}

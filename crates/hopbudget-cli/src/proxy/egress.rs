@@ -194,7 +194,12 @@ async fn call(
         None => Some(shared.unmatched(&profile, record.destination())),
     };
     if unmatched == Some(Unmatched::Refuse) {
-        hopbudget::observe::outbound_missing(profile.service());
+        // By callee, as the client layer counts the calls it sends with the edge total.
+        let host = match &*destination {
+            Destination::Fixed(upstream) => Some(upstream.authority().host()),
+            Destination::Named(_) => req.uri().host(),
+        };
+        hopbudget::observe::outbound_missing_to(profile.service(), profile.trusted_hosts(), host);
         record.finish("refused", StatusCode::SERVICE_UNAVAILABLE.as_u16(), None);
         return Ok(unmatched_refusal(grpc));
     }

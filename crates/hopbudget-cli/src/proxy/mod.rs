@@ -46,6 +46,7 @@ mod export;
 mod hygiene;
 mod ingress;
 mod log_fields;
+mod logging;
 pub mod options;
 mod origination;
 mod paired;
@@ -92,7 +93,7 @@ pub fn run(args: &ProxyArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    init_logging(args.otlp_endpoint.is_some());
+    logging::init(args.otlp_endpoint.is_some(), args.log_format);
     // One thread is a current-thread runtime: every task runs on the thread that accepts,
     // with no work-stealing queues and no wake-ups across threads (nginx's one worker
     // process); more is the multi-thread scheduler with that many workers.
@@ -111,47 +112,6 @@ pub fn run(args: &ProxyArgs) -> ExitCode {
         }
     };
     runtime.block_on(run_async(args, profile, file))
-}
-
-/// INFO lines on stderr. The hop's span (target `hopbudget::observe::hop`) is left out: its
-/// fields are all on the `hop ended` line, and a subscriber that formats every span's fields
-/// on creation costs the proxy a good part of its time per request.
-///
-/// With `spans` (`--otlp-endpoint`) the hop spans go to the layer that makes the proxy's
-/// spans of them ([`spans::Spans::layer`]), and the lines stay as they are.
-fn init_logging(spans: bool) {
-    use tracing_subscriber::Layer;
-    use tracing_subscriber::filter::Targets;
-    use tracing_subscriber::layer::SubscriberExt;
-    use tracing_subscriber::util::SubscriberInitExt;
-    let filter = Targets::new()
-        .with_default(tracing::Level::INFO)
-        .with_target(
-            "hopbudget::observe::hop",
-            tracing::level_filters::LevelFilter::OFF,
-        );
-    if spans {
-        let lines = tracing_subscriber::fmt::layer()
-            .with_writer(std::io::stderr)
-            .with_ansi(false)
-            .fmt_fields(log_fields::PlainFields)
-            .with_filter(filter.with_target(
-                spans::INGRESS_TARGET,
-                tracing::level_filters::LevelFilter::OFF,
-            ));
-        let _ = tracing_subscriber::registry()
-            .with(lines)
-            .with(spans::Spans::layer())
-            .try_init();
-        return;
-    }
-    let _ = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(false)
-        .fmt_fields(log_fields::PlainFields)
-        .finish()
-        .with(filter)
-        .try_init();
 }
 
 /// The profile to start with, and the file it came from with its content's hash.

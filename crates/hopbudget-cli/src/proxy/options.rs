@@ -88,6 +88,13 @@ pub struct ProxyArgs {
     #[arg(long)]
     pub no_hop_log: bool,
 
+    /// How the lines on stderr are written: `text` (`name=value` after the message) or
+    /// `json` (one object a line, the fields at its top level beside `timestamp`, `level`,
+    /// `target` and `message`), for a log pipeline to read. The `hop ended` line has the same
+    /// fields in both.
+    #[arg(long, value_enum, value_name = "FORMAT", default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+
     /// Export a span per request and per egress call to this OTLP/HTTP endpoint (protobuf),
     /// e.g. http://127.0.0.1:4318/v1/traces; a URL without a path gets `/v1/traces`. Plain
     /// HTTP only: run a local Collector to reach a TLS endpoint. Without it no span is made.
@@ -193,7 +200,8 @@ a host outbound.trusted_hosts does not trust; no match: the edge total, counted 
 
 Writes for the operator: `listening on ADDR` (and `admin on ADDR`, `egress on ADDR`) on stdout once
 ready; one
-`hop ended` line per request on stderr; Prometheus metrics (hopbudget_hops_total by outcome,
+`hop ended` line per request on stderr (--log-format json: one JSON object a line, the same
+fields); Prometheus metrics (hopbudget_hops_total by outcome,
 ...) on --admin at /metrics; with --otlp-endpoint, an OpenTelemetry span per request and
 per egress call in the request's trace (deadline.* attributes, deadline.told_ms: what the
 service or the destination was told). SIGTERM or Ctrl-C: stops accepting, lets requests in flight
@@ -227,6 +235,15 @@ impl UpstreamCarrier {
             UpstreamCarrier::Envoy => Carrier::Envoy,
         }
     }
+}
+
+/// How the proxy's log lines are written (`--log-format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// `2026-03-01T12:00:00.000000Z  INFO hopbudget::hop: hop ended service="orders" ...`
+    Text,
+    /// `{"timestamp":"...","level":"INFO","message":"hop ended","service":"orders",...}`
+    Json,
 }
 
 /// The protocol spoken to the service.

@@ -119,6 +119,16 @@ impl Proxy {
         }
     }
 
+    /// Read the proxy's stderr to its end in a task, discarding it. A test that runs a proxy
+    /// long under load and reads none of its lines needs this: once the pipe's buffer is full
+    /// the proxy's next line blocks it (its `/metrics` too) until someone reads.
+    pub fn discard_stderr(&mut self) {
+        let mut stderr = self.stderr.take().expect("stderr is read once");
+        tokio::spawn(async move {
+            let _ = tokio::io::copy(&mut stderr, &mut tokio::io::sink()).await;
+        });
+    }
+
     /// Read the proxy's stderr until a line holds every one of `needles`; that line.
     pub async fn await_log(&mut self, needles: &[&str]) -> String {
         let stderr = self.stderr.take().expect("stderr is read once");

@@ -15,6 +15,7 @@ use hopbudget::{Outcome, RequestBudget};
 use tokio::time::Instant;
 
 use super::traces;
+use crate::serve::hop_log::{LogFormat, write_line};
 
 /// One client request as the client saw it.
 #[derive(Clone, Copy, Debug)]
@@ -123,6 +124,8 @@ enum Keep {
     Nothing {
         /// Print a line per hop as `service`.
         log_as: Option<String>,
+        /// How the line is written.
+        format: LogFormat,
     },
 }
 
@@ -177,9 +180,9 @@ impl Collector {
     /// A collector for `hopbudget-demo serve`, which runs until stopped: it keeps no records, and
     /// with `log_as` prints one line per hop (for a service whose hops the library's server
     /// layer does not log).
-    pub fn for_serve(services: usize, log_as: Option<String>) -> Self {
+    pub fn for_serve(services: usize, log_as: Option<String>, format: LogFormat) -> Self {
         Self {
-            keep: Keep::Nothing { log_as },
+            keep: Keep::Nothing { log_as, format },
             ..Self::new(services, Duration::ZERO)
         }
     }
@@ -413,15 +416,26 @@ impl HopGuard {
         }
         if let Keep::Nothing {
             log_as: Some(service),
+            format,
         } = &self.collector.keep
         {
-            println!(
-                "hop service={service} request_id={} budget_ms={} outcome={outcome}{} took_ms={:.1}",
-                self.id,
-                self.remaining_ms.map_or("none".into(), |ms| ms.to_string()),
-                if failed { " failed=true" } else { "" },
-                self.start.elapsed().as_secs_f64() * 1000.0
-            );
+            let mut line = vec![
+                ("service", service.clone()),
+                ("request_id", self.id.to_string()),
+                (
+                    "budget_ms",
+                    self.remaining_ms.map_or("none".into(), |ms| ms.to_string()),
+                ),
+                ("outcome", outcome.to_string()),
+            ];
+            if failed {
+                line.push(("failed", "true".into()));
+            }
+            line.push((
+                "took_ms",
+                format!("{:.1}", self.start.elapsed().as_secs_f64() * 1000.0),
+            ));
+            write_line(*format, &line);
         }
         if self.id == 0 || !self.collector.keeps() {
             return;

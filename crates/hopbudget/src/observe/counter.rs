@@ -42,24 +42,57 @@ impl Counter {
 
 /// Count an outbound call that no inbound request's deadline covers in
 /// `hopbudget_deadline_missing_total` ([C8](crate::contract#c8)): the route is `(outbound)`,
-/// since no inbound route is there to name. The client layers count their own calls made
-/// outside any request; this is for a caller that decides otherwise, such as a sidecar that
-/// refuses a call it cannot match to a request ([C26](crate::contract#c26)). Without the
-/// `metrics` feature it does nothing.
+/// since no inbound route is there to name, and `callee` is `other`. The client layers count
+/// their own calls made outside any request, with the callee
+/// ([`outbound_missing_to`]); this is for a caller that decides otherwise and knows no
+/// destination. Without the `metrics` feature it does nothing.
 ///
 /// ```
 /// hopbudget::observe::outbound_missing("checkout");
 /// ```
 pub fn outbound_missing(service: &str) {
+    count_outbound(service, OTHER_CALLEE);
+}
+
+/// The `callee` of an outbound call to a destination the profile does not trust, or that
+/// names none.
+pub const OTHER_CALLEE: &str = "other";
+
+/// [`outbound_missing`] for a call to `host`: `callee` is the `trusted` pattern that covers
+/// the host ([`TrustedHosts::callee_label`](crate::profile::TrustedHosts::callee_label)),
+/// else `other`, so the label has no more values than the profile has patterns
+/// ([C20](crate::contract#c20)). A sidecar that refuses a call it cannot match to a request
+/// ([C26](crate::contract#c26)) counts it so.
+///
+/// ```
+/// use hopbudget::Profile;
+///
+/// let trusted = Profile::default().trusted_hosts().clone();
+/// hopbudget::observe::outbound_missing_to("checkout", &trusted, Some("orders.svc")); // callee="*.svc"
+/// hopbudget::observe::outbound_missing_to("checkout", &trusted, Some("api.stripe.com")); // callee="other"
+/// ```
+pub fn outbound_missing_to(
+    service: &str,
+    trusted: &crate::profile::TrustedHosts,
+    host: Option<&str>,
+) {
+    match host.and_then(|host| trusted.callee_label(host)) {
+        Some(callee) => count_outbound(service, &callee),
+        None => count_outbound(service, OTHER_CALLEE),
+    }
+}
+
+fn count_outbound(service: &str, callee: &str) {
     #[cfg(feature = "metrics")]
     metrics::counter!(
         super::DEADLINE_MISSING_TOTAL,
         "service" => service.to_owned(),
-        "route" => "(outbound)"
+        "route" => "(outbound)",
+        "callee" => callee.to_owned()
     )
     .increment(1);
     #[cfg(not(feature = "metrics"))]
-    let _ = service;
+    let _ = (service, callee);
 }
 
 #[cfg(all(test, feature = "prometheus"))]
@@ -67,12 +100,27 @@ mod tests {
     #[test]
     fn an_outbound_call_outside_any_request_is_counted_as_missing() {
         let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
-        metrics::with_local_recorder(&recorder, || super::outbound_missing("cron"));
+        let trusted = crate::Profile::default().trusted_hosts().clone();
+        metrics::with_local_recorder(&recorder, || {
+            super::outbound_missing("cron");
+            super::outbound_missing_to("cron", &trusted, Some("api.stripe.com"));
+            super::outbound_missing_to("cron", &trusted, None);
+            super::outbound_missing_to("cron", &trusted, Some("orders.svc"));
+            super::outbound_missing_to("cron", &trusted, Some("billing.svc"));
+            super::outbound_missing_to("cron", &trusted, Some("10.0.3.7"));
+        });
         let text = recorder.handle().render();
-        assert!(
-            text.contains(
-                "hopbudget_deadline_missing_total{service=\"cron\",route=\"(outbound)\"} 1"
-            ),
+        for (callee, count) in [("other", 3), ("*.svc", 2), ("private", 1)] {
+            assert!(
+                text.contains(&format!(
+                    "hopbudget_deadline_missing_total{{service=\"cron\",route=\"(outbound)\",callee=\"{callee}\"}} {count}"
+                )),
+                "{callee}: {text}"
+            );
+        }
+        assert_eq!(
+            text.matches("hopbudget_deadline_missing_total{").count(),
+            3,
             "{text}"
         );
     }

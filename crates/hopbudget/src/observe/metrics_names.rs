@@ -22,7 +22,9 @@ pub const HOPS_TOTAL: &str = "hopbudget_hops_total";
 ///
 /// See the [example](METRICS#examples).
 pub const REFUSED_BEFORE_WORK_TOTAL: &str = "hopbudget_refused_before_work_total";
-/// Counter: arrivals with no deadline, given the edge total. Labels: `service`, `route`.
+/// Counter: arrivals with no deadline, given the edge total. Labels: `service`, `route`. On
+/// the route `(outbound)`, calls sent outside any request, with a third label, `callee`
+/// ([`outbound_missing_to`](crate::observe::outbound_missing_to)).
 ///
 /// See the [example](METRICS#examples).
 pub const DEADLINE_MISSING_TOTAL: &str = "hopbudget_deadline_missing_total";

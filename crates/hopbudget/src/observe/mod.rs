@@ -38,7 +38,7 @@ mod metrics_names;
 pub use metrics_names::*;
 mod counter;
 pub(crate) use counter::Counter;
-pub use counter::outbound_missing;
+pub use counter::{OTHER_CALLEE, outbound_missing, outbound_missing_to};
 pub mod fields;
 mod notice;
 pub(crate) use notice::{missing as notice_missing, refused as notice_refused};

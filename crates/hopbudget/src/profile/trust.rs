@@ -157,6 +157,37 @@ impl TrustedHosts {
     ///
     /// See the [example](TrustedHosts#examples).
     pub fn allows(&self, host: &str) -> bool {
+        self.matching(host).is_some()
+    }
+
+    /// The metric label of a call to `host` (`callee` on
+    /// `hopbudget_deadline_missing_total{route="(outbound)"}`): the pattern that trusts it, as
+    /// the profile lists it (an exact host's name, `*.svc`, `private`, `loopback`, `*`), or
+    /// `None` for a host it does not trust. One label per pattern, however many hosts it
+    /// covers, so the label's values are bounded by the profile ([C20](crate::contract#c20)).
+    ///
+    /// ```
+    /// use hopbudget::profile::TrustedHosts;
+    ///
+    /// let trusted = TrustedHosts::parse(&["billing.corp".into(), "*.svc".into(), "private".into()]).unwrap();
+    /// assert_eq!(trusted.callee_label("Billing.corp").as_deref(), Some("billing.corp"));
+    /// assert_eq!(trusted.callee_label("orders.svc").as_deref(), Some("*.svc"));
+    /// assert_eq!(trusted.callee_label("10.0.3.7").as_deref(), Some("private"));
+    /// assert_eq!(trusted.callee_label("api.stripe.com"), None);
+    /// ```
+    pub fn callee_label(&self, host: &str) -> Option<String> {
+        Some(match self.matching(host)? {
+            Pattern::Any => "*".to_owned(),
+            Pattern::Loopback => LOOPBACK.to_owned(),
+            Pattern::Private => PRIVATE.to_owned(),
+            Pattern::SingleLabel => SINGLE_LABEL.to_owned(),
+            Pattern::Suffix(suffix) => format!("*{suffix}"),
+            Pattern::Exact(name) => name.clone(),
+        })
+    }
+
+    /// The first pattern that trusts `host`.
+    fn matching(&self, host: &str) -> Option<&Pattern> {
         let host = host
             .strip_prefix('[')
             .and_then(|h| h.strip_suffix(']'))
@@ -169,7 +200,7 @@ impl TrustedHosts {
             .next()
             .filter(|b| b.is_ascii_digit() || *b == b':')
             .and_then(|_| host.parse::<IpAddr>().ok());
-        self.patterns.iter().any(|p| match p {
+        self.patterns.iter().find(|p| match p {
             Pattern::Any => true,
             Pattern::Loopback => match ip {
                 Some(ip) => ip.is_loopback(),

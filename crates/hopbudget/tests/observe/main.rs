@@ -13,5 +13,6 @@
 mod grpc_support;
 
 mod choices;
+mod json_lines;
 mod otlp_filter;
 mod trace;

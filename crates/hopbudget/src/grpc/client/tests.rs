@@ -125,30 +125,50 @@ async fn the_wait_ends_at_the_deadline_minus_the_hop_margin() {
 #[tokio::test(start_paused = true)]
 async fn a_call_outside_any_request_uses_the_edge_total_and_is_counted() {
     use tower::Service;
+    // A third party is told nothing (C19).
     let seen = service_fn(|req: http::Request<()>| async move {
-        let sent = req.headers()["grpc-timeout"].clone();
+        let sent = req.headers().get("grpc-timeout").cloned();
         Ok::<_, Infallible>(
             http::Response::builder()
-                .header("seen", sent)
+                .header(
+                    "seen",
+                    sent.unwrap_or(http::HeaderValue::from_static("none")),
+                )
                 .body(())
                 .unwrap(),
         )
     });
-    let mut client = ServiceBuilder::new()
-        .layer(GrpcClientLayer::new(
-            Profile::default().with_service("cron"),
-        ))
-        .service(seen);
+    let layer = GrpcClientLayer::new(Profile::default().with_service("cron"));
     let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
-    let call = metrics::with_local_recorder(&recorder, || client.call(request()));
-    let res = call.await.unwrap();
-    // 1000 ms edge total minus 5 ms margin minus 1 ms transit (C2).
-    assert_eq!(res.headers()["seen"], "994000u");
+    // By callee: a channel that names no destination, one to a host the default profile
+    // trusts by its `*.internal` pattern, twice, and one to a third party.
+    for destination in [
+        None,
+        Some("http://pricing.internal:50051"),
+        Some("http://tax.internal:50051"),
+        Some("https://api.stripe.com"),
+    ] {
+        let layer = match destination {
+            Some(uri) => layer.clone().destination(&uri.parse().unwrap()),
+            None => layer.clone(),
+        };
+        let mut client = ServiceBuilder::new().layer(layer).service(seen);
+        let call = metrics::with_local_recorder(&recorder, || client.call(request()));
+        let res = call.await.unwrap();
+        if destination.is_none() {
+            // 1000 ms edge total minus 5 ms margin minus 1 ms transit (C2).
+            assert_eq!(res.headers()["seen"], "994000u");
+        }
+    }
     let text = recorder.handle().render();
-    assert!(
-        text.contains("hopbudget_deadline_missing_total{service=\"cron\",route=\"(outbound)\"} 1"),
-        "{text}"
-    );
+    for (callee, count) in [("other", 2), ("*.internal", 2)] {
+        assert!(
+            text.contains(&format!(
+                "hopbudget_deadline_missing_total{{service=\"cron\",route=\"(outbound)\",callee=\"{callee}\"}} {count}"
+            )),
+            "{callee}: {text}"
+        );
+    }
 }
 
 #[tokio::test(start_paused = true)]

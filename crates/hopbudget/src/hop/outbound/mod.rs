@@ -145,7 +145,10 @@ impl Shared {
         uri_host: Option<&str>,
         host_header: Option<&str>,
     ) -> Result<Call, BudgetError> {
-        let watched = self.budget_for(explicit);
+        let (watched, outside) = self.budget_for(explicit);
+        if outside {
+            self.count_missing(uri_host, host_header);
+        }
         let budget = match per_call {
             Some(timeout) if Deadline::after(timeout) < watched.deadline() => {
                 watched.child_until(Deadline::after(timeout))
@@ -167,27 +170,42 @@ impl Shared {
     }
 
     /// The explicit budget, else the ambient one, else a fresh one from the edge total: a call
-    /// made outside any request is never unbounded ([C8](crate::contract#c8)).
-    pub(crate) fn budget_for(&self, explicit: Option<&RequestBudget>) -> RequestBudget {
+    /// made outside any request is never unbounded ([C8](crate::contract#c8)). With whether
+    /// it was the last: a call outside any request, which carries no deadline it was given.
+    pub(crate) fn budget_for(&self, explicit: Option<&RequestBudget>) -> (RequestBudget, bool) {
         if let Some(budget) = explicit {
-            return budget.clone();
+            return (budget.clone(), false);
         }
         if let Some(budget) = RequestBudget::current() {
-            return budget;
+            return (budget, false);
         }
-        self.fallback()
+        (self.fallback(), true)
     }
 
     #[cold]
-    pub(crate) fn fallback(&self) -> RequestBudget {
+    fn fallback(&self) -> RequestBudget {
         let edge_total = self.profile.current().edge_total();
         tracing::debug!(
             service = %self.service,
             edge_total_ms = edge_total.as_millis() as u64,
             "deadline received: none; outbound call outside any request uses the edge total"
         );
-        crate::observe::outbound_missing(&self.service);
         RequestBudget::fallback(edge_total, self.profile.current().policy())
+    }
+
+    /// Count a call outside any request in `hopbudget_deadline_missing_total{route="(outbound)"}`
+    /// ([C8](crate::contract#c8)), by the callee it reaches: the host a call goes to (the
+    /// layer's destination, else the `Host` header, which names the third party behind an
+    /// egress proxy, else the URI's host), labelled by the profile's trusted pattern that
+    /// covers it, `other` when none does or when the layer trusts nobody.
+    #[cold]
+    fn count_missing(&self, uri_host: Option<&str>, host_header: Option<&str>) {
+        let host = match self.trust {
+            Trust::Nobody => None,
+            Trust::Profile | Trust::All => self.destination.as_deref().or(host_header).or(uri_host),
+        };
+        let profile = self.profile.current();
+        crate::observe::outbound_missing_to(&self.service, profile.trusted_hosts(), host);
     }
 
     /// Write the forward budget into this layer's carrier ([C2](crate::contract#c2): the
@@ -414,7 +432,8 @@ mod tests {
     async fn outside_any_request_the_edge_total_applies() {
         // That the fallback is counted: `observe::counter`'s tests.
         let shared = Shared::new(Profile::default().with_service("cron"));
-        let budget = shared.budget_for(None);
+        let (budget, outside) = shared.budget_for(None);
+        assert!(outside);
         assert_eq!(budget.source(), crate::Source::Fallback);
         assert_eq!(
             budget.remaining(),
@@ -426,10 +445,10 @@ mod tests {
             RequestBudget::local(Duration::from_millis(50), shared.profile.current().policy());
         let explicit =
             RequestBudget::local(Duration::from_millis(70), shared.profile.current().policy());
-        let got = ambient.sync_scope(|| shared.budget_for(None));
-        assert!(got.ptr_eq(&ambient));
-        let got = ambient.sync_scope(|| shared.budget_for(Some(&explicit)));
-        assert!(got.ptr_eq(&explicit));
+        let (got, outside) = ambient.sync_scope(|| shared.budget_for(None));
+        assert!(got.ptr_eq(&ambient) && !outside);
+        let (got, outside) = ambient.sync_scope(|| shared.budget_for(Some(&explicit)));
+        assert!(got.ptr_eq(&explicit) && !outside);
     }
 
     #[test]
