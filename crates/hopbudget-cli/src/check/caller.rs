@@ -118,6 +118,8 @@ pub enum CallError {
     NotHttp(String),
     /// No answer within the patience given.
     NoAnswer(Duration),
+    /// The service reset the call's HTTP/2 stream instead of answering (with `--grpc`).
+    Reset(String),
 }
 
 impl fmt::Display for CallError {
@@ -126,6 +128,7 @@ impl fmt::Display for CallError {
             CallError::Unreachable(e) => write!(f, "cannot connect: {e}"),
             CallError::NotHttp(start) => write!(f, "the answer is not understood: {start:?}"),
             CallError::NoAnswer(p) => write!(f, "no answer within {} ms", p.as_millis()),
+            CallError::Reset(reason) => write!(f, "the service reset the stream ({reason})"),
         }
     }
 }

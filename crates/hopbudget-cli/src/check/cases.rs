@@ -128,7 +128,7 @@ impl Run {
         let date = httpdate::fmt_http_date(SystemTime::now() - Duration::from_secs(3 * 3600));
         let headers = vec![self.wire.budget(2000), ("date", date)];
         let sent = format!("{} (3 h behind)", headers_shown(&headers));
-        let (answer, call, at) = self.exchange(Mode::Answer, headers, true).await?;
+        let (answer, call, at) = self.exchange(Mode::Measure, headers, true).await?;
         let mut lines = Vec::new();
         let c1_expects = "the Date header changes nothing: the downstream is called, told no more than the budget";
         let c2_expects = "the downstream is told strictly less than the budget minus the time the service held it";
@@ -206,7 +206,7 @@ impl Run {
     pub async fn c8(&mut self) -> Result<Line, Abort> {
         let sent = "no deadline header";
         let expects = "the downstream is told a finite edge default";
-        let (answer, call, _) = self.exchange(Mode::Answer, vec![], true).await?;
+        let (answer, call, _) = self.exchange(Mode::Measure, vec![], true).await?;
         let Some(call) = call else {
             return Ok(Line::new(
                 "C8",
@@ -429,7 +429,7 @@ impl Run {
                 expects,
             ));
         };
-        third.set_mode(Mode::Plain);
+        third.set_mode(Mode::Answer);
         self.downstream.set_mode(Mode::Answer);
         let (pending, id) = self.send(vec![budget]).await?;
         let answer = pending.answer(ANSWER_PATIENCE).await;

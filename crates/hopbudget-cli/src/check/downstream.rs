@@ -24,9 +24,11 @@ const HEAD_LIMIT: usize = 64 * 1024;
 /// How the downstream treats the calls it receives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
-    /// Answer `200` at once when the call carries a deadline; hold one that carries none
-    /// until the service hangs up, so that the timeout it made up can be measured.
+    /// Answer `200` at once (an empty message and `grpc-status: 0` over gRPC).
     Answer,
+    /// Answer at once a call that carries a deadline; hold one that carries none until the
+    /// service hangs up, so that the timeout it made up can be measured (C2, C8).
+    Measure,
     /// Never answer: hold the call until the service hangs up (or [`HOLD_LIMIT`]).
     Hold,
     /// Answer at once that the deadline expired: `504` with `x-deadline-outcome: expired`
@@ -35,8 +37,6 @@ pub enum Mode {
     /// Answer at once that the call was cancelled: `499` with `x-deadline-outcome:
     /// cancelled` (gRPC: CANCELLED, marked the same).
     Cancelled,
-    /// Answer `200` at once, deadline or not: a third party, which is told none (C19).
-    Plain,
 }
 
 /// One call the service made to the downstream.
@@ -189,7 +189,7 @@ async fn serve(mut stream: TcpStream, mode: Mode, calls: mpsc::UnboundedSender<C
         headers,
         closed,
     };
-    let hold = mode == Mode::Hold || (mode == Mode::Answer && matches!(call.told(), Ok(None)));
+    let hold = mode == Mode::Hold || (mode == Mode::Measure && matches!(call.told(), Ok(None)));
     let _ = calls.send(call);
     if hold {
         // Wait for the service to hang up: a read of zero bytes, or an error (a reset).
@@ -213,7 +213,7 @@ async fn serve(mut stream: TcpStream, mode: Mode, calls: mpsc::UnboundedSender<C
         Mode::Cancelled => {
             b"HTTP/1.1 499 Client Closed Request\r\nx-deadline-outcome: cancelled\r\ncontent-length: 10\r\nconnection: close\r\n\r\ncancelled\n"
         }
-        Mode::Answer | Mode::Plain | Mode::Hold => {
+        Mode::Answer | Mode::Measure | Mode::Hold => {
             b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok"
         }
     };

@@ -72,7 +72,7 @@ async fn call(req: http::Request<hyper::body::Incoming>, callee: Callee) -> http
         headers,
         closed,
     };
-    let hold = mode == Mode::Hold || (mode == Mode::Answer && matches!(call.told(), Ok(None)));
+    let hold = mode == Mode::Hold || (mode == Mode::Measure && matches!(call.told(), Ok(None)));
     let _ = callee.calls.send(call);
     if hold {
         let hung_up = HungUp(Some(closed_tx));
@@ -83,7 +83,7 @@ async fn call(req: http::Request<hyper::body::Incoming>, callee: Callee) -> http
     match mode {
         Mode::Expired => status(4, "deadline expired", Some("expired")),
         Mode::Cancelled => status(1, "cancelled", Some("cancelled")),
-        Mode::Answer | Mode::Plain | Mode::Hold => ok(),
+        Mode::Answer | Mode::Measure | Mode::Hold => ok(),
     }
 }
 

@@ -114,9 +114,7 @@ pub async fn send(
     let sent = Instant::now();
     let response = sender.send_request(request);
     let call = tokio::spawn(async move {
-        let response = response
-            .await
-            .map_err(|e| CallError::NotHttp(format!("not an HTTP/2 answer: {e}")))?;
+        let response = response.await.map_err(|e| failed(&e))?;
         read(response, sent).await
     });
     Ok(Pending {
@@ -181,6 +179,21 @@ async fn read(
         elapsed,
         grpc: Some(GrpcStatus { code, message }),
     })
+}
+
+/// Why a call got no answer: a stream the service reset (grpc-go does so for a `grpc-timeout`
+/// it cannot read) is an answer to judge; anything else means the peer speaks no HTTP/2.
+fn failed(e: &hyper::Error) -> CallError {
+    let h2 = std::error::Error::source(e).and_then(|s| s.downcast_ref::<h2::Error>());
+    match h2 {
+        Some(h2) if h2.is_reset() && h2.is_remote() => {
+            let reason = h2
+                .reason()
+                .map_or_else(|| "no reason".to_owned(), |r| format!("{r:?}"));
+            CallError::Reset(reason)
+        }
+        _ => CallError::NotHttp(format!("not an HTTP/2 answer: {e}")),
+    }
 }
 
 fn lower(map: &http::HeaderMap) -> Vec<(String, String)> {

@@ -117,7 +117,7 @@ pub async fn check(args: &CheckArgs) -> Result<Scorecard, Abort> {
     );
     if let Some(addr) = args.third_party {
         run.third_party =
-            Some(Downstream::bind_as(addr, "third-party", downstream::Mode::Plain, grpc).await?);
+            Some(Downstream::bind_as(addr, "third-party", downstream::Mode::Answer, grpc).await?);
     }
     let mut lines = Vec::new();
     lines.extend(run.c1_c2().await?);
