@@ -250,6 +250,8 @@ enum Flaw {
     OneCarrier,
     /// Reads a malformed `grpc-timeout` as no deadline (malformed).
     Lenient,
+    /// Rejects a malformed `grpc-timeout` with INTERNAL, not INVALID_ARGUMENT (malformed).
+    Internal,
     /// Answers a deadline's end with RESOURCE_EXHAUSTED (C10).
     Exhausted,
     /// Answers a deadline's end with CANCELLED, as tonic's own timer does (C4).
@@ -308,6 +310,9 @@ impl HomeMade {
             match value.to_str().ok().and_then(grpc_timeout_ms) {
                 Some(ms) => budget = Some(ms),
                 None if flaw == Flaw::Lenient => {}
+                None if flaw == Flaw::Internal => {
+                    return Err(Status::internal("malformed grpc-timeout"));
+                }
                 None => return Err(Status::invalid_argument("malformed grpc-timeout")),
             }
         }
@@ -447,6 +452,7 @@ async fn each_grpc_rule_fails_against_a_service_that_breaks_it() {
         (Flaw::NoClamp, "C9", ""),
         (Flaw::OneCarrier, "tightest", ""),
         (Flaw::Lenient, "malformed", ""),
+        (Flaw::Internal, "malformed", "13 INTERNAL"),
         (Flaw::Exhausted, "C10", "RESOURCE_EXHAUSTED"),
         (Flaw::Cancels, "C4", "CANCELLED"),
         (Flaw::NoThreshold, "C3", ""),
