@@ -11,6 +11,12 @@
 //              response's 'close' event fires unfinished: it stops its work and prints
 //              "cancelled by=close"; otherwise "finished" and 200.
 //       /ok    answers "ok".
+//       /forward?to=URL
+//              prints "arrived x-request-timeout-ms=V", then calls URL with the inbound
+//              `traceparent` (as a service whose tracing propagates it) and no deadline: a
+//              service that forgets its own, as most do. It does not abort the call when its
+//              caller goes away. Prints "forwarded status=N" and answers with the call's
+//              status and body (crates/hopbudget-cli/tests/check_interop.rs).
 //
 // Node's own modules only.
 'use strict';
@@ -21,6 +27,10 @@ const server = http.createServer((req, res) => {
   const url = new URL(req.url, 'http://service');
   if (url.pathname === '/ok') {
     res.end('ok');
+    return;
+  }
+  if (url.pathname === '/forward') {
+    forward(req, res, url.searchParams.get('to'));
     return;
   }
   if (url.pathname !== '/wait') {
@@ -43,6 +53,30 @@ const server = http.createServer((req, res) => {
     }
   });
 });
+
+function forward(req, res, to) {
+  console.log(`arrived x-request-timeout-ms=${req.headers['x-request-timeout-ms'] || ''}`);
+  const headers = {};
+  if (req.headers.traceparent) {
+    headers.traceparent = req.headers.traceparent;
+  }
+  const call = http.get(to, { headers }, (answer) => {
+    const body = [];
+    answer.on('data', (chunk) => body.push(chunk));
+    answer.on('end', () => {
+      console.log(`forwarded status=${answer.statusCode}`);
+      res.statusCode = answer.statusCode;
+      res.end(Buffer.concat(body));
+    });
+  });
+  call.on('error', (e) => {
+    console.log(`forward failed err=${e.message}`);
+    if (!res.writableEnded) {
+      res.statusCode = 502;
+      res.end(`${e.message}\n`);
+    }
+  });
+}
 
 server.listen(0, '127.0.0.1', () => {
   console.log(`port ${server.address().port}`);

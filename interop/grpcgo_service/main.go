@@ -5,26 +5,48 @@
 //
 // Usage:
 //
-//	grpcgo_service
+//	grpcgo_service [-downstream HOST:PORT]
 //	    Serves every method on 127.0.0.1:0 (h2c); the first line printed is "port N". Each
 //	    call prints "arrived METHOD deadline_ms=N" (the context's time left on arrival, or
 //	    "none"), then for a method ending in "/Wait" waits for the context to end and prints
-//	    "cancelled err=ERR"; any other method answers an empty message at once.
+//	    "cancelled err=ERR"; any other method answers an empty message at once, or, with
+//	    -downstream, calls the same method there and answers what it got back.
+//
+// The downstream call is forgetful on purpose, as many services are: a fresh
+// context.Background(), so no deadline goes with it; only the trace context is forwarded, as a
+// tracing interceptor would. `hopbudget check --grpc` in front of it fails C2 and C8, and
+// behind `hopbudget proxy` (the call dialled to an --egress-to listener) passes
+// (crates/hopbudget-cli/tests/check_interop.rs).
 //
 // Built against Debian's grpc-go (golang-google-grpc-dev) with GOPATH=/usr/share/gocode and
 // GO111MODULE=off; the test builds it into the target dir.
 package main
 
 import (
+	"context"
+	"flag"
 	"fmt"
 	"net"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+)
+
+// The -downstream address, if any, and its connection, dialled on the first call: the test
+// starts the service before the sidecar whose egress listener it dials, and grpc-go fails
+// calls fast for a second after a refused connection.
+var (
+	downstreamAddr string
+	downstreamOnce sync.Once
+	downstream     *grpc.ClientConn
+	downstreamErr  error
 )
 
 // raw passes message bytes through unchanged. Registered under the name "proto", it replaces
@@ -56,11 +78,31 @@ func handle(_ interface{}, stream grpc.ServerStream) error {
 		return status.FromContextError(ctx.Err()).Err()
 	}
 	reply := []byte{}
+	if downstreamAddr != "" {
+		downstreamOnce.Do(func() {
+			downstream, downstreamErr = grpc.Dial(downstreamAddr, grpc.WithInsecure())
+		})
+		if downstreamErr != nil {
+			return status.Errorf(codes.Unavailable, "dial %s: %v", downstreamAddr, downstreamErr)
+		}
+		out := context.Background()
+		if md, ok := metadata.FromIncomingContext(ctx); ok {
+			if trace := md.Get("traceparent"); len(trace) > 0 {
+				out = metadata.AppendToOutgoingContext(out, "traceparent", trace[0])
+			}
+		}
+		if err := downstream.Invoke(out, method, &req, &reply); err != nil {
+			return err
+		}
+	}
 	return stream.SendMsg(&reply)
 }
 
 func main() {
+	to := flag.String("downstream", "", "call each method on to HOST:PORT too (h2c)")
+	flag.Parse()
 	encoding.RegisterCodec(raw{})
+	downstreamAddr = *to
 	listener, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "listen:", err)

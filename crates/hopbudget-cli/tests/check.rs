@@ -320,6 +320,8 @@ enum Flaw {
     NoThreshold,
     /// Calls again when the downstream answers 5xx, even an expired one (C6).
     Retries,
+    /// Calls again when the downstream answers 499, cancelled (C6's second half).
+    RetriesCancelled,
     /// Tells the third party it also calls its deadline (C19).
     TellsThirdParty,
 }
@@ -407,7 +409,10 @@ async fn home_made(
     let call = async {
         let answer = call.await;
         match answer {
-            Ok(a) if flaw == Flaw::Retries && a.status().is_server_error() => {
+            Ok(a)
+                if (flaw == Flaw::Retries && a.status().is_server_error())
+                    || (flaw == Flaw::RetriesCancelled && a.status().as_u16() == 499) =>
+            {
                 http.get(format!("http://{downstream}/dep"))
                     .header("x-request-timeout-ms", told.to_string())
                     .send()
@@ -459,6 +464,7 @@ async fn each_rule_fails_against_a_service_that_breaks_it() {
         (Flaw::TooMany, "C10"),
         (Flaw::NoThreshold, "C3"),
         (Flaw::Retries, "C6"),
+        (Flaw::RetriesCancelled, "C6"),
         (Flaw::TellsThirdParty, "C19"),
     ] {
         let card = check_home_made(flaw).await;
@@ -468,6 +474,12 @@ async fn each_rule_fails_against_a_service_that_breaks_it() {
             "{flaw:?}:\n{}",
             card.text()
         );
+        if flaw == Flaw::RetriesCancelled {
+            // Judged on the cancelled answer: once after the expired one, twice after it.
+            let c6 = &card.line("C6").unwrap().observed;
+            assert!(c6.contains("called 1 time(s); cancelled: "), "{c6}");
+            assert!(c6.ends_with("called 2 time(s)"), "{c6}");
+        }
     }
 }
 

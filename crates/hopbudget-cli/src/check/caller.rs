@@ -1,6 +1,7 @@
 //! The caller's side: one request to the service under test on a connection of its own, its
 //! answer read with bounded patience, and nothing hidden (a connection refused, a reply that
-//! is not HTTP and no reply at all are each told apart).
+//! is not HTTP and no reply at all are each told apart). HTTP/1.1 here; a gRPC call (with
+//! `--grpc`) is [`super::grpc_caller`]'s.
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -11,6 +12,7 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use super::downstream::parse_headers;
+use super::grpc_caller;
 
 /// Where the service under test listens, and the path the checker requests.
 #[derive(Clone, Debug)]
@@ -19,21 +21,53 @@ pub struct Target {
     pub addr: SocketAddr,
     /// The `host` header.
     pub host: String,
-    /// The request path.
+    /// The request path: `/SERVICE/METHOD` for a gRPC call.
     pub path: String,
+    /// Whether the service is called with gRPC.
+    pub grpc: bool,
+}
+
+/// A gRPC answer's status.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GrpcStatus {
+    /// `grpc-status`.
+    pub code: u32,
+    /// `grpc-message`, percent-decoded.
+    pub message: String,
+}
+
+/// The name gRPC gives a status code.
+pub fn grpc_code_name(code: u32) -> &'static str {
+    match code {
+        0 => "OK",
+        1 => "CANCELLED",
+        2 => "UNKNOWN",
+        3 => "INVALID_ARGUMENT",
+        4 => "DEADLINE_EXCEEDED",
+        5 => "NOT_FOUND",
+        8 => "RESOURCE_EXHAUSTED",
+        9 => "FAILED_PRECONDITION",
+        12 => "UNIMPLEMENTED",
+        13 => "INTERNAL",
+        14 => "UNAVAILABLE",
+        _ => "another code",
+    }
 }
 
 /// The service's answer to one request.
 #[derive(Clone, Debug)]
 pub struct Answer {
-    /// The status code.
+    /// The HTTP status code.
     pub status: u16,
-    /// Headers, names lower-case.
+    /// Headers (and a gRPC answer's trailers), names lower-case.
     pub headers: Vec<(String, String)>,
-    /// The body as text (chunk framing left in: it is searched, not parsed).
+    /// The body as text (chunk framing left in: it is searched, not parsed); a gRPC answer's
+    /// `grpc-message`.
     pub body: String,
-    /// From the request written to the answer's head read.
+    /// From the request written to the answer's head read (a gRPC answer's status).
     pub elapsed: Duration,
+    /// A gRPC answer's status.
+    pub grpc: Option<GrpcStatus>,
 }
 
 impl Answer {
@@ -62,7 +96,16 @@ impl Answer {
 
 impl fmt::Display for Answer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} after {} ms", self.status, self.elapsed.as_millis())
+        match &self.grpc {
+            Some(g) => write!(
+                f,
+                "{} {} after {} ms",
+                g.code,
+                grpc_code_name(g.code),
+                self.elapsed.as_millis()
+            ),
+            None => write!(f, "{} after {} ms", self.status, self.elapsed.as_millis()),
+        }
     }
 }
 
@@ -71,37 +114,79 @@ impl fmt::Display for Answer {
 pub enum CallError {
     /// The connection was refused or failed.
     Unreachable(String),
-    /// Bytes came back, but not an HTTP/1.1 answer.
+    /// Bytes came back, but not an HTTP/1.1 answer (with `--grpc`: not a gRPC answer).
     NotHttp(String),
     /// No answer within the patience given.
     NoAnswer(Duration),
+    /// The service reset the call's HTTP/2 stream instead of answering (with `--grpc`).
+    Reset(String),
 }
 
 impl fmt::Display for CallError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             CallError::Unreachable(e) => write!(f, "cannot connect: {e}"),
-            CallError::NotHttp(start) => write!(f, "the answer is not HTTP: {start:?}"),
+            CallError::NotHttp(start) => write!(f, "the answer is not understood: {start:?}"),
             CallError::NoAnswer(p) => write!(f, "no answer within {} ms", p.as_millis()),
+            CallError::Reset(reason) => write!(f, "the service reset the stream ({reason})"),
         }
     }
 }
 
-/// A request written on its own connection, not yet answered.
+/// A request sent on its own connection, not yet answered.
 #[derive(Debug)]
-pub struct Pending {
+pub enum Pending {
+    /// An HTTP/1.1 request.
+    Http(HttpPending),
+    /// A gRPC call.
+    Grpc(grpc_caller::Pending),
+}
+
+/// What a caller that left keeps: a gRPC call's connection, open after its stream was reset.
+#[derive(Debug)]
+pub struct Left {
+    _connection: Option<grpc_caller::Connection>,
+}
+
+impl Pending {
+    /// When the request had been sent.
+    pub fn sent(&self) -> Instant {
+        match self {
+            Pending::Http(p) => p.sent,
+            Pending::Grpc(p) => p.sent(),
+        }
+    }
+
+    /// Read the answer, waiting at most `patience` for it.
+    pub async fn answer(self, patience: Duration) -> Result<Answer, CallError> {
+        match self {
+            Pending::Http(p) => p.answer(patience).await,
+            Pending::Grpc(p) => p.answer(patience).await,
+        }
+    }
+
+    /// Leave mid-call: an HTTP/1.1 caller closes its connection, a gRPC caller resets its
+    /// stream (its connection stays open until what is returned is dropped).
+    pub fn leave(self) -> Left {
+        match self {
+            Pending::Http(_) => Left { _connection: None },
+            Pending::Grpc(p) => Left {
+                _connection: Some(p.leave()),
+            },
+        }
+    }
+}
+
+/// An HTTP/1.1 request written on its own connection, not yet answered.
+#[derive(Debug)]
+pub struct HttpPending {
     stream: TcpStream,
     sent: Instant,
 }
 
-impl Pending {
-    /// When the request had been written.
-    pub fn sent(&self) -> Instant {
-        self.sent
-    }
-
+impl HttpPending {
     /// Read the answer, waiting at most `patience` for its head.
-    pub async fn answer(mut self, patience: Duration) -> Result<Answer, CallError> {
+    async fn answer(mut self, patience: Duration) -> Result<Answer, CallError> {
         let mut buf = Vec::new();
         let mut chunk = [0u8; 4096];
         let until = self.sent + patience;
@@ -152,12 +237,19 @@ impl Pending {
             headers: parse_headers(&head),
             body: String::from_utf8_lossy(&body).into_owned(),
             elapsed,
+            grpc: None,
         })
     }
 }
 
-/// Connect and write `GET path` with `headers` on a fresh connection.
+/// Connect and send the request (`GET path`, or a gRPC call) with `headers` on a fresh
+/// connection.
 pub async fn send(target: &Target, headers: &[(&str, String)]) -> Result<Pending, CallError> {
+    if target.grpc {
+        return grpc_caller::send(target.addr, &target.host, &target.path, headers)
+            .await
+            .map(Pending::Grpc);
+    }
     let mut stream = tokio::time::timeout(Duration::from_secs(5), TcpStream::connect(target.addr))
         .await
         .map_err(|_| CallError::Unreachable(format!("connecting to {} timed out", target.addr)))?
@@ -175,8 +267,8 @@ pub async fn send(target: &Target, headers: &[(&str, String)]) -> Result<Pending
         .write_all(head.as_bytes())
         .await
         .map_err(|e| CallError::Unreachable(format!("{}: {e}", target.addr)))?;
-    Ok(Pending {
+    Ok(Pending::Http(HttpPending {
         stream,
         sent: Instant::now(),
-    })
+    }))
 }

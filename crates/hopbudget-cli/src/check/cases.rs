@@ -1,13 +1,15 @@
 //! The cases: each sends the service one request on its own connection, plays the downstream
 //! the way the rule needs, and turns what it saw into scorecard lines. Every wait is bounded.
+//! The same cases run over HTTP and gRPC; [`Wire`] holds what differs.
 
 use std::time::{Duration, SystemTime};
 
-use hopbudget::codec::{self, ENVOY_EXPECTED_RQ_TIMEOUT_MS, REQUEST_TIMEOUT_MS};
+use hopbudget::codec;
 
 use super::caller::{self, Answer, CallError, Target};
 use super::downstream::{Call, Downstream, HOLD_LIMIT, Mode};
 use super::scorecard::{Line, Verdict};
+use super::wire::{Header, Wire, shown as headers_shown};
 
 /// The longest the checker waits for an answer: above the downstream's hold, so that a
 /// service that waits on it is seen giving up, not cut off.
@@ -32,6 +34,7 @@ pub struct Run {
     pub min_budget: Option<Duration>,
     /// `--third-party`: a second downstream the service must tell no deadline (C19).
     pub third_party: Option<Downstream>,
+    wire: Wire,
     cases: u64,
 }
 
@@ -41,13 +44,26 @@ pub type Abort = String;
 impl Run {
     /// A run against `target`, its downstream played by `downstream`.
     pub fn new(target: Target, downstream: Downstream, min_budget: Option<Duration>) -> Self {
+        let wire = if target.grpc { Wire::Grpc } else { Wire::Http };
         Self {
             target,
             downstream,
             min_budget,
             third_party: None,
+            wire,
             cases: 0,
         }
+    }
+
+    /// Send the service one request with `headers` and this case's trace context.
+    async fn send(&mut self, headers: Vec<Header>) -> Result<(caller::Pending, String), Abort> {
+        let (id, trace) = self.trace();
+        let mut all = headers;
+        all.push(trace);
+        let pending = caller::send(&self.target, &all)
+            .await
+            .map_err(|e| format!("the target {} is unreachable: {e}", self.target.addr))?;
+        Ok((pending, id))
     }
 
     /// A fresh trace context per case, so that the downstream tells its calls apart from a
@@ -66,7 +82,7 @@ impl Run {
     async fn exchange(
         &mut self,
         mode: Mode,
-        headers: Vec<(&'static str, String)>,
+        headers: Vec<Header>,
         expect_call: bool,
     ) -> Result<
         (
@@ -77,18 +93,14 @@ impl Run {
         Abort,
     > {
         self.downstream.set_mode(mode);
-        let (id, trace) = self.trace();
-        let mut all = headers;
-        all.push(trace);
-        let pending = caller::send(&self.target, &all)
-            .await
-            .map_err(|e| format!("the target {} is unreachable: {e}", self.target.addr))?;
+        let (pending, id) = self.send(headers).await?;
         let sent = pending.sent();
         let answer = pending.answer(ANSWER_PATIENCE).await;
         if let Err(CallError::NotHttp(start)) = &answer {
             return Err(format!(
-                "the target {} answers nothing like HTTP: {start:?}",
-                self.target.addr
+                "the target {} answers nothing like {}: {start:?}",
+                self.target.addr,
+                self.wire.name()
             ));
         }
         let patience = if expect_call {
@@ -114,14 +126,9 @@ impl Run {
     pub async fn c1_c2(&mut self) -> Result<Vec<Line>, Abort> {
         let budget = Duration::from_millis(2000);
         let date = httpdate::fmt_http_date(SystemTime::now() - Duration::from_secs(3 * 3600));
-        let sent = format!("{REQUEST_TIMEOUT_MS}: 2000, date: {date} (3 h behind)");
-        let (answer, call, at) = self
-            .exchange(
-                Mode::Answer,
-                vec![(REQUEST_TIMEOUT_MS, "2000".into()), ("date", date)],
-                true,
-            )
-            .await?;
+        let headers = vec![self.wire.budget(2000), ("date", date)];
+        let sent = format!("{} (3 h behind)", headers_shown(&headers));
+        let (answer, call, at) = self.exchange(Mode::Measure, headers, true).await?;
         let mut lines = Vec::new();
         let c1_expects = "the Date header changes nothing: the downstream is called, told no more than the budget";
         let c2_expects = "the downstream is told strictly less than the budget minus the time the service held it";
@@ -148,7 +155,7 @@ impl Run {
             Ok(None) => {
                 let observed = format!(
                     "no deadline reached the downstream; {}",
-                    hung_up(call, held).await
+                    hung_up(call, budget.checked_sub(held)).await
                 );
                 lines.push(Line::new(
                     "C1",
@@ -199,7 +206,7 @@ impl Run {
     pub async fn c8(&mut self) -> Result<Line, Abort> {
         let sent = "no deadline header";
         let expects = "the downstream is told a finite edge default";
-        let (answer, call, at) = self.exchange(Mode::Answer, vec![], true).await?;
+        let (answer, call, _) = self.exchange(Mode::Measure, vec![], true).await?;
         let Some(call) = call else {
             return Ok(Line::new(
                 "C8",
@@ -209,7 +216,6 @@ impl Run {
                 expects,
             ));
         };
-        let held = call.at.saturating_duration_since(at);
         Ok(match call.told() {
             Ok(Some((told, header))) => Line::new(
                 "C8",
@@ -227,7 +233,7 @@ impl Run {
                 sent,
                 format!(
                     "no deadline reached the downstream; {}",
-                    hung_up(call, held).await
+                    hung_up(call, None).await
                 ),
                 expects,
             ),
@@ -245,12 +251,10 @@ impl Run {
     pub async fn c4_c10(&mut self) -> Result<Vec<Line>, Abort> {
         let budget = Duration::from_millis(1000);
         let tolerance = (budget / 10).max(Duration::from_millis(50));
-        let sent = format!("{REQUEST_TIMEOUT_MS}: 1000; the downstream never answers");
-        let c4 = "504 within 10% or 50 ms (whichever is larger) of the deadline";
-        let c10 = "a deadline's end is never answered 429";
-        let (answer, call, _) = self
-            .exchange(Mode::Hold, vec![(REQUEST_TIMEOUT_MS, "1000".into())], true)
-            .await?;
+        let headers = vec![self.wire.budget(1000)];
+        let sent = format!("{}; the downstream never answers", headers_shown(&headers));
+        let (c4, c10) = (self.wire.expects_c4(), self.wire.expects_c10());
+        let (answer, call, _) = self.exchange(Mode::Hold, headers, true).await?;
         let reached = if call.is_some() {
             ""
         } else {
@@ -267,7 +271,8 @@ impl Run {
             }
         };
         let off = answer.elapsed.abs_diff(budget);
-        let gist = if answer.status == 504 {
+        let expired = self.wire.is_expired(&answer);
+        let gist = if expired {
             String::new()
         } else {
             format!(" ({:?})", answer.gist())
@@ -276,12 +281,12 @@ impl Run {
             "{answer}{gist}, {} ms from the deadline{reached}",
             off.as_millis()
         );
-        let v4 = if answer.status == 504 && off <= tolerance {
+        let v4 = if expired && off <= tolerance {
             Verdict::Pass
         } else {
             Verdict::Fail
         };
-        let v10 = if answer.status == 429 {
+        let v10 = if self.wire.is_quota(&answer) {
             Verdict::Fail
         } else {
             Verdict::Pass
@@ -294,16 +299,18 @@ impl Run {
 
     /// C5: the caller leaves mid-call; the service's downstream call must close within 1 s.
     pub async fn c5(&mut self) -> Result<Line, Abort> {
+        let headers = vec![self.wire.budget(5000)];
         let sent = format!(
-            "{REQUEST_TIMEOUT_MS}: 5000, then the caller hangs up once the downstream is called"
+            "{}, then the caller {} once the downstream is called",
+            headers_shown(&headers),
+            match self.wire {
+                Wire::Http => "hangs up",
+                Wire::Grpc => "resets the stream",
+            }
         );
-        let expects = "the downstream call is cancelled (its connection closed) within 1 s";
+        let expects = self.wire.expects_c5();
         self.downstream.set_mode(Mode::Hold);
-        let (id, trace) = self.trace();
-        let headers = [(REQUEST_TIMEOUT_MS, "5000".to_owned()), trace];
-        let pending = caller::send(&self.target, &headers)
-            .await
-            .map_err(|e| format!("the target {} is unreachable: {e}", self.target.addr))?;
+        let (pending, id) = self.send(headers).await?;
         let Some(call) = self.downstream.next_call(&id, CALL_PATIENCE).await else {
             return Ok(Line::new(
                 "C5",
@@ -313,7 +320,8 @@ impl Run {
                 expects,
             ));
         };
-        drop(pending);
+        // A gRPC caller's connection stays open until the case ends: only the stream goes.
+        let _left = pending.leave();
         let left = tokio::time::Instant::now();
         let limit = Duration::from_secs(1);
         let closed = tokio::time::timeout(limit * 2, call.closed).await;
@@ -351,60 +359,66 @@ impl Run {
         })
     }
 
-    /// C6: the downstream answers that the deadline expired; the service must not call it
-    /// again for the same request.
+    /// C6: the downstream answers that the deadline expired, then (for a second request)
+    /// that the call was cancelled; the service must not call it again for either request.
     pub async fn c6(&mut self) -> Result<Line, Abort> {
+        let (expired, cancelled) = self.wire.expired_and_cancelled();
+        let budget = self.wire.budget(2000);
         let sent = format!(
-            "{REQUEST_TIMEOUT_MS}: 2000; the downstream answers 504, x-deadline-outcome: expired"
+            "{}; the downstream answers {expired}; then again, answered {cancelled}",
+            headers_shown(std::slice::from_ref(&budget))
         );
-        let expects = "no second call after an expired answer";
-        self.downstream.set_mode(Mode::Expired);
-        let (id, trace) = self.trace();
-        let headers = [(REQUEST_TIMEOUT_MS, "2000".to_owned()), trace];
-        let pending = caller::send(&self.target, &headers)
-            .await
-            .map_err(|e| format!("the target {} is unreachable: {e}", self.target.addr))?;
-        let answer = pending.answer(ANSWER_PATIENCE).await;
-        if self
-            .downstream
-            .next_call(&id, CALL_PATIENCE)
-            .await
-            .is_none()
-        {
-            return Ok(Line::new(
-                "C6",
-                Verdict::NotApplicable,
-                sent,
-                format!("{}; the downstream was never called", shown(&answer)),
-                expects,
+        let expects = "no second call after an expired or a cancelled answer";
+        let mut seen = Vec::new();
+        let mut verdict = Verdict::Pass;
+        for (mode, outcome) in [(Mode::Expired, "expired"), (Mode::Cancelled, "cancelled")] {
+            self.downstream.set_mode(mode);
+            let (pending, id) = self.send(vec![budget.clone()]).await?;
+            let answer = pending.answer(ANSWER_PATIENCE).await;
+            if self
+                .downstream
+                .next_call(&id, CALL_PATIENCE)
+                .await
+                .is_none()
+            {
+                seen.push(format!(
+                    "{outcome}: {}; the downstream was never called",
+                    shown(&answer)
+                ));
+                if verdict == Verdict::Pass {
+                    verdict = Verdict::NotApplicable;
+                }
+                continue;
+            }
+            // A retry comes at once or after a backoff; the answer has come back, so any
+            // second call is already on its way or was made before it.
+            let mut calls = 1;
+            while self
+                .downstream
+                .next_call(&id, STRAY_PATIENCE)
+                .await
+                .is_some()
+            {
+                calls += 1;
+            }
+            if calls > 1 {
+                verdict = Verdict::Fail;
+            }
+            seen.push(format!(
+                "{outcome}: {}; the downstream was called {calls} time(s)",
+                shown(&answer)
             ));
         }
-        // A retry comes at once or after a backoff; the answer has come back, so any second
-        // call is already on its way or was made before it.
-        let mut calls = 1;
-        while self
-            .downstream
-            .next_call(&id, STRAY_PATIENCE)
-            .await
-            .is_some()
-        {
-            calls += 1;
-        }
-        let verdict = if calls == 1 {
-            Verdict::Pass
-        } else {
-            Verdict::Fail
-        };
-        let observed = format!(
-            "{}; the downstream was called {calls} time(s)",
-            shown(&answer)
-        );
-        Ok(Line::new("C6", verdict, sent, observed, expects))
+        Ok(Line::new("C6", verdict, sent, seen.join("; "), expects))
     }
 
     /// C19: the service's call to a third party carries no deadline header.
     pub async fn c19(&mut self) -> Result<Line, Abort> {
-        let sent = format!("{REQUEST_TIMEOUT_MS}: 2000; the service calls the third party too");
+        let budget = self.wire.budget(2000);
+        let sent = format!(
+            "{}; the service calls the third party too",
+            headers_shown(std::slice::from_ref(&budget))
+        );
         let expects = "no deadline header reaches a third party";
         let Some(mut third) = self.third_party.take() else {
             return Ok(Line::new(
@@ -415,13 +429,9 @@ impl Run {
                 expects,
             ));
         };
-        third.set_mode(Mode::Plain);
-        let (id, trace) = self.trace();
+        third.set_mode(Mode::Answer);
         self.downstream.set_mode(Mode::Answer);
-        let headers = [(REQUEST_TIMEOUT_MS, "2000".to_owned()), trace];
-        let pending = caller::send(&self.target, &headers)
-            .await
-            .map_err(|e| format!("the target {} is unreachable: {e}", self.target.addr))?;
+        let (pending, id) = self.send(vec![budget]).await?;
         let answer = pending.answer(ANSWER_PATIENCE).await;
         let call = third.next_call(&id, CALL_PATIENCE).await;
         self.third_party = Some(third);
@@ -458,17 +468,13 @@ impl Run {
         })
     }
 
-    /// A malformed deadline header: 400 naming it, and no downstream call.
+    /// A malformed deadline header: 400 (gRPC: INVALID_ARGUMENT) naming it, and no
+    /// downstream call.
     pub async fn malformed(&mut self) -> Result<Line, Abort> {
-        let sent = format!("{REQUEST_TIMEOUT_MS}: 12abc");
-        let expects = "400 naming the header, and the downstream is never called";
-        let (answer, call, _) = self
-            .exchange(
-                Mode::Answer,
-                vec![(REQUEST_TIMEOUT_MS, "12abc".into())],
-                false,
-            )
-            .await?;
+        let headers = vec![self.wire.malformed()];
+        let sent = headers_shown(&headers);
+        let expects = self.wire.expects_malformed();
+        let (answer, call, _) = self.exchange(Mode::Answer, headers, false).await?;
         let called = if call.is_some() {
             "; the downstream was called"
         } else {
@@ -476,11 +482,8 @@ impl Run {
         };
         let (verdict, observed) = match answer {
             Ok(a) => {
-                let named = a.body.contains(REQUEST_TIMEOUT_MS)
-                    || a.headers
-                        .iter()
-                        .any(|(_, v)| v.contains(REQUEST_TIMEOUT_MS));
-                let verdict = if a.status == 400 && named && call.is_none() {
+                let named = self.wire.names_carrier(&a);
+                let verdict = if self.wire.is_malformed_answer(&a) && call.is_none() {
                     Verdict::Pass
                 } else {
                     Verdict::Fail
@@ -490,7 +493,12 @@ impl Run {
                 } else {
                     "not naming the header"
                 };
-                (verdict, format!("{a}, {naming}{called}"))
+                let gist = if verdict == Verdict::Pass {
+                    String::new()
+                } else {
+                    format!(" ({:?})", a.gist())
+                };
+                (verdict, format!("{a}, {naming}{called}{gist}"))
             }
             Err(e) => (Verdict::Fail, format!("{e}{called}")),
         };
@@ -499,15 +507,10 @@ impl Run {
 
     /// C9: a budget of 10^9 ms must reach the downstream clamped.
     pub async fn c9(&mut self) -> Result<Line, Abort> {
-        let sent = format!("{REQUEST_TIMEOUT_MS}: {HUGE_MS}");
+        let headers = vec![self.wire.budget(HUGE_MS)];
+        let sent = headers_shown(&headers);
         let expects = "clamped to a maximum (at most an hour reaches the downstream)";
-        let (answer, call, _) = self
-            .exchange(
-                Mode::Answer,
-                vec![(REQUEST_TIMEOUT_MS, HUGE_MS.to_string())],
-                true,
-            )
-            .await?;
+        let (answer, call, _) = self.exchange(Mode::Answer, headers, true).await?;
         let Some(call) = call else {
             return Ok(Line::new(
                 "C9",
@@ -552,12 +555,9 @@ impl Run {
     /// Two carriers that disagree: the tighter one wins.
     pub async fn tightest(&mut self) -> Result<Line, Abort> {
         let tight = Duration::from_millis(1500);
-        let sent = format!("{REQUEST_TIMEOUT_MS}: 5000, {ENVOY_EXPECTED_RQ_TIMEOUT_MS}: 1500");
+        let headers = vec![self.wire.budget(5000), self.wire.second_carrier(1500)];
+        let sent = headers_shown(&headers);
         let expects = "the tighter carrier wins: the downstream is told less than 1500 ms";
-        let headers = vec![
-            (REQUEST_TIMEOUT_MS, "5000".into()),
-            (ENVOY_EXPECTED_RQ_TIMEOUT_MS, "1500".into()),
-        ];
         let (answer, call, _) = self.exchange(Mode::Answer, headers, true).await?;
         let Some(call) = call else {
             return Ok(Line::new(
@@ -597,10 +597,12 @@ impl Run {
         })
     }
 
-    /// C3: a budget below the service's threshold: 503 with `Retry-After`, no downstream
-    /// call. The threshold is `--min-budget`, or found by bisection between 1 ms and 1 s.
+    /// C3: a budget below the service's threshold: 503 with `Retry-After` (gRPC:
+    /// DEADLINE_EXCEEDED), no downstream call. The threshold is `--min-budget`, or found by
+    /// bisection between 1 ms and 1 s.
     pub async fn c3(&mut self) -> Result<Line, Abort> {
-        let expects = "503 with Retry-After, and the downstream is never called";
+        let expects = self.wire.expects_c3();
+        let carrier = self.wire.carrier();
         // The answer judged is the one to the highest budget the service did not pass on:
         // sending it again could land on the other side of a threshold that moves by a
         // millisecond with the time the service holds it.
@@ -620,7 +622,7 @@ impl Run {
                     return Ok(Line::new(
                         "C3",
                         Verdict::Fail,
-                        format!("{REQUEST_TIMEOUT_MS}: 1"),
+                        headers_shown(&[self.wire.budget(1)]),
                         "the downstream was called with a 1 ms budget: no threshold",
                         expects,
                     ));
@@ -629,7 +631,7 @@ impl Run {
                     return Ok(Line::new(
                         "C3",
                         Verdict::NotApplicable,
-                        format!("{REQUEST_TIMEOUT_MS}: 1 and 1000"),
+                        format!("{carrier}: 1 ms and 1000 ms"),
                         "the downstream was not called even at 1000 ms: give --min-budget",
                         expects,
                     ));
@@ -648,7 +650,7 @@ impl Run {
                 (refused, found, answer, None)
             }
         };
-        let sent = format!("{REQUEST_TIMEOUT_MS}: {ms}{found}");
+        let sent = format!("{}{found}", headers_shown(&[self.wire.budget(ms)]));
         let called = if call.is_some() {
             "; the downstream was called"
         } else {
@@ -656,14 +658,20 @@ impl Run {
         };
         let (verdict, observed) = match answer {
             Ok(a) => {
-                let retry = a.header("retry-after");
-                let verdict = if a.status == 503 && retry.is_some() && call.is_none() {
+                let verdict = if self.wire.is_refusal(&a) && call.is_none() {
                     Verdict::Pass
                 } else {
                     Verdict::Fail
                 };
-                let retry =
-                    retry.map_or("no Retry-After".to_owned(), |r| format!("Retry-After: {r}"));
+                let retry = match (self.wire, a.header("retry-after")) {
+                    (Wire::Grpc, _) => a
+                        .header(codec::marker::OUTCOME)
+                        .map_or("unmarked".to_owned(), |o| {
+                            format!("{}: {o}", codec::marker::OUTCOME)
+                        }),
+                    (Wire::Http, None) => "no Retry-After".to_owned(),
+                    (Wire::Http, Some(r)) => format!("Retry-After: {r}"),
+                };
                 let gist = if verdict == Verdict::Pass {
                     String::new()
                 } else {
@@ -678,13 +686,8 @@ impl Run {
 
     /// One request with budget `ms`; whether the downstream was called.
     async fn probe(&mut self, ms: u64) -> Result<(Result<Answer, CallError>, Option<Call>), Abort> {
-        let (answer, call, _) = self
-            .exchange(
-                Mode::Answer,
-                vec![(REQUEST_TIMEOUT_MS, ms.to_string())],
-                false,
-            )
-            .await?;
+        let budget = self.wire.budget(ms);
+        let (answer, call, _) = self.exchange(Mode::Answer, vec![budget], false).await?;
         Ok((answer, call))
     }
 }
@@ -710,14 +713,27 @@ fn shown(answer: &Result<Answer, CallError>) -> String {
 }
 
 /// For a call that carried no deadline: how long the service waited on the downstream before
-/// hanging up, which is the timeout it made up (bounded by the downstream's hold).
-async fn hung_up(call: Call, _held: Duration) -> String {
+/// hanging up, which is the timeout it made up (bounded by the downstream's hold), or the
+/// caller's deadline when it hung up then (`left`: what was left of it at the call; tonic's
+/// server, say, keeps the deadline it was sent for its own wait but forwards none).
+async fn hung_up(call: Call, left: Option<Duration>) -> String {
     let start = call.at;
     match tokio::time::timeout(HOLD_LIMIT + Duration::from_secs(1), call.closed).await {
-        Ok(Ok(at)) if at.saturating_duration_since(start) < HOLD_LIMIT => format!(
-            "the service hung up on it after {} ms: a fresh default of its own",
-            at.saturating_duration_since(start).as_millis()
-        ),
+        Ok(Ok(at)) if at.saturating_duration_since(start) < HOLD_LIMIT => {
+            let waited = at.saturating_duration_since(start);
+            let at_deadline = left.is_some_and(|left| {
+                waited.abs_diff(left) <= (left / 10).max(Duration::from_millis(50))
+            });
+            let why = if at_deadline {
+                "at the caller's deadline: kept for its own wait, not forwarded"
+            } else {
+                "a fresh default of its own"
+            };
+            format!(
+                "the service hung up on it after {} ms: {why}",
+                waited.as_millis()
+            )
+        }
         _ => format!(
             "the service still waited on it after {} s: no timeout at all",
             HOLD_LIMIT.as_secs()

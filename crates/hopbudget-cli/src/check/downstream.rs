@@ -1,12 +1,15 @@
 //! The downstream the service under test calls: a listener on the address it was configured
 //! with, recording each call (when it came, what deadline it carried, when the service hung
-//! up) and answering as the running case asks.
+//! up) and answering as the running case asks. HTTP/1.1 here; with `--grpc` each connection
+//! is served by the gRPC callee (`grpc_callee`).
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use hopbudget::codec::{self, Carrier};
+
+use super::grpc_callee;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
@@ -21,15 +24,19 @@ const HEAD_LIMIT: usize = 64 * 1024;
 /// How the downstream treats the calls it receives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
-    /// Answer `200` at once when the call carries a deadline; hold one that carries none
-    /// until the service hangs up, so that the timeout it made up can be measured.
+    /// Answer `200` at once (an empty message and `grpc-status: 0` over gRPC).
     Answer,
+    /// Answer at once a call that carries a deadline; hold one that carries none until the
+    /// service hangs up, so that the timeout it made up can be measured (C2, C8).
+    Measure,
     /// Never answer: hold the call until the service hangs up (or [`HOLD_LIMIT`]).
     Hold,
-    /// Answer at once that the deadline expired: `504` with `x-deadline-outcome: expired`.
+    /// Answer at once that the deadline expired: `504` with `x-deadline-outcome: expired`
+    /// (gRPC: DEADLINE_EXCEEDED, marked the same).
     Expired,
-    /// Answer `200` at once, deadline or not: a third party, which is told none (C19).
-    Plain,
+    /// Answer at once that the call was cancelled: `499` with `x-deadline-outcome:
+    /// cancelled` (gRPC: CANCELLED, marked the same).
+    Cancelled,
 }
 
 /// One call the service made to the downstream.
@@ -97,13 +104,19 @@ pub struct Downstream {
 }
 
 impl Downstream {
-    /// Listen on `addr`; an address in use is an error naming it.
-    pub async fn bind(addr: SocketAddr) -> Result<Self, String> {
-        Self::bind_as(addr, "downstream", Mode::Answer).await
+    /// Listen on `addr`, as a gRPC callee when `grpc`; an address in use is an error naming
+    /// it.
+    pub async fn bind(addr: SocketAddr, grpc: bool) -> Result<Self, String> {
+        Self::bind_as(addr, "downstream", Mode::Answer, grpc).await
     }
 
     /// Listen on `addr` as the `role` the error names, answering as `mode` to begin with.
-    pub async fn bind_as(addr: SocketAddr, role: &str, mode: Mode) -> Result<Self, String> {
+    pub async fn bind_as(
+        addr: SocketAddr,
+        role: &str,
+        mode: Mode,
+        grpc: bool,
+    ) -> Result<Self, String> {
         let listener = TcpListener::bind(addr)
             .await
             .map_err(|e| format!("cannot listen on the {role} address {addr}: {e}"))?;
@@ -114,6 +127,16 @@ impl Downstream {
         let (m, t) = (mode.clone(), total.clone());
         tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
+                if grpc {
+                    // Counted per call: one connection carries many.
+                    let callee = grpc_callee::Callee {
+                        mode: m.clone(),
+                        calls: tx.clone(),
+                        total: t.clone(),
+                    };
+                    tokio::spawn(grpc_callee::serve(stream, callee));
+                    continue;
+                }
                 let mode = *m.lock().unwrap_or_else(|p| p.into_inner());
                 t.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 tokio::spawn(serve(stream, mode, tx.clone()));
@@ -166,7 +189,7 @@ async fn serve(mut stream: TcpStream, mode: Mode, calls: mpsc::UnboundedSender<C
         headers,
         closed,
     };
-    let hold = mode == Mode::Hold || (mode == Mode::Answer && matches!(call.told(), Ok(None)));
+    let hold = mode == Mode::Hold || (mode == Mode::Measure && matches!(call.told(), Ok(None)));
     let _ = calls.send(call);
     if hold {
         // Wait for the service to hang up: a read of zero bytes, or an error (a reset).
@@ -183,10 +206,16 @@ async fn serve(mut stream: TcpStream, mode: Mode, calls: mpsc::UnboundedSender<C
         let _ = closed_tx.send(Instant::now());
         return;
     }
-    let answer: &[u8] = if mode == Mode::Expired {
-        b"HTTP/1.1 504 Gateway Timeout\r\nx-deadline-outcome: expired\r\ncontent-length: 8\r\nconnection: close\r\n\r\nexpired\n"
-    } else {
-        b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok"
+    let answer: &[u8] = match mode {
+        Mode::Expired => {
+            b"HTTP/1.1 504 Gateway Timeout\r\nx-deadline-outcome: expired\r\ncontent-length: 8\r\nconnection: close\r\n\r\nexpired\n"
+        }
+        Mode::Cancelled => {
+            b"HTTP/1.1 499 Client Closed Request\r\nx-deadline-outcome: cancelled\r\ncontent-length: 10\r\nconnection: close\r\n\r\ncancelled\n"
+        }
+        Mode::Answer | Mode::Measure | Mode::Hold => {
+            b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok"
+        }
     };
     let _ = stream.write_all(answer).await;
     let _ = stream.shutdown().await;

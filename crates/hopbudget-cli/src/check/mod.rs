@@ -4,8 +4,10 @@
 //! The service under test is configured to call its downstream at ADDR; the checker listens
 //! there, so it plays both the caller and the callee. Each case sends one request on its own
 //! connection ([`cases`]), the [`downstream`] records what the service told it, and the
-//! [`scorecard`] prints one line per rule. HTTP only for now (the `x-request-timeout-ms`
-//! carrier, with Envoy's header for the tightest-carrier case).
+//! [`scorecard`] prints one line per rule. Over HTTP/1.1 the budget goes in
+//! `x-request-timeout-ms`; with `--grpc SERVICE/METHOD` the checker makes unary gRPC calls
+//! ([`grpc_caller`]) with `grpc-timeout` and plays a gRPC callee (`grpc_callee`); Envoy's
+//! header is the second carrier of the tightest-carrier case on both ([`wire`]).
 //!
 //! [C28]: hopbudget::contract#c28
 //! [S26]: hopbudget::contract#s26
@@ -13,7 +15,10 @@
 pub mod caller;
 pub mod cases;
 pub mod downstream;
+mod grpc_callee;
+pub mod grpc_caller;
 pub mod scorecard;
+pub mod wire;
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -36,7 +41,7 @@ pub struct CheckArgs {
     /// Where the service is configured to call its downstream; the checker listens there.
     #[arg(long)]
     pub downstream: SocketAddr,
-    /// The request path (default: the target URL's path, or `/`).
+    /// The request path (default: the target URL's path, or `/`); not with `--grpc`.
     #[arg(long)]
     pub route: Option<String>,
     /// The service's refuse threshold in milliseconds (C3), instead of finding it by bisection.
@@ -44,10 +49,13 @@ pub struct CheckArgs {
     pub min_budget: Option<u64>,
     /// A second downstream the service calls that it must not trust: the checker listens
     /// there too, and expects no deadline header to reach it (C19). On loopback the profile
-    /// must not trust this address (the default trusts 127/8).
+    /// must not trust this address (the default trusts 127/8). With `--grpc` it plays a
+    /// gRPC callee too.
     #[arg(long, value_name = "ADDR")]
     pub third_party: Option<SocketAddr>,
-    /// gRPC cases for SERVICE/METHOD: not implemented yet (exit 2).
+    /// Call the service with gRPC, unary calls to SERVICE/METHOD (an empty message), the
+    /// budget in `grpc-timeout`; the downstream is played as a gRPC callee that answers any
+    /// method with an empty message.
     #[arg(long, value_name = "SERVICE/METHOD")]
     pub grpc: Option<String>,
     /// Print the scorecard as JSON.
@@ -89,13 +97,17 @@ pub fn run(args: &CheckArgs) -> ExitCode {
 
 /// Run every case and gather the scorecard; `Err` is bad input.
 pub async fn check(args: &CheckArgs) -> Result<Scorecard, Abort> {
-    if let Some(method) = &args.grpc {
-        return Err(format!(
-            "--grpc {method}: the gRPC cases are not implemented yet; check the service over HTTP"
-        ));
-    }
-    let target = parse_target(&args.target, args.route.as_deref()).await?;
-    let downstream = Downstream::bind(args.downstream).await?;
+    let route = match (&args.grpc, &args.route) {
+        (Some(_), Some(_)) => {
+            return Err("--route and --grpc: give one (--grpc names the path)".into());
+        }
+        (Some(method), None) => Some(grpc_path(method)?),
+        (None, route) => route.clone(),
+    };
+    let grpc = args.grpc.is_some();
+    let mut target = parse_target(&args.target, route.as_deref()).await?;
+    target.grpc = grpc;
+    let downstream = Downstream::bind(args.downstream, grpc).await?;
     let total = downstream.total.clone();
     let bound = downstream.addr();
     let mut run = Run::new(
@@ -105,7 +117,7 @@ pub async fn check(args: &CheckArgs) -> Result<Scorecard, Abort> {
     );
     if let Some(addr) = args.third_party {
         run.third_party =
-            Some(Downstream::bind_as(addr, "third-party", downstream::Mode::Plain).await?);
+            Some(Downstream::bind_as(addr, "third-party", downstream::Mode::Answer, grpc).await?);
     }
     let mut lines = Vec::new();
     lines.extend(run.c1_c2().await?);
@@ -162,5 +174,41 @@ async fn parse_target(url: &str, route: Option<&str>) -> Result<Target, Abort> {
         addr,
         host: authority.as_str().to_owned(),
         path,
+        grpc: false,
     })
+}
+
+/// `SERVICE/METHOD` (a leading `/` allowed) to the call's path, `/SERVICE/METHOD`.
+fn grpc_path(method: &str) -> Result<String, Abort> {
+    let trimmed = method.strip_prefix('/').unwrap_or(method);
+    match trimmed.split_once('/') {
+        Some((service, name))
+            if !service.is_empty()
+                && !name.is_empty()
+                && !name.contains('/')
+                && !trimmed.contains(char::is_whitespace) =>
+        {
+            Ok(format!("/{trimmed}"))
+        }
+        _ => Err(format!(
+            "--grpc {method:?}: write SERVICE/METHOD, as in helloworld.Greeter/SayHello"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::grpc_path;
+
+    #[test]
+    fn a_grpc_method_is_service_slash_method() {
+        assert_eq!(grpc_path("a.B/C").unwrap(), "/a.B/C");
+        assert_eq!(grpc_path("/a.B/C").unwrap(), "/a.B/C");
+        for bad in ["a.B", "a.B/", "/C", "a/B/C", "a B/C", ""] {
+            assert!(
+                grpc_path(bad).unwrap_err().contains("SERVICE/METHOD"),
+                "{bad}"
+            );
+        }
+    }
 }
