@@ -144,6 +144,9 @@ impl PerConnection for Ingress {
 /// The ingress's future: an answer made at the door (see `hygiene`), or the request's way
 /// through the stack.
 #[derive(Debug)]
+// The large variant is the common one (every forwarded request); boxing it would add an
+// allocation per request to spare the rare answer at the door a few hundred bytes.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum IngressFuture {
     Answered(Option<Response<ProxyBody>>),
     Call(spans::Traced<Oneshot<Stack, Request<FromCaller>>>),
