@@ -59,10 +59,15 @@ pub(super) fn durations(s: &ServicePicture) -> Result<String, String> {
             .draw()
             .map_err(err)?;
         chart
-            .draw_series(bins.iter().enumerate().filter(|(_, c)| **c > 0).map(|(i, c)| {
-                let x0 = (i as u64 * width) as f64;
-                Rectangle::new([(x0, 0.0), (x0 + width as f64, *c as f64)], BAR.filled())
-            }))
+            .draw_series(
+                bins.iter()
+                    .enumerate()
+                    .filter(|(_, c)| **c > 0)
+                    .map(|(i, c)| {
+                        let x0 = (i as u64 * width) as f64;
+                        Rectangle::new([(x0, 0.0), (x0 + width as f64, *c as f64)], BAR.filled())
+                    }),
+            )
             .map_err(err)?;
         for &v in &s.spikes_ms {
             let x = v as f64 + width as f64 / 2.0;
@@ -101,8 +106,8 @@ pub(super) fn nobody(services: &[ServicePicture]) -> Result<String, String> {
         * 1.15;
     let mut svg = String::new();
     {
-        let root = SVGBackend::with_string(&mut svg, ((120 * n as u32).max(520), 300))
-            .into_drawing_area();
+        let root =
+            SVGBackend::with_string(&mut svg, ((120 * n as u32).max(520), 300)).into_drawing_area();
         root.fill(&WHITE).map_err(err)?;
         let mut chart = ChartBuilder::on(&root)
             .caption("work for nobody, per service", ("sans-serif", 15))

@@ -54,7 +54,12 @@ pub(super) fn svg(p: &Pictures) -> Result<String, String> {
         let y = MARGIN + s.row as i32 * ROW;
         at.insert(s.service.as_str(), (x, y));
     }
-    let tallest = p.services.iter().map(|s| s.row as i32 + 1).max().unwrap_or(1);
+    let tallest = p
+        .services
+        .iter()
+        .map(|s| s.row as i32 + 1)
+        .max()
+        .unwrap_or(1);
     let width = (MARGIN * 2 + (columns - 1) * COL + NODE_W).max(900) as u32;
     let height = (MARGIN * 2 + (tallest - 1) * ROW + NODE_H + LEGEND_H) as u32;
     let mut svg = String::new();
@@ -62,7 +67,7 @@ pub(super) fn svg(p: &Pictures) -> Result<String, String> {
         let root = SVGBackend::with_string(&mut svg, (width, height)).into_drawing_area();
         root.fill(&WHITE).map_err(err)?;
         let edge_color = RGBColor(90, 90, 90);
-        let label_font = ("sans-serif", 12)
+        let label_font = ("sans-serif", 15)
             .into_font()
             .color(&RGBColor(40, 40, 40))
             .pos(Pos::new(HPos::Center, VPos::Bottom));
@@ -74,8 +79,11 @@ pub(super) fn svg(p: &Pictures) -> Result<String, String> {
             };
             let from = (x0 + NODE_W, y0 + NODE_H / 2);
             let to = (x1, y1 + NODE_H / 2);
-            root.draw(&PathElement::new(vec![from, to], edge_color.stroke_width(2)))
-                .map_err(err)?;
+            root.draw(&PathElement::new(
+                vec![from, to],
+                edge_color.stroke_width(2),
+            ))
+            .map_err(err)?;
             // The arrowhead, pointing along the edge.
             let (dx, dy) = ((to.0 - from.0) as f64, (to.1 - from.1) as f64);
             let len = (dx * dx + dy * dy).sqrt().max(1.0);
@@ -102,7 +110,7 @@ pub(super) fn svg(p: &Pictures) -> Result<String, String> {
             root.draw(&Text::new(label, mid, label_font.clone()))
                 .map_err(err)?;
         }
-        let name_font = ("sans-serif", 13)
+        let name_font = ("sans-serif", 17)
             .into_font()
             .color(&BLACK)
             .pos(Pos::new(HPos::Center, VPos::Center));
@@ -127,13 +135,17 @@ pub(super) fn svg(p: &Pictures) -> Result<String, String> {
         }
         // The legend: circles, so that no legend swatch is taken for a node.
         let y = height as i32 - LEGEND_H / 2 - 6;
-        let legend_font = ("sans-serif", 12).into_font().color(&BLACK);
+        let legend_font = ("sans-serif", 15).into_font().color(&BLACK);
         let mut x = MARGIN;
         for h in Handling::ALL {
             root.draw(&Circle::new((x + 6, y), 6, color(h).filled()))
                 .map_err(err)?;
-            root.draw(&Text::new(legend_text(h), (x + 16, y - 7), legend_font.clone()))
-                .map_err(err)?;
+            root.draw(&Text::new(
+                legend_text(h),
+                (x + 16, y - 7),
+                legend_font.clone(),
+            ))
+            .map_err(err)?;
             x += 24 + 7 * legend_text(h).len() as i32;
         }
         root.draw(&Text::new(

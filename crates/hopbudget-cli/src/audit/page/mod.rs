@@ -224,12 +224,13 @@ pub(crate) fn html(r: &Report) -> String {
     body.push_str("<h2 id=\"findings\">Findings</h2>");
     body.push_str(&findings_html(r));
     if let Some(traces) = traces_html(&r.findings) {
-        let _ = write!(
-            body,
-            "<h2 id=\"traces\">Traces that show them</h2>{traces}"
-        );
+        let _ = write!(body, "<h2 id=\"traces\">Traces that show them</h2>{traces}");
     }
-    let with_durations: Vec<_> = p.services.iter().filter(|s| !s.durations.is_empty()).collect();
+    let with_durations: Vec<_> = p
+        .services
+        .iter()
+        .filter(|s| !s.durations.is_empty())
+        .collect();
     if !with_durations.is_empty() {
         body.push_str(
             "<h2 id=\"durations\">Durations per service</h2><p>How long each service's \

@@ -57,6 +57,9 @@ mod tests {
             "<svg><rect fill=\"#FFFFFF\"/><rect class=\"a\" x=\"1\" fill=\"#0102FF\"/>\
              <circle fill=\"#0102FF\"/><rect class=\"b\" fill=\"#0102FF\"/></svg>"
         );
-        assert_eq!(root(&out, "class=\"g\"")[..19].to_owned(), "<svg class=\"g\"><rec");
+        assert_eq!(
+            root(&out, "class=\"g\"")[..19].to_owned(),
+            "<svg class=\"g\"><rec"
+        );
     }
 }

@@ -196,7 +196,10 @@ pub(crate) fn build(acc: &Accumulated, names: &Interner, rules: FindingRules) ->
     let mut durations: HashMap<Sym, Histogram> = HashMap::new();
     let mut spikes: HashMap<Sym, Vec<u64>> = HashMap::new();
     for ((service, _), h) in &acc.hops {
-        durations.entry(*service).or_default().merge(h.durations.clone());
+        durations
+            .entry(*service)
+            .or_default()
+            .merge(h.durations.clone());
         if let Some((v, _)) = spike(&h.spike_durations, rules.spike_min) {
             spikes.entry(*service).or_default().push(v);
         }
@@ -205,7 +208,10 @@ pub(crate) fn build(acc: &Accumulated, names: &Interner, rules: FindingRules) ->
         if *kind != 2 {
             continue;
         }
-        durations.entry(*service).or_default().merge(t.durations.clone());
+        durations
+            .entry(*service)
+            .or_default()
+            .merge(t.durations.clone());
         if let Some((v, _)) = spike(&t.durations, rules.spike_min) {
             spikes.entry(*service).or_default().push(v);
         }
