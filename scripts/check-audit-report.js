@@ -109,7 +109,7 @@
   if (document.querySelector("[src], link")) fail.push("the page fetches something");
   for (const h of document.querySelectorAll("h2")) {
     const next = h.nextElementSibling;
-    if (!next || next.tagName === "H2" || next.tagName === "SCRIPT") {
+    if (!next || next.tagName === "H2" || next.tagName === "SCRIPT" || !shown(next)) {
       fail.push(`heading "${h.textContent}" with nothing beneath it`);
     }
   }
