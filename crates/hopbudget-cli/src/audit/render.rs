@@ -1,4 +1,4 @@
-//! The report for people (a plain-text table, an HTML page with the hop tree) and for
+//! The report for people (a plain-text table; the HTML page is `page`, behind [`html`]) and for
 //! machines (JSON, the [`Report`] as it is).
 
 use std::fmt::Write as _;
@@ -269,7 +269,7 @@ pub fn json(r: &Report) -> String {
 }
 
 /// A self-contained HTML page: the call graph, durations and work for nobody drawn as inline
-/// SVG, the findings linked to the traces that show them, and the tables ([`super::page`]).
+/// SVG, the findings linked to the traces that show them, and the tables.
 pub fn html(r: &Report) -> String {
     super::page::html(r)
 }
