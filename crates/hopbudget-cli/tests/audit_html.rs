@@ -92,9 +92,16 @@ fn links_reach_their_traces(page: &str, r: &Report) {
 
 /// Self-contained: no script, nothing fetched.
 fn self_contained(page: &str) {
-    assert!(!page.contains("<script"), "a script in the page");
-    assert!(!page.contains("src="), "something fetched");
-    assert!(!page.contains("<link"), "a linked resource");
+    for tag in [
+        "<script",
+        "<img",
+        "<iframe",
+        "<link",
+        "src=\"",
+        "href=\"http",
+    ] {
+        assert!(!page.contains(tag), "{tag} in the page");
+    }
 }
 
 #[test]
@@ -208,4 +215,46 @@ fn plain_opentelemetry_draws_the_incident_and_no_empty_hop_tree() {
         "a hop tree heading with no hop spans"
     );
     assert_eq!(page.matches("<svg").count(), 1 + 3 + 1);
+}
+
+/// One request: `caller`'s server span, its client span, `callee`'s server span below it.
+fn two_services(caller: &str, callee: &str) -> String {
+    let name = |s: &str| serde_json::to_string(s).unwrap();
+    let span = |id: u32, parent: u32, kind: u8, end_ms: u64| {
+        let parent = if parent == 0 {
+            String::new()
+        } else {
+            format!(r#""parentSpanId":"{parent:016x}","#)
+        };
+        format!(
+            r#"{{"traceId":"0102030405060708090a0b0c0d0e0f10","spanId":"{id:016x}",{parent}"name":"GET /","kind":{kind},"startTimeUnixNano":"1000000000","endTimeUnixNano":"{}"}}"#,
+            1_000_000_000 + end_ms * 1_000_000
+        )
+    };
+    format!(
+        r#"{{"resourceSpans":[{{"resource":{{"attributes":[{{"key":"service.name","value":{{"stringValue":{}}}}}]}},"scopeSpans":[{{"spans":[{},{}]}}]}},{{"resource":{{"attributes":[{{"key":"service.name","value":{{"stringValue":{}}}}}]}},"scopeSpans":[{{"spans":[{}]}}]}}]}}"#,
+        name(caller),
+        span(1, 0, 2, 30),
+        span(2, 1, 3, 20),
+        name(callee),
+        span(3, 2, 2, 400),
+    ) + "\n"
+}
+
+#[test]
+fn service_names_are_written_as_text_never_as_markup() {
+    let hostile = "<img src=x onerror=alert(1)>";
+    let r = audit::run_reader(
+        "t.jsonl",
+        two_services(hostile, "b\"><script>x</script>").as_bytes(),
+        &AuditOptions::default(),
+    );
+    let page = audit::render::html(&r);
+    self_contained(&page);
+    assert!(
+        page.contains("&lt;img src=x onerror=alert(1)&gt;"),
+        "{page}"
+    );
+    let nodes = nodes(&page);
+    assert_eq!(nodes.len(), 2, "{nodes:?}");
 }
