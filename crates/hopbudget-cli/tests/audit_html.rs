@@ -258,3 +258,21 @@ fn service_names_are_written_as_text_never_as_markup() {
     let nodes = nodes(&page);
     assert_eq!(nodes.len(), 2, "{nodes:?}");
 }
+
+#[test]
+fn services_with_no_deadline_in_or_out_are_drawn_grey_with_an_unlabelled_budget() {
+    let r = audit::run_reader(
+        "t.jsonl",
+        two_services("front", "back").as_bytes(),
+        &AuditOptions::default(),
+    );
+    let page = audit::render::html(&r);
+    let want: BTreeMap<String, String> = [("front", "no-deadline"), ("back", "no-deadline")]
+        .into_iter()
+        .map(|(s, c)| (s.to_owned(), c.to_owned()))
+        .collect();
+    assert_eq!(nodes(&page), want);
+    assert_eq!(edge_labels(&page), ["no deadline"]);
+    // The callee went on 380 ms after its caller had given up: one bar.
+    assert_eq!(values(&page, "data-ms=\""), ["0", "380"]);
+}
