@@ -230,3 +230,35 @@ fn without_the_kafka_feature_kafka_says_which_feature_to_enable() {
     assert_eq!(status, Some(2));
     assert!(err.contains("`kafka` feature"), "{err}");
 }
+
+/// The HTML page's pictures (#50 item 10) come out the same from merged shards as from one
+/// audit: the call graph with its edge labels (the medians told on arrival merge exactly),
+/// the histograms with their spikes, the work-for-nobody bars.
+#[test]
+fn merged_shards_draw_the_same_pictures_as_one_audit() {
+    let d = dir();
+    let whole = write(&d, "whole.jsonl", &to_text(&fixture_lines()));
+    let one_page = d.join("one.html").display().to_string();
+    hopbudget(&["audit", "--html", &one_page, &whole]);
+    let reports = shard_reports(&d, 2);
+    let merged_page = d.join("merged.html").display().to_string();
+    let mut args = vec!["audit", "--merge", "--html", &merged_page];
+    args.extend(reports.iter().map(String::as_str));
+    hopbudget(&args);
+    let pictures = |path: &str| {
+        let page = std::fs::read_to_string(path).unwrap();
+        let part = |from: &str, to: &str| {
+            let start = page
+                .find(from)
+                .unwrap_or_else(|| panic!("no {from} in {path}"));
+            page[start..start + page[start..].find(to).unwrap()].to_owned()
+        };
+        (
+            part("<h2 id=\"call-graph\">", "<h2 id=\"findings\">"),
+            part("<h2 id=\"durations\">", "<h2>Rollout map</h2>"),
+        )
+    };
+    let (graph, charts) = pictures(&one_page);
+    assert!(graph.contains("800 ms left") && charts.contains("class=\"spike\""));
+    assert_eq!(pictures(&merged_page), (graph, charts));
+}

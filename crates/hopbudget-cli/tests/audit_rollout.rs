@@ -190,3 +190,19 @@ fn a_partial_rollout_shows_who_forwards_and_who_receives_and_refuses() {
         "{page}"
     );
 }
+
+/// The HTML page's call graph (#50 item 10) colours a service that stops forwarding the
+/// header as dropping it; the others, which pass it on, as forwarding.
+#[test]
+fn the_call_graph_draws_the_service_that_drops_the_header() {
+    let page = audit::render::html(&audit_text(&half_rolled_out()));
+    for (service, class) in [
+        ("orchestrator", "drops"),
+        ("gateway", "resets"),
+        ("browser", "forwards"),
+        ("inventory", "forwards"),
+    ] {
+        let node = format!("<rect class=\"node node-{class}\" data-service=\"{service}\"");
+        assert!(page.contains(&node), "no {node} in {page}");
+    }
+}

@@ -28,7 +28,7 @@ use super::group::GroupStats;
 use super::header_reset::{HeaderEdge, HeaderResetAcc};
 use super::input::InputStats;
 use super::report::state::{ProblemsState, State};
-use super::rollout::{RolloutAcc, ServiceRollout};
+use super::rollout::{CallEdge, RolloutAcc, ServiceRollout};
 use super::span::{Interner, Sym};
 use super::status::StdOutcome;
 use super::timing::{Excess, ServiceTiming, SpanTiming, TimingAcc};
@@ -364,6 +364,15 @@ impl Merge for ServiceRollout {
 impl Merge for RolloutAcc {
     fn merge(&mut self, o: Self, r: &Remap) {
         map(&mut self.services, o.services, r);
+        map(&mut self.edges, o.edges, r);
+    }
+}
+
+impl Merge for CallEdge {
+    fn merge(&mut self, o: Self, _: &Remap) {
+        self.calls += o.calls;
+        self.with_deadline += o.with_deadline;
+        self.told.merge(o.told);
     }
 }
 

@@ -1,7 +1,6 @@
-//! The report for people (a plain-text table, an HTML page with the hop tree) and for
+//! The report for people (a plain-text table; the HTML page is `page`, behind [`html`]) and for
 //! machines (JSON, the [`Report`] as it is).
 
-use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 
 use super::report::{Report, Severity};
@@ -10,7 +9,7 @@ fn opt(v: Option<u64>) -> String {
     v.map_or_else(|| "-".to_owned(), |v| v.to_string())
 }
 
-fn severity(s: Severity) -> &'static str {
+pub(crate) fn severity(s: Severity) -> &'static str {
     match s {
         Severity::Error => "ERROR",
         Severity::Warning => "warn",
@@ -157,7 +156,7 @@ fn share(n: u64, of: u64) -> String {
 }
 
 /// The rollout map's cells for one service: with deadline, forwards.
-fn rollout_cells(s: &super::report::RolloutRow) -> (String, String) {
+pub(crate) fn rollout_cells(s: &super::report::RolloutRow) -> (String, String) {
     let forwards = match s.forwards {
         super::report::Forwards::NoCalls => "no calls".to_owned(),
         f => format!(
@@ -269,158 +268,8 @@ pub fn json(r: &Report) -> String {
     serde_json::to_string_pretty(r).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
 }
 
-/// The rollout map as an HTML table (a service with no deadline inbound or outbound is
-/// marked, one partly there too).
-fn rollout_html(r: &Report) -> String {
-    if r.rollout.is_empty() {
-        return "<p>No service seen.</p>".to_owned();
-    }
-    let mut t = String::from(
-        "<table class=\"rollout\"><tr><th>service</th><th>inbound</th><th>with deadline</th>\
-         <th>forwards</th><th>refused</th><th>late</th></tr>",
-    );
-    for s in &r.rollout {
-        let (with, forwards) = rollout_cells(s);
-        let class = match (s.inbound_deadline_share, s.forwards) {
-            (Some(x), _) if x < 1.0 => " class=\"partial\"",
-            (_, super::report::Forwards::None | super::report::Forwards::Some) => {
-                " class=\"partial\""
-            }
-            _ => "",
-        };
-        let _ = write!(
-            t,
-            "<tr{class}><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            esc(&s.service),
-            s.inbound,
-            esc(&with),
-            esc(&forwards),
-            s.refused,
-            s.late
-        );
-    }
-    t.push_str("</table>");
-    t
-}
-
-fn esc(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '&' => out.push_str("&amp;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-/// A self-contained HTML page: the hop tree (calls and resets on each edge, a reset edge
-/// in red), the findings, and the tables.
+/// A self-contained HTML page: the call graph, durations and work for nobody drawn as inline
+/// SVG, the findings linked to the traces that show them, and the tables.
 pub fn html(r: &Report) -> String {
-    let mut children: HashMap<&str, Vec<&super::report::TreeEdge>> = HashMap::new();
-    for e in &r.tree {
-        children.entry(e.parent.as_str()).or_default().push(e);
-    }
-    let flagged: HashSet<&str> = r.findings.iter().map(|f| f.hop.as_str()).collect();
-    let mut tree = String::new();
-    fn node(
-        out: &mut String,
-        name: &str,
-        note: &str,
-        reset: bool,
-        children: &HashMap<&str, Vec<&super::report::TreeEdge>>,
-        flagged: &HashSet<&str>,
-        path: &mut Vec<String>,
-    ) {
-        let class = if reset {
-            " class=\"reset\""
-        } else if flagged.contains(name) {
-            " class=\"flag\""
-        } else {
-            ""
-        };
-        let _ = write!(out, "<li><span{class}>{}</span> {}", esc(name), esc(note));
-        if path.iter().any(|p| p == name) || path.len() > 32 {
-            out.push_str(" (cycle)</li>");
-            return;
-        }
-        if let Some(kids) = children.get(name) {
-            path.push(name.to_owned());
-            out.push_str("<ul>");
-            for e in kids {
-                let note = if e.resets > 0 {
-                    format!("{} calls, {} budget resets (S13)", e.calls, e.resets)
-                } else {
-                    format!("{} calls", e.calls)
-                };
-                node(out, &e.child, &note, e.resets > 0, children, flagged, path);
-            }
-            out.push_str("</ul>");
-            path.pop();
-        }
-        out.push_str("</li>");
-    }
-    tree.push_str("<ul class=\"tree\">");
-    for (root, n) in &r.roots {
-        node(
-            &mut tree,
-            root,
-            &format!("{n} traces"),
-            false,
-            &children,
-            &flagged,
-            &mut Vec::new(),
-        );
-    }
-    tree.push_str("</ul>");
-    let mut findings = String::new();
-    if let Some(why) = &r.nothing_to_judge {
-        let _ = write!(findings, "<p><b>{}</b></p>", esc(why));
-    } else if r.findings.is_empty() {
-        findings.push_str("<p>No findings.</p>");
-    } else {
-        findings.push_str("<ul>");
-        for f in &r.findings {
-            let _ = write!(
-                findings,
-                "<li class=\"{}\"><b>{}</b> {}</li>",
-                severity(f.severity).to_lowercase(),
-                severity(f.severity),
-                esc(&f.detail)
-            );
-        }
-        findings.push_str("</ul>");
-    }
-    let mut problems = String::new();
-    if r.problems_total > 0 {
-        let _ = write!(
-            problems,
-            "<h2>Could not read ({} problems)</h2><ul>",
-            r.problems_total
-        );
-        for k in &r.problem_kinds {
-            let _ = write!(problems, "<li>{} &times; {}<ul>", k.count, esc(&k.kind));
-            for p in &k.examples {
-                let _ = write!(problems, "<li><code>{}</code></li>", esc(&p.to_string()));
-            }
-            problems.push_str("</ul></li>");
-        }
-        problems.push_str("</ul>");
-    }
-    format!(
-        "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>hopbudget audit</title>\
-         <style>body{{font-family:sans-serif;margin:2em;max-width:80em}}\
-         .tree li{{margin:.2em 0}}table.rollout td,table.rollout th{{padding:.2em .8em;\
-         text-align:right}}table.rollout td:first-child{{text-align:left}}.partial{{color:#a60}}.reset{{color:#b00;font-weight:bold}}.flag{{color:#a60}}\
-         li.error{{color:#b00}}pre{{background:#f6f6f6;padding:1em;overflow:auto}}</style>\
-         </head><body><h1>hopbudget audit</h1><h2>Hop tree</h2>{tree}<h2>Findings</h2>\
-         {findings}<h2>Rollout map</h2>{rollout}<h2>Tables</h2><pre>{}</pre>{problems}\
-         </body></html>\n",
-        esc(&table(r)),
-        rollout = rollout_html(r)
-    )
+    super::page::html(r)
 }

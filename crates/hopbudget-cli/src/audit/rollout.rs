@@ -27,6 +27,7 @@
 use foldhash::HashMap;
 
 use super::calls::Calls;
+use super::histogram::Histogram;
 
 use super::span::{Interner, Outcome, Span, Sym};
 use super::status::StdOutcome;
@@ -49,11 +50,28 @@ pub(crate) struct ServiceRollout {
     pub(crate) late: u64,
 }
 
+/// The requests one service made of another: the call graph's edge, as the HTML report draws
+/// it, labelled with what the callee was told on arrival.
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+pub(crate) struct CallEdge {
+    /// Inbound requests of the callee made by this caller.
+    pub(crate) calls: u64,
+    /// Of which arrived with a deadline.
+    pub(crate) with_deadline: u64,
+    /// The budget they arrived with (ms): a hop span's `deadline.remaining_ms` when a carrier
+    /// brought it, else a relative deadline header the server span captured. Requests that
+    /// arrived with none add nothing.
+    pub(crate) told: Histogram,
+}
+
 /// The rollout map, across traces.
 #[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
 pub(crate) struct RolloutAcc {
     #[serde(with = "crate::audit::serde_as::pairs")]
     pub(crate) services: HashMap<Sym, ServiceRollout>,
+    /// (caller service, callee service). Absent from the state of an older report.
+    #[serde(default, with = "crate::audit::serde_as::pairs")]
+    pub(crate) edges: HashMap<(Sym, Sym), CallEdge>,
 }
 
 pub(crate) fn inbound(s: &Span) -> bool {
@@ -94,6 +112,25 @@ impl RolloutAcc {
         Some(self.services.entry(service).or_default())
     }
 
+    /// Count a request of `caller` that arrived at `s`, with the budget it was told.
+    fn edge(&mut self, caller: Sym, s: &Span, with: bool) {
+        let key = (caller, s.service);
+        if self.edges.len() >= MAX_SERVICES && !self.edges.contains_key(&key) {
+            return;
+        }
+        let e = self.edges.entry(key).or_default();
+        e.calls += 1;
+        e.with_deadline += u64::from(with);
+        let told = match s.hop_attrs() {
+            Some(h) if with => h.remaining_ms,
+            Some(_) => None,
+            None => s.header_ms.map(i64::from),
+        };
+        if let Some(ms) = told {
+            e.told.add(ms.max(0) as u64);
+        }
+    }
+
     /// Map one finished trace; `index` maps span ids to their place in `spans`.
     pub(crate) fn trace(
         &mut self,
@@ -128,6 +165,9 @@ impl RolloutAcc {
                 r.inbound_with_deadline += u64::from(with);
                 r.refused += u64::from(refused);
                 r.late += u64::from(after_caller || after_root || overrun);
+            }
+            if let Some(caller) = parent.map(|p| p.service).filter(|&c| c != s.service) {
+                self.edge(caller, s, with);
             }
             match parent {
                 // Counted with the call (`Calls`).

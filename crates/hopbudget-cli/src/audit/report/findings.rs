@@ -199,6 +199,7 @@ pub(crate) fn build(i: Inputs<'_>) -> Report {
         nothing_to_judge,
         hopbudget_version: super::state::VERSION.to_owned(),
         merge_state,
+        pictures: super::pictures::build(acc, names, rules),
     }
 }
 

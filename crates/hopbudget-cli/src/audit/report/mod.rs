@@ -10,6 +10,7 @@
 
 pub(crate) mod findings;
 pub(crate) mod header_reset;
+pub mod pictures;
 pub(crate) mod reset_severity;
 pub(crate) mod rollout;
 pub(crate) mod rules;
@@ -223,6 +224,9 @@ pub struct Report {
     /// The counters the report was built from, so that the `--json` outputs of several
     /// instances merge exactly (`hopbudget audit --merge`); see [`crate::audit::merge`].
     pub merge_state: state::MergeState,
+    /// What the HTML page draws: the call graph, durations, work for nobody. Not in `--json`.
+    #[serde(skip)]
+    pub pictures: pictures::Pictures,
 }
 
 impl Report {
