@@ -96,6 +96,24 @@ impl From<OneMode> for Mode {
     }
 }
 
+/// The callee's tail of `demo --hedge`.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum TailArg {
+    /// 5-10 ms, 1% of attempts 50-100 ms.
+    TenX,
+    /// 5 ms, 1% of attempts 180 ms.
+    Seeds,
+}
+
+impl From<TailArg> for demo::tail::Tail {
+    fn from(t: TailArg) -> Self {
+        match t {
+            TailArg::TenX => demo::tail::Tail::TenX,
+            TailArg::Seeds => demo::tail::Tail::Seeds,
+        }
+    }
+}
+
 #[derive(Debug, clap::Args)]
 struct DemoArgs {
     /// Topology file (default: the built-in checkout graph, topologies/checkout.yaml).
@@ -125,6 +143,10 @@ struct DemoArgs {
     /// hedge.json); --rate (default 500) and --duration (default 20) set the calls.
     #[arg(long, conflicts_with_all = ["sweep", "forgetful", "traces", "step"])]
     hedge: bool,
+    /// With --hedge, the callee's tail: ten-x (5-10 ms, 1% of attempts 50-100 ms) or seeds
+    /// (the seeds' reco-scorer model sidecar: 5 ms, 1% of attempts on a stale 180 ms model).
+    #[arg(long, value_enum, default_value = "ten-x", requires = "hedge")]
+    tail: TailArg,
     /// Seconds of each phase of the step (steady, overloaded, steady again).
     #[arg(long, default_value_t = 3.0)]
     step_phase: f64,
@@ -241,7 +263,10 @@ fn run_demo(args: DemoArgs) -> Result<(), String> {
         return run_step(&opts, args.step_phase, &args.out);
     }
     if args.hedge {
-        let mut tail = demo::tail::TailOptions::default();
+        let mut tail = demo::tail::TailOptions {
+            tail: args.tail.into(),
+            ..demo::tail::TailOptions::default()
+        };
         if let Some(rate) = args.rate {
             if !(rate.is_finite() && rate > 0.0 && rate <= 5_000.0) {
                 return Err(format!(
@@ -284,10 +309,13 @@ fn run_step(opts: &DemoOptions, phase: f64, out: &std::path::Path) -> Result<(),
 /// `demo --hedge`: the tail with and without hedging, printed and written as hedge.txt and
 /// hedge.json.
 fn run_hedge(opts: &demo::tail::TailOptions, out: &std::path::Path) -> Result<(), String> {
-    let runs = demo::tail::run(opts)?;
-    let text = demo::tail::text(&runs, opts);
+    let report = demo::tail::run(opts)?;
+    let text = demo::tail::text(&report, opts);
     print!("{text}");
-    write_out(out, [("hedge.txt", text), ("hedge.json", to_json(&runs)?)])
+    write_out(
+        out,
+        [("hedge.txt", text), ("hedge.json", to_json(&report)?)],
+    )
 }
 
 fn to_json(v: &impl serde::Serialize) -> Result<String, String> {
