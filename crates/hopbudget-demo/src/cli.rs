@@ -135,7 +135,8 @@ struct DemoArgs {
     #[arg(long, default_value_t = 4.0)]
     sweep_duration: f64,
     /// Instead of the side-by-side run, step the offered load from capacity to 2x and to 3x
-    /// at once and back (S22), every mode, and report how each settled (step.txt, step.json).
+    /// at once and back (S22), every mode, and report how each settled (step.txt, step.json,
+    /// and step.html: goodput and admitted p99 per 50 ms window).
     #[arg(long, conflicts_with_all = ["sweep", "forgetful", "traces"])]
     step: bool,
     /// Instead of the side-by-side run, the tail (S21): the same seeded calls to a callee
@@ -293,7 +294,8 @@ fn run_demo(args: DemoArgs) -> Result<(), String> {
     Ok(())
 }
 
-/// `demo --step`: the step to overload, printed and written as step.txt and step.json.
+/// `demo --step`: the step to overload, printed and written as step.txt, step.json and
+/// step.html (its charts).
 fn run_step(opts: &DemoOptions, phase: f64, out: &std::path::Path) -> Result<(), String> {
     if !(phase.is_finite() && (1.0..=600.0).contains(&phase)) {
         return Err(format!(
@@ -303,7 +305,14 @@ fn run_step(opts: &DemoOptions, phase: f64, out: &std::path::Path) -> Result<(),
     let runs = demo::step::run(opts, Duration::from_secs_f64(phase))?;
     let text = demo::step::text(&runs);
     print!("{text}");
-    write_out(out, [("step.txt", text), ("step.json", to_json(&runs)?)])
+    write_out(
+        out,
+        [
+            ("step.txt", text),
+            ("step.json", to_json(&runs)?),
+            ("step.html", demo::report::step_html(&runs)?),
+        ],
+    )
 }
 
 /// `demo --hedge`: the tail with and without hedging, printed and written as hedge.txt and
