@@ -186,6 +186,11 @@ pub async fn start(
     let addr = listener
         .local_addr()
         .map_err(|e| format!("cannot read the callee's address: {e}"))?;
+    // Without TCP_NODELAY a losing attempt's small reset frame can wait for the delayed ACK
+    // of the data before it (Nagle's algorithm): 40 ms for every stream on the connection.
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     tokio::spawn(async move {
         let _ = axum::serve(listener, app)
             .with_graceful_shutdown(stop.cancelled_owned())

@@ -36,6 +36,7 @@ use hopbudget::http::client::ClientBudgetLayer;
 use hopbudget::learned::{LearnConfig, LearnedThreshold};
 use hopbudget::{Profile, RequestBudget};
 use http_body_util::Full;
+use hyper_util::client::legacy::connect::HttpConnector;
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -159,6 +160,17 @@ fn schedule(opts: &TailOptions) -> Vec<Duration> {
     super::runner::schedule(callee::SEED, opts.rate_per_s, opts.duration)
 }
 
+/// hyper-util's HTTP/2 client with TCP_NODELAY, as a gRPC or HTTP/2 client sets it: without
+/// it a losing attempt's small reset frame can wait for the callee's delayed ACK (Nagle's
+/// algorithm), 40 ms for every stream on the connection.
+fn http2_client() -> hyper_util::client::legacy::Client<HttpConnector, Full<Bytes>> {
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .http2_only(true)
+        .build(connector)
+}
+
 /// Run `work` on a runtime of its own (two workers, as the callee and the client share the
 /// machine), so that one run's leftovers do not slow the next.
 fn on_runtime<T>(work: impl Future<Output = Result<T, String>>) -> Result<T, String> {
@@ -235,11 +247,7 @@ async fn one(opts: &TailOptions, hedging: Hedging) -> Result<TailRun, String> {
     let client = ServiceBuilder::new()
         .option_layer(hedge.clone())
         .layer(ClientBudgetLayer::new(profile.clone()))
-        .service(
-            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-                .http2_only(true)
-                .build_http::<Full<Bytes>>(),
-        );
+        .service(http2_client());
     let url = format!("http://{addr}/tail");
     let request = |call: u64| {
         http::Request::get(&url)

@@ -24,11 +24,7 @@ pub(super) async fn record(opts: &TailOptions, tail: Tail) -> Result<Vec<Pair>, 
     let profile = Profile::default();
     let client = ServiceBuilder::new()
         .layer(ClientBudgetLayer::new(profile.clone()))
-        .service(
-            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-                .http2_only(true)
-                .build_http::<Full<Bytes>>(),
-        );
+        .service(super::http2_client());
     let url = format!("http://{addr}/tail");
     let request = |call: u64, attempt: u32| {
         http::Request::get(&url)
