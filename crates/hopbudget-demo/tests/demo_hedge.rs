@@ -68,6 +68,15 @@ fn hedging_on(which: Tail) {
         assert!(best.extra <= r.extra().min(MAX_EXTRA), "{r:?}");
         assert!(best.p999_ms <= report.pairs_first_p999_ms, "{r:?}");
     }
+    // With all of the 5% allowed the best is at least as good as at any run's rate.
+    let widest = report.best_at_most.expect("a best with all of the 5%");
+    assert!(widest.extra <= MAX_EXTRA);
+    for r in &runs[1..] {
+        assert!(
+            widest.p999_ms <= r.best.map_or(f64::MAX, |b| b.p999_ms),
+            "{report:?}"
+        );
+    }
     let text = tail::text(&report, &opts);
     assert!(
         text.contains(which.as_str()) && text.contains("vs best"),
