@@ -148,6 +148,11 @@ struct DemoArgs {
     /// (the seeds' reco-scorer model sidecar: 5 ms, 1% of attempts on a stale 180 ms model).
     #[arg(long, value_enum, default_value = "ten-x", requires = "hedge")]
     tail: TailArg,
+    /// With --hedge, instead: three replicas of the callee, one slow for the middle half of
+    /// the run, without hedging and hedging with and without the rule that a hedge goes to
+    /// another replica (hedge-replicas.txt, hedge-replicas.json).
+    #[arg(long, requires = "hedge")]
+    replicas: bool,
     /// Seconds of each phase of the step (steady, overloaded, steady again).
     #[arg(long, default_value_t = 3.0)]
     step_phase: f64,
@@ -278,6 +283,18 @@ fn run_demo(args: DemoArgs) -> Result<(), String> {
         }
         if let Some(d) = opts.duration {
             tail.duration = d;
+        }
+        if args.replicas {
+            let runs = demo::tail::replicas::run(&tail)?;
+            let text = demo::tail::replicas::text(&runs, &tail);
+            print!("{text}");
+            return write_out(
+                &args.out,
+                [
+                    ("hedge-replicas.txt", text),
+                    ("hedge-replicas.json", to_json(&runs)?),
+                ],
+            );
         }
         return run_hedge(&tail, &args.out);
     }

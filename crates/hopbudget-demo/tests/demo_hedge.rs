@@ -8,6 +8,7 @@
 
 use std::time::Duration;
 
+use hopbudget_demo::demo::tail::replicas::Routing;
 use hopbudget_demo::demo::tail::{self, Hedging, MAX_EXTRA, Tail, TailOptions};
 
 #[test]
@@ -80,6 +81,34 @@ fn hedging_on(which: Tail) {
     let text = tail::text(&report, &opts);
     assert!(
         text.contains(which.as_str()) && text.contains("vs best"),
+        "{text}"
+    );
+}
+
+#[test]
+fn across_replicas_no_hedge_reaches_the_replica_its_first_attempt_went_to() {
+    let opts = TailOptions {
+        rate_per_s: 250.0,
+        duration: Duration::from_secs(2),
+        ..TailOptions::default()
+    };
+    let runs = tail::replicas::run(&opts).unwrap();
+    let routings: Vec<Routing> = runs.iter().map(|r| r.routing).collect();
+    assert_eq!(
+        routings,
+        [Routing::None, Routing::Elsewhere, Routing::Anywhere]
+    );
+    assert_eq!(runs[0].attempts, runs[0].calls, "{runs:?}");
+    let elsewhere = &runs[1];
+    assert!(
+        elsewhere.attempts > elsewhere.calls,
+        "hedges were sent: {elsewhere:?}"
+    );
+    // Counted by the replicas themselves, over the sockets.
+    assert_eq!(elsewhere.same_replica, 0, "{elsewhere:?}");
+    let text = tail::replicas::text(&runs, &opts);
+    assert!(
+        text.contains("elsewhere") && text.contains("anywhere"),
         "{text}"
     );
 }

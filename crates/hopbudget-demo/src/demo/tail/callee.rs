@@ -100,7 +100,10 @@ pub struct Counts {
     pub cancelled: AtomicU64,
     /// Attempts ended by their deadline.
     pub expired: AtomicU64,
-    attempts: Mutex<HashMap<u64, u32>>,
+    /// Attempts that arrived at a replica an earlier attempt of their call had gone to.
+    pub same_replica: AtomicU64,
+    /// Per call: its attempts so far, and the replicas they went to (one bit each).
+    attempts: Mutex<HashMap<u64, (u32, u64)>>,
 }
 
 /// The header that numbers a call (every attempt of a call carries the same).
@@ -141,10 +144,16 @@ fn number(headers: &http::HeaderMap, name: &str) -> Option<u64> {
 }
 
 async fn attempt(
-    State((tail, counts)): State<(Tail, Arc<Counts>)>,
+    State(replica): State<Replica>,
     headers: http::HeaderMap,
     budget: RequestBudget,
 ) -> &'static str {
+    let Replica {
+        tail,
+        noisy,
+        index,
+        counts,
+    } = replica;
     let call = number(&headers, CALL).unwrap_or(u64::MAX);
     let counted = call != WARM_UP;
     if counted {
@@ -155,7 +164,12 @@ async fn attempt(
             .attempts
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let n = seen.entry(call).or_default();
+        let (n, replicas) = seen.entry(call).or_default();
+        let bit = 1u64 << (index % 64);
+        if *replicas & bit != 0 && counted {
+            counts.same_replica.fetch_add(1, Ordering::Relaxed);
+        }
+        *replicas |= bit;
         *n += 1;
         *n - 1
     };
@@ -165,9 +179,39 @@ async fn attempt(
         budget,
         answered: false,
     };
-    tokio::time::sleep(tail.latency(call, n)).await;
+    let mut took = tail.latency(call, n);
+    if noisy.is_some_and(|w| w.now()) {
+        took *= NOISY_FACTOR;
+    }
+    tokio::time::sleep(took).await;
     ending.answered = true;
     "answered"
+}
+
+/// How much slower a replica's attempts are while a noisy neighbour shares its machine.
+pub const NOISY_FACTOR: u32 = 10;
+
+/// A stretch of time, from the callee's start, in which its attempts take [`NOISY_FACTOR`]
+/// times as long (a noisy neighbour).
+#[derive(Clone, Copy, Debug)]
+pub struct Noisy {
+    from: tokio::time::Instant,
+    to: tokio::time::Instant,
+}
+
+impl Noisy {
+    fn now(self) -> bool {
+        (self.from..self.to).contains(&tokio::time::Instant::now())
+    }
+}
+
+/// What one replica of the callee serves with.
+#[derive(Clone)]
+struct Replica {
+    tail: Tail,
+    noisy: Option<Noisy>,
+    index: usize,
+    counts: Arc<Counts>,
 }
 
 /// Start the callee with `tail` on a free loopback port; it stops with `stop`.
@@ -176,9 +220,33 @@ pub async fn start(
     stop: CancellationToken,
 ) -> Result<(SocketAddr, Arc<Counts>), String> {
     let counts = Arc::new(Counts::default());
+    let addr = start_replica(tail, None, 0, counts.clone(), stop).await?;
+    Ok((addr, counts))
+}
+
+/// Start replica `index` of the callee, counting into `counts` (shared by the replicas, so
+/// that an attempt's number, and so its draw, is the call's, whichever replica it reaches); it
+/// is slow from `stretch.0` to `stretch.1` after now (see [`Noisy`]).
+pub async fn start_replica(
+    tail: Tail,
+    stretch: Option<(Duration, Duration)>,
+    index: usize,
+    counts: Arc<Counts>,
+    stop: CancellationToken,
+) -> Result<SocketAddr, String> {
+    let now = tokio::time::Instant::now();
+    let noisy = stretch.map(|(from, to)| Noisy {
+        from: now + from,
+        to: now + to,
+    });
     let app = Router::new()
         .route("/tail", get(attempt))
-        .with_state((tail, counts.clone()))
+        .with_state(Replica {
+            tail,
+            noisy,
+            index,
+            counts,
+        })
         .layer(ServerBudgetLayer::new(Profile::default()));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
@@ -196,7 +264,7 @@ pub async fn start(
             .with_graceful_shutdown(stop.cancelled_owned())
             .await;
     });
-    Ok((addr, counts))
+    Ok(addr)
 }
 
 #[cfg(test)]

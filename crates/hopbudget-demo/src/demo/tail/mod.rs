@@ -20,6 +20,7 @@
 pub mod best;
 pub mod callee;
 mod pairs;
+pub mod replicas;
 
 pub use callee::Tail;
 
