@@ -96,6 +96,24 @@ impl From<OneMode> for Mode {
     }
 }
 
+/// The callee's tail of `demo --hedge`.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum TailArg {
+    /// 5-10 ms, 1% of attempts 50-100 ms.
+    TenX,
+    /// 5 ms, 1% of attempts 180 ms.
+    Seeds,
+}
+
+impl From<TailArg> for demo::tail::Tail {
+    fn from(t: TailArg) -> Self {
+        match t {
+            TailArg::TenX => demo::tail::Tail::TenX,
+            TailArg::Seeds => demo::tail::Tail::Seeds,
+        }
+    }
+}
+
 #[derive(Debug, clap::Args)]
 struct DemoArgs {
     /// Topology file (default: the built-in checkout graph, topologies/checkout.yaml).
@@ -117,7 +135,8 @@ struct DemoArgs {
     #[arg(long, default_value_t = 4.0)]
     sweep_duration: f64,
     /// Instead of the side-by-side run, step the offered load from capacity to 2x and to 3x
-    /// at once and back (S22), every mode, and report how each settled (step.txt, step.json).
+    /// at once and back (S22), every mode, and report how each settled (step.txt, step.json,
+    /// and step.html: goodput and admitted p99 per 50 ms window).
     #[arg(long, conflicts_with_all = ["sweep", "forgetful", "traces"])]
     step: bool,
     /// Instead of the side-by-side run, the tail (S21): the same seeded calls to a callee
@@ -125,6 +144,15 @@ struct DemoArgs {
     /// hedge.json); --rate (default 500) and --duration (default 20) set the calls.
     #[arg(long, conflicts_with_all = ["sweep", "forgetful", "traces", "step"])]
     hedge: bool,
+    /// With --hedge, the callee's tail: ten-x (5-10 ms, 1% of attempts 50-100 ms) or seeds
+    /// (the seeds' reco-scorer model sidecar: 5 ms, 1% of attempts on a stale 180 ms model).
+    #[arg(long, value_enum, default_value = "ten-x", requires = "hedge")]
+    tail: TailArg,
+    /// With --hedge, instead: three replicas of the callee, one slow for the middle half of
+    /// the run, without hedging and hedging with and without the rule that a hedge goes to
+    /// another replica (hedge-replicas.txt, hedge-replicas.json).
+    #[arg(long, requires = "hedge")]
+    replicas: bool,
     /// Seconds of each phase of the step (steady, overloaded, steady again).
     #[arg(long, default_value_t = 3.0)]
     step_phase: f64,
@@ -245,7 +273,10 @@ fn run_demo(args: DemoArgs) -> Result<(), String> {
         return run_step(&opts, args.step_phase, &args.out);
     }
     if args.hedge {
-        let mut tail = demo::tail::TailOptions::default();
+        let mut tail = demo::tail::TailOptions {
+            tail: args.tail.into(),
+            ..demo::tail::TailOptions::default()
+        };
         if let Some(rate) = args.rate {
             if !(rate.is_finite() && rate > 0.0 && rate <= 5_000.0) {
                 return Err(format!(
@@ -256,6 +287,18 @@ fn run_demo(args: DemoArgs) -> Result<(), String> {
         }
         if let Some(d) = opts.duration {
             tail.duration = d;
+        }
+        if args.replicas {
+            let runs = demo::tail::replicas::run(&tail)?;
+            let text = demo::tail::replicas::text(&runs, &tail);
+            print!("{text}");
+            return write_out(
+                &args.out,
+                [
+                    ("hedge-replicas.txt", text),
+                    ("hedge-replicas.json", to_json(&runs)?),
+                ],
+            );
         }
         return run_hedge(&tail, &args.out);
     }
@@ -272,7 +315,8 @@ fn run_demo(args: DemoArgs) -> Result<(), String> {
     Ok(())
 }
 
-/// `demo --step`: the step to overload, printed and written as step.txt and step.json.
+/// `demo --step`: the step to overload, printed and written as step.txt, step.json and
+/// step.html (its charts).
 fn run_step(opts: &DemoOptions, phase: f64, out: &std::path::Path) -> Result<(), String> {
     if !(phase.is_finite() && (1.0..=600.0).contains(&phase)) {
         return Err(format!(
@@ -282,16 +326,26 @@ fn run_step(opts: &DemoOptions, phase: f64, out: &std::path::Path) -> Result<(),
     let runs = demo::step::run(opts, Duration::from_secs_f64(phase))?;
     let text = demo::step::text(&runs);
     print!("{text}");
-    write_out(out, [("step.txt", text), ("step.json", to_json(&runs)?)])
+    write_out(
+        out,
+        [
+            ("step.txt", text),
+            ("step.json", to_json(&runs)?),
+            ("step.html", demo::report::step_html(&runs)?),
+        ],
+    )
 }
 
 /// `demo --hedge`: the tail with and without hedging, printed and written as hedge.txt and
 /// hedge.json.
 fn run_hedge(opts: &demo::tail::TailOptions, out: &std::path::Path) -> Result<(), String> {
-    let runs = demo::tail::run(opts)?;
-    let text = demo::tail::text(&runs, opts);
+    let report = demo::tail::run(opts)?;
+    let text = demo::tail::text(&report, opts);
     print!("{text}");
-    write_out(out, [("hedge.txt", text), ("hedge.json", to_json(&runs)?)])
+    write_out(
+        out,
+        [("hedge.txt", text), ("hedge.json", to_json(&report)?)],
+    )
 }
 
 fn to_json(v: &impl serde::Serialize) -> Result<String, String> {

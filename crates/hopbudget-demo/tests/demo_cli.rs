@@ -46,3 +46,16 @@ fn bad_options_are_refused_before_anything_runs() {
     assert_eq!(code, Some(2));
     assert!(err.contains("--duration"), "{err}");
 }
+
+#[test]
+fn a_tail_is_one_of_the_named_ones_and_only_with_hedge() {
+    let (code, err) = demo(&["--hedge", "--tail", "fat"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("invalid value 'fat' for '--tail") && err.contains("ten-x, seeds"),
+        "{err}"
+    );
+    let (code, err) = demo(&["--tail", "seeds"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--hedge"), "{err}");
+}

@@ -2,7 +2,10 @@
 //! Scale"; gRPC's hedging policy, A6).
 //!
 //! A call that has not answered after the hedge delay gets one more attempt, sent to the
-//! same service (a balancer below picks another replica), and the first answer wins:
+//! same service, and the first answer wins. With [`HedgeBalance`] below, over the callee's
+//! replicas, the hedge goes to a replica none of the call's earlier attempts went to (gRPC's
+//! A6; a balancer that picks in `poll_ready`, as `tower::balance` does, cannot tell a hedge
+//! from a first attempt, and may send it to the slow replica the first one waits on):
 //!
 //! - **Within the budget.** Every attempt runs in a child of the request's budget: the same
 //!   deadline, so the client layer below ([`ClientBudgetLayer`](crate::http::client::ClientBudgetLayer),
@@ -62,14 +65,18 @@
 //!
 //! Guide: *Reliability*, `docs/guide/reliability.md` in the repository (section *Hedging*).
 
+mod balance;
 mod layer;
 mod race;
+mod route;
 mod settings;
 #[cfg(test)]
 mod tests;
 mod throttle;
 
+pub use balance::HedgeBalance;
 pub use layer::{Hedge, HedgeLayer, HedgeStats, ResponseFuture};
+pub use route::AttemptRoute;
 pub use throttle::HedgeThrottle;
 
 /// Whether an HTTP request's method is idempotent (RFC 9110: GET, HEAD, OPTIONS, TRACE, PUT,

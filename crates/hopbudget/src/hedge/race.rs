@@ -9,6 +9,7 @@ use std::task::Poll;
 use tokio::time::{Instant, Sleep, sleep_until};
 use tower::{BoxError, Service, ServiceExt};
 
+use super::AttemptRoute;
 use super::settings::Settings;
 use crate::{BudgetError, RequestBudget};
 
@@ -26,14 +27,14 @@ struct Attempt<R> {
 impl<R> Attempt<R> {
     /// The first attempt: `svc` is ready, and its `call` runs now, inside the attempt's scope,
     /// where a client layer reads the budget ([C8](crate::contract#c8)).
-    fn first<S, Req>(parent: &RequestBudget, mut svc: S, req: Req) -> Self
+    fn first<S, Req>(parent: &RequestBudget, route: &AttemptRoute, mut svc: S, req: Req) -> Self
     where
         S: Service<Req, Response = R>,
         S::Future: Send + 'static,
         S::Error: Into<BoxError>,
     {
         let budget = parent.child();
-        let fut = budget.sync_scope(|| svc.call(req));
+        let fut = budget.sync_scope(|| route.sync_scope(|| svc.call(req)));
         let reply = Box::pin(budget.scope(async move { fut.await.map_err(Into::into) }));
         Self {
             budget,
@@ -44,7 +45,7 @@ impl<R> Attempt<R> {
     }
 
     /// A hedge: a clone of the service, readied and called inside the attempt's scope.
-    fn hedge<S, Req>(parent: &RequestBudget, svc: S, req: Req) -> Self
+    fn hedge<S, Req>(parent: &RequestBudget, route: &AttemptRoute, svc: S, req: Req) -> Self
     where
         S: Service<Req, Response = R> + Send + 'static,
         S::Future: Send + 'static,
@@ -53,8 +54,10 @@ impl<R> Attempt<R> {
         R: Send + 'static,
     {
         let budget = parent.child();
-        let reply =
-            Box::pin(budget.scope(async move { svc.oneshot(req).await.map_err(Into::into) }));
+        // The route is current while the service is readied and called, where a balancer
+        // that knows about hedges picks the replica.
+        let routed = route.scope(svc.oneshot(req));
+        let reply = Box::pin(budget.scope(async move { routed.await.map_err(Into::into) }));
         Self {
             budget,
             started: Instant::now(),
@@ -94,7 +97,9 @@ where
         |b: &RequestBudget| !b.is_done() && b.forward() >= expected.max(b.policy().refuse_below);
     let template = first.clone();
     let mut attempts = Vec::with_capacity(settings.max_attempts);
-    attempts.push(Attempt::first(&budget, first, req.clone()));
+    // Where each attempt went, for a balancer below that sends hedges elsewhere.
+    let route = AttemptRoute::new();
+    attempts.push(Attempt::first(&budget, &route, first, req.clone()));
     let mut sent = 1;
     // No timer when no hedge could fit anyway: the budget only shrinks.
     let plan = budget.forward() >= delay + expected;
@@ -161,7 +166,12 @@ where
                 }
             }
             settings.counters.hedges.fetch_add(1, Ordering::Relaxed);
-            attempts.push(Attempt::hedge(&budget, template.clone(), req.clone()));
+            attempts.push(Attempt::hedge(
+                &budget,
+                &route,
+                template.clone(),
+                req.clone(),
+            ));
             sent += 1;
             if sent < settings.max_attempts {
                 timer = Some(Box::pin(sleep_until(Instant::now() + delay)));

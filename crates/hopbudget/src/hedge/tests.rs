@@ -309,3 +309,106 @@ async fn a_cancelled_loser_is_not_counted_by_the_adaptive_throttle() {
         "20 winners accepted; the 20 losers counted nowhere"
     );
 }
+
+/// Two replicas behind [`HedgeBalance`]: replica 0 takes `slow` ms, replica 1 `quick`; each
+/// records (replica, request) when called and answers with its number.
+fn replicas(
+    slow: u64,
+    quick: u64,
+    calls: Arc<Mutex<Vec<(usize, u32)>>>,
+) -> Vec<
+    impl tower::Service<u32, Response = usize, Error = BoxError, Future: Send> + Clone + Send + 'static,
+> {
+    [(0usize, slow), (1, quick)]
+        .into_iter()
+        .map(|(n, took)| {
+            let calls = calls.clone();
+            tower::service_fn(move |req: u32| {
+                calls.lock().unwrap().push((n, req));
+                async move {
+                    tokio::time::sleep(ms(took)).await;
+                    Ok::<_, BoxError>(n)
+                }
+            })
+        })
+        .collect()
+}
+
+/// Call 1's first attempt goes to replica 0 (slow), call 2's to replica 1, and both are still
+/// in flight when call 1 hedges at 50 ms: one in flight on each replica, and the tie falls to
+/// replica 0 again. Only the rule sends the hedge to replica 1.
+async fn hedge_with_one_in_flight_on_each(
+    balance: HedgeBalance<
+        impl tower::Service<u32, Response = usize, Error = BoxError, Future: Send>
+        + Clone
+        + Send
+        + 'static,
+    >,
+) -> (Result<usize, BoxError>, Duration) {
+    let svc = layer(50, 2).throttle(None).layer(balance);
+    let start = Instant::now();
+    let second = tokio::spawn(budget(1_000).scope(svc.clone().oneshot(2)));
+    let first = budget(1_000).scope(svc.oneshot(1)).await;
+    let took = start.elapsed();
+    let _ = second.await;
+    (first, took)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hedge_never_goes_to_the_replica_its_first_attempt_waits_on() {
+    let calls = Arc::new(Mutex::new(Vec::new()));
+    let balance = HedgeBalance::new(replicas(1_000, 200, calls.clone()));
+    let (answer, took) = hedge_with_one_in_flight_on_each(balance).await;
+    let calls = calls.lock().unwrap().clone();
+    let hedges: Vec<usize> = calls.iter().filter(|c| c.1 == 1).map(|c| c.0).collect();
+    assert_eq!(
+        hedges,
+        [0, 1],
+        "call 1: first attempt on replica 0, its hedge on 1: {calls:?}"
+    );
+    assert_eq!(answer.unwrap(), 1);
+    assert_eq!(
+        took,
+        ms(250),
+        "hedged at 50 ms, answered by the quick replica 200 ms later"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_the_rule_the_same_hedge_waits_on_the_slow_replica() {
+    // The control for the test above: the same calls, the balancer told to ignore hedges.
+    let calls = Arc::new(Mutex::new(Vec::new()));
+    let balance = HedgeBalance::new(replicas(1_000, 200, calls.clone())).ignore_hedges();
+    let (answer, took) = hedge_with_one_in_flight_on_each(balance).await;
+    let calls = calls.lock().unwrap().clone();
+    let hedges: Vec<usize> = calls.iter().filter(|c| c.1 == 1).map(|c| c.0).collect();
+    assert_eq!(hedges, [0, 0], "{calls:?}");
+    assert_eq!((answer.unwrap(), took), (0, ms(1_000)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_every_replica_taken_the_fewest_in_flight_wins_and_counts_drop_to_zero() {
+    // One replica: the hedge has nowhere else to go, and goes there.
+    let calls = Arc::new(Mutex::new(Vec::new()));
+    let one: Vec<_> = replicas(100, 100, calls.clone())
+        .into_iter()
+        .take(1)
+        .collect();
+    let balance = HedgeBalance::new(one);
+    let svc = layer(50, 2).throttle(None).layer(balance.clone());
+    let answer = budget(1_000).scope(svc.oneshot(1)).await;
+    assert_eq!(answer.unwrap(), 0);
+    assert_eq!(*calls.lock().unwrap(), [(0, 1), (0, 1)]);
+    assert_eq!(
+        balance.in_flight(),
+        [0],
+        "the loser, dropped, is counted out"
+    );
+}
+
+#[tokio::test]
+async fn a_balancer_with_no_replica_is_an_error_not_a_panic() {
+    let none: Vec<tower::util::BoxCloneService<u32, usize, BoxError>> = Vec::new();
+    let err = HedgeBalance::new(none).oneshot(1).await.unwrap_err();
+    assert!(err.to_string().contains("no replica"), "{err}");
+}

@@ -8,7 +8,7 @@ use crate::demo::mode::Mode;
 use crate::demo::results::HopResult;
 
 /// One colour per mode, the same in every chart.
-fn mode_color(mode: Mode) -> RGBColor {
+pub(super) fn mode_color(mode: Mode) -> RGBColor {
     match mode {
         Mode::Detached => RGBColor(178, 24, 43),
         Mode::Timeouts => RGBColor(230, 145, 56),
@@ -16,7 +16,7 @@ fn mode_color(mode: Mode) -> RGBColor {
     }
 }
 
-fn err(e: impl std::fmt::Display) -> String {
+pub(super) fn err(e: impl std::fmt::Display) -> String {
     format!("chart: {e}")
 }
 

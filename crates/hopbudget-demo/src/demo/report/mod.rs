@@ -2,9 +2,13 @@
 //! report (the figures as HTML tables, one request drawn as a timeline per mode, and inline
 //! SVG charts drawn with plotters), and the JSON results.
 //!
-//! The charts are `charts.rs`; this file writes the files and lays out the page.
+//! The charts are `charts.rs`; this file writes the files and lays out the page; the step
+//! to overload has a page of its own (`step_page.rs`).
 
 mod charts;
+mod step_page;
+
+pub use step_page::step_html;
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};

@@ -42,6 +42,8 @@ pub struct StepRun {
     pub figures: StepFigures,
     /// Goodput per 50 ms window of arrival, answers within budget per second (for charts).
     pub goodput_per_window: Vec<f64>,
+    /// Admitted p99 per 50 ms window of arrival, ms (`None`: nothing admitted arrived then).
+    pub admitted_p99_per_window: Vec<Option<f64>>,
     /// Hops waiting for a work slot, sampled every 50 ms.
     pub queued_per_window: Vec<usize>,
 }
@@ -93,6 +95,7 @@ pub fn run(opts: &DemoOptions, phase: Duration) -> Result<Vec<StepRun>, String> 
                 budget_ms: topo.client.budget_ms,
                 figures: measure::figures(&requests, &work, &queue, phases, budget),
                 goodput_per_window: measure::goodput(&requests, budget, phases.end),
+                admitted_p99_per_window: measure::admitted_p99(&requests, phases.end),
                 queued_per_window: queue.iter().map(|(_, q)| *q).collect(),
             });
         }
@@ -132,7 +135,8 @@ fn records(data: &runner::RunData, budget: Duration) -> Records {
     (requests, work, queue)
 }
 
-const HEADS: [&str; 12] = [
+/// The heads of the figures' columns, as [`rows`] fills them.
+pub const HEADS: [&str; 12] = [
     "step",
     "mode",
     "goodput/s before/high/after",
