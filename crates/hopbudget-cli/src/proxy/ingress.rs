@@ -143,6 +143,9 @@ impl PerConnection for Ingress {
 
 /// The ingress's future: an answer made at the door (see `hygiene`), or the request's way
 /// through the stack.
+// Nearly every request is a `Call`, the large variant: boxing it would cost an allocation per
+// request to shrink the rare answer made at the door.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub(crate) enum IngressFuture {
     Answered(Option<Response<ProxyBody>>),
