@@ -12,6 +12,31 @@ fn proxy(args: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
+/// [`proxy`], failing the test (not hanging it) if the proxy is still running after `limit`:
+/// a proxy that wrongly accepts its arguments serves until stopped.
+fn proxy_ending_within(limit: std::time::Duration, args: &[&str]) -> std::process::Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hopbudget"))
+        .arg("proxy")
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let end = std::time::Instant::now() + limit;
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > end {
+            child.kill().unwrap();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "the proxy started with {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
 #[test]
 fn help_says_what_the_proxy_reads_and_writes() {
     let out = proxy(&["--help"]);
@@ -105,5 +130,37 @@ fn a_bad_otlp_endpoint_is_named() {
             err.contains("--otlp-endpoint") && err.contains(needle),
             "{endpoint}: {err}"
         );
+    }
+}
+
+/// `--descriptor-set` with a file that is not a descriptor set (a profile given by mistake,
+/// an empty file) or no file at all is refused at start, naming the file (#50 item 7).
+#[test]
+fn a_bad_descriptor_set_is_refused_at_start_naming_the_file() {
+    let dir = std::env::temp_dir();
+    let yaml = dir.join(format!("hopbudget-not-fds-{}.yaml", std::process::id()));
+    std::fs::write(&yaml, "service: checkout\nroutes: []\n").unwrap();
+    let empty = dir.join(format!("hopbudget-empty-fds-{}.binpb", std::process::id()));
+    std::fs::write(&empty, "").unwrap();
+    for (file, why) in [
+        (yaml.to_str().unwrap(), "not a protobuf descriptor set"),
+        (empty.to_str().unwrap(), "not a protobuf descriptor set"),
+        ("/nonexistent/api.binpb", "cannot read"),
+    ] {
+        let out = proxy_ending_within(
+            std::time::Duration::from_secs(20),
+            &[
+                "--listen",
+                "127.0.0.1:0",
+                "--upstream",
+                "127.0.0.1:9",
+                "--descriptor-set",
+                file,
+            ],
+        );
+        assert_eq!(out.status.code(), Some(2), "{file}");
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert!(err.contains(file) && err.contains(why), "{file}: {err}");
+        assert!(!err.contains("panicked"), "{err}");
     }
 }

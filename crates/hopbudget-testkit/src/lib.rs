@@ -22,6 +22,11 @@ pub mod pb {
     tonic::include_proto!("hopbudget.testkit");
 }
 
+/// The descriptor set of `proto/hop.proto` (a `FileDescriptorSet`, encoded), as a server's
+/// build writes it for reflection: what `GrpcServerLayer::with_methods` and the sidecar's
+/// `--descriptor-set` read.
+pub const HOP_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("hop_descriptor");
+
 /// The full gRPC path of `Hop/Call`, as a profile's `routes` names it.
 pub const HOP_CALL_PATH: &str = "/hopbudget.testkit.Hop/Call";
 

@@ -22,7 +22,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use hopbudget::grpc::server::GrpcServerLayer;
+use hopbudget::grpc::server::{DeclaredMethods, GrpcServerLayer};
 use hopbudget::http::client::ClientBudgetLayer;
 use hopbudget::http::server::ServerBudgetLayer;
 use hopbudget::{RequestBudget, SharedProfile};
@@ -96,6 +96,7 @@ impl Ingress {
         registry: Option<Arc<Registry>>,
         starter: Option<Starter>,
         tunnel_max: std::time::Duration,
+        methods: &DeclaredMethods,
     ) -> Self {
         let forwarder = Arc::new(Forwarder {
             client: Stampers::new(ClientBudgetLayer::new(profile.clone()).trust_all(), carrier),
@@ -115,7 +116,8 @@ impl Ingress {
             .service(to(false));
         let grpc = ServiceBuilder::new()
             .map_response(|res: Response<_>| res.map(BodyExt::boxed_unsync))
-            .layer(GrpcServerLayer::new(profile))
+            // `--descriptor-set`: the service's methods are labelled from their first call.
+            .layer(GrpcServerLayer::new(profile).with_methods(methods))
             .service(to(true));
         Self {
             http: BoxCloneService::new(http),
@@ -143,10 +145,10 @@ impl PerConnection for Ingress {
 
 /// The ingress's future: an answer made at the door (see `hygiene`), or the request's way
 /// through the stack.
-#[derive(Debug)]
-// The large variant is the common one (every forwarded request); boxing it would add an
-// allocation per request to spare the rare answer at the door a few hundred bytes.
+// Nearly every request is a `Call`, the large variant: boxing it would cost an allocation per
+// request to shrink the rare answer made at the door.
 #[allow(clippy::large_enum_variant)]
+#[derive(Debug)]
 pub(crate) enum IngressFuture {
     Answered(Option<Response<ProxyBody>>),
     Call(spans::Traced<Oneshot<Stack, Request<FromCaller>>>),

@@ -67,6 +67,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use bytes::Bytes;
+use hopbudget::grpc::server::{DeclaredMethods, DescriptorSetError};
 use hopbudget::{Profile, SharedProfile};
 use http_body_util::combinators::UnsyncBoxBody;
 use tower::BoxError;
@@ -93,6 +94,13 @@ pub fn run(args: &ProxyArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let methods = match load_methods(&args.descriptor_set) {
+        Ok(methods) => methods,
+        Err(error) => {
+            eprintln!("hopbudget proxy: {error}");
+            return ExitCode::from(2);
+        }
+    };
     logging::init(args.otlp_endpoint.is_some(), args.log_format);
     // One thread is a current-thread runtime: every task runs on the thread that accepts,
     // with no work-stealing queues and no wake-ups across threads (nginx's one worker
@@ -111,7 +119,16 @@ pub fn run(args: &ProxyArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    runtime.block_on(run_async(args, profile, file))
+    runtime.block_on(run_async(args, profile, file, &methods))
+}
+
+/// The gRPC methods of every `--descriptor-set`, labelled from their first call (C20).
+fn load_methods(files: &[std::path::PathBuf]) -> Result<DeclaredMethods, DescriptorSetError> {
+    let mut methods = DeclaredMethods::default();
+    for file in files {
+        methods.merge(DeclaredMethods::read(file)?);
+    }
+    Ok(methods)
 }
 
 /// The profile to start with, and the file it came from with its content's hash.
@@ -136,6 +153,7 @@ async fn run_async(
     args: &ProxyArgs,
     profile: Profile,
     file: Option<(reload::ProfileFile, u64)>,
+    methods: &DeclaredMethods,
 ) -> ExitCode {
     let drain = profile.max() + DRAIN_SLACK;
     let listener = match tokio::net::TcpListener::bind(args.listen).await {
@@ -228,6 +246,7 @@ async fn run_async(
         registry.clone(),
         starter,
         args.tunnel_max,
+        methods,
     )
     .with_spans(spans.clone());
     let waits = client_waits::ClientLimits {

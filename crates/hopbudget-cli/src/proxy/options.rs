@@ -44,6 +44,14 @@ pub struct ProxyArgs {
     #[arg(long, value_name = "FILE")]
     pub profile: Option<PathBuf>,
 
+    /// The service's protobuf descriptor set (a FileDescriptorSet, as `protoc
+    /// --descriptor_set_out` or tonic-build's `file_descriptor_set_path` writes for
+    /// reflection): each gRPC method it names has its own route label from its first call,
+    /// whatever its outcome. Without it a method is `other` until the service has answered it
+    /// once; made-up methods are `other` either way. Repeatable; read once, at start.
+    #[arg(long = "descriptor-set", value_name = "FILE")]
+    pub descriptor_set: Vec<PathBuf>,
+
     /// The carrier the service's stack reads. `auto`: `grpc-timeout` for gRPC requests (grpc-go,
     /// grpc-java, grpcio put it in the handler's context), `x-request-timeout-ms` for the rest.
     #[arg(long, value_enum, value_name = "CARRIER", default_value_t = UpstreamCarrier::Auto)]

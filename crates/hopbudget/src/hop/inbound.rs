@@ -1,5 +1,7 @@
 //! Admission: from a request's carriers to a verdict, before any handler runs.
 
+#[cfg(feature = "grpc")]
+use std::collections::HashSet;
 use std::fmt;
 use std::sync::Arc;
 
@@ -82,6 +84,34 @@ impl HopConfig {
     pub fn with_wall_clock(mut self, clock: Arc<dyn WallClock>) -> Self {
         self.wall_clock = clock;
         self
+    }
+
+    /// Label calls to `declared` gRPC methods from their first call, whatever their answer
+    /// ([C20](crate::contract#c20)): the methods a server's descriptor set names. Added to any
+    /// declared before.
+    #[cfg(feature = "grpc")]
+    pub(crate) fn with_declared_methods(
+        mut self,
+        declared: impl IntoIterator<Item = Arc<str>>,
+    ) -> Self {
+        let mut all = HashSet::clone(self.methods.declared());
+        all.extend(declared);
+        self.methods = MethodSet::with_declared(Arc::new(all));
+        self
+    }
+
+    /// A configuration like this one (profile, protocol, wall clock, declared methods) with
+    /// none of its methods learned yet: for a builder whose configuration is already shared.
+    #[cfg(feature = "grpc")]
+    pub(crate) fn rebuilt(&self) -> Self {
+        Self {
+            metrics: LayerMetrics::new(&self.service),
+            service: self.service.clone(),
+            profile: self.profile.clone(),
+            protocol: self.protocol,
+            wall_clock: self.wall_clock.clone(),
+            methods: MethodSet::with_declared(self.methods.declared().clone()),
+        }
     }
 
     /// The profile in force now.

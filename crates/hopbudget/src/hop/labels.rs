@@ -32,7 +32,8 @@ pub enum RouteLabel<'a> {
     },
     /// A raw path. It is labelled by the profile rule that matches it, else [`OTHER_ROUTE`].
     Path(&'a str),
-    /// A gRPC method path `/package.Service/Method`: labelled as itself once the service has
+    /// A gRPC method path `/package.Service/Method`: labelled as itself from its first call
+    /// when the server was told its methods (a descriptor set), else once the service has
     /// answered it as a method it has (anything but UNIMPLEMENTED), up to a fixed number of
     /// distinct methods per server; until then [`OTHER_ROUTE`]. Anyone can send any path, so
     /// a path alone earns no label ([C20](crate::contract#c20)).
@@ -41,9 +42,13 @@ pub enum RouteLabel<'a> {
     Known(&'a str),
 }
 
-/// The distinct gRPC methods seen so far, up to [`MAX_METHODS`].
+/// The gRPC methods a server labels: those it was told it implements (its descriptor set, as
+/// many as the file names), and the distinct methods its answers proved, up to
+/// [`MAX_METHODS`].
 #[derive(Debug)]
 pub(crate) struct MethodSet {
+    // Fixed before the first request; read without a lock. Shared with a rebuilt copy.
+    declared: Arc<HashSet<Arc<str>>>,
     seen: RwLock<HashSet<Arc<str>>>,
     // Names this set in each thread's cache of recently labelled methods.
     id: u64,
@@ -53,6 +58,7 @@ impl Default for MethodSet {
     fn default() -> Self {
         static NEXT: AtomicU64 = AtomicU64::new(1);
         Self {
+            declared: Arc::default(),
             seen: RwLock::default(),
             id: NEXT.fetch_add(1, Ordering::Relaxed),
         }
@@ -69,8 +75,26 @@ thread_local! {
 }
 
 impl MethodSet {
-    /// `method`'s label if the set knows it: `None` for a method no answer has proved yet.
-    /// Never adds: a request's path alone mints no label ([C20](crate::contract#c20)).
+    /// A set that knows `declared` from the start (the methods of the server's descriptor
+    /// set): their calls are labelled from the first, whatever the answer. They do not count
+    /// against the cap on methods learned from answers.
+    #[cfg(feature = "grpc")]
+    pub(crate) fn with_declared(declared: Arc<HashSet<Arc<str>>>) -> Self {
+        Self {
+            declared,
+            ..Self::default()
+        }
+    }
+
+    /// The methods declared up front.
+    #[cfg(feature = "grpc")]
+    pub(crate) fn declared(&self) -> &Arc<HashSet<Arc<str>>> {
+        &self.declared
+    }
+
+    /// `method`'s label if the set knows it: `None` for a method neither declared nor proved
+    /// by an answer yet. Never adds: a request's path alone mints no label
+    /// ([C20](crate::contract#c20)).
     pub(crate) fn known<'a>(&self, method: &'a str) -> Option<&'a str> {
         let recent = RECENT.try_with(|recent| {
             recent.try_borrow().is_ok_and(|recent| {
@@ -80,6 +104,10 @@ impl MethodSet {
             })
         });
         if recent == Ok(true) {
+            return Some(method);
+        }
+        if let Some(declared) = self.declared.get(method) {
+            self.remember(declared.clone());
             return Some(method);
         }
         let known = self
@@ -96,6 +124,9 @@ impl MethodSet {
     /// while there is room. The set's copy of it, or `None` once the set is full (or for a
     /// path that is no method path).
     pub(crate) fn learn(&self, method: &str) -> Option<Arc<str>> {
+        if let Some(declared) = self.declared.get(method) {
+            return Some(declared.clone());
+        }
         let known = self.admit(method)?;
         self.remember(known.clone());
         Some(known)
@@ -195,6 +226,30 @@ mod tests {
             "known stays known"
         );
         assert_eq!(set.learn("/x.S/new"), None);
+    }
+
+    /// Declared methods are known before any answer, and take no room from the learned ones.
+    #[cfg(feature = "grpc")]
+    #[test]
+    fn declared_methods_are_known_from_the_start_and_leave_the_cap_alone() {
+        let declared: HashSet<Arc<str>> = ["/shop.Tax/Quote", "/shop.Tax/Refund"]
+            .into_iter()
+            .map(Arc::from)
+            .collect();
+        let set = MethodSet::with_declared(Arc::new(declared));
+        assert_eq!(set.known("/shop.Tax/Quote"), Some("/shop.Tax/Quote"));
+        assert_eq!(set.known("/shop.Tax/Refund"), Some("/shop.Tax/Refund"));
+        assert_eq!(set.known("/shop.Tax/Invented"), None, "not declared");
+        assert_eq!(
+            set.learn("/shop.Tax/Quote").as_deref(),
+            Some("/shop.Tax/Quote")
+        );
+        assert!(set.seen.read().unwrap().is_empty(), "declared, not learned");
+        for i in 0..MAX_METHODS {
+            assert!(set.learn(&format!("/x.S/M{i}")).is_some());
+        }
+        assert_eq!(set.learn("/x.S/past-the-cap"), None);
+        assert_eq!(set.known("/shop.Tax/Refund"), Some("/shop.Tax/Refund"));
     }
 
     #[test]

@@ -70,7 +70,7 @@ async fn a_unary_answer_is_completed_once_its_trailers_are_handed_over() {
 }
 
 /// A tonic client for any method path, made-up ones included.
-async fn tonic_call(channel: tonic::transport::Channel, path: String) -> tonic::Code {
+pub(crate) async fn tonic_call(channel: tonic::transport::Channel, path: String) -> tonic::Code {
     let mut grpc = tonic::client::Grpc::new(channel);
     grpc.ready().await.unwrap();
     let codec = tonic_prost::ProstCodec::<CallRequest, CallReply>::default();

@@ -1,9 +1,9 @@
 //! What a hop records, read from the Prometheus recorder as a dashboard reads it: answers
 //! delivered in full over HTTP and gRPC are `completed` (C17, C14), method labels are minted
-//! only for real methods (C20), and a handler's own `BudgetError` is the hop's outcome (C17).
+//! only for real methods, those a descriptor set declares from their first call (C20), and a handler's own `BudgetError` is the hop's outcome (C17).
 //!
 //! A binary of its own because it installs the process-wide metrics recorder
-//! (`metrics::set_global_recorder`, through `install_recorder`). Its three modules share that
+//! (`metrics::set_global_recorder`, through `install_recorder`). Its modules share that
 //! one recorder, built by `observe::prometheus::builder()` and installed once by
 //! [`recorder`]; each test has its own service name, so they run in parallel
 //! (`cargo test -p hopbudget --all-features --test hop_metrics`).
@@ -12,6 +12,7 @@
 #[path = "../support/grpc/mod.rs"]
 mod grpc_support;
 
+mod grpc_declared;
 mod grpc_delivered;
 mod handler_errors;
 mod http_delivered;

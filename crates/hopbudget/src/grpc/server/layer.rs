@@ -2,7 +2,7 @@ use std::sync::Arc;
 
 use tower_layer::Layer;
 
-use super::GrpcServer;
+use super::{DeclaredMethods, GrpcServer};
 use crate::clock::WallClock;
 use crate::hop::HopConfig;
 use crate::observe::Protocol;
@@ -33,13 +33,26 @@ impl GrpcServerLayer {
     ///
     /// See the [module example](super#example).
     pub fn with_wall_clock(self, clock: Arc<dyn WallClock>) -> Self {
-        let config = match Arc::try_unwrap(self.config) {
-            Ok(config) => config,
-            Err(shared) => HopConfig::new(shared.shared_profile().clone(), Protocol::Grpc),
-        };
         Self {
-            config: Arc::new(config.with_wall_clock(clock)),
+            config: Arc::new(self.into_config().with_wall_clock(clock)),
         }
+    }
+
+    /// Label each of `methods` as itself from its first call, whatever its outcome: a call
+    /// cancelled or expired before the service answered is counted under its method, not
+    /// `other` ([C20](crate::contract#c20)). Other paths still earn a label only once the
+    /// service answers them as a method it has. Adds to methods given before.
+    ///
+    /// See the [example](DeclaredMethods#examples).
+    pub fn with_methods(self, methods: &DeclaredMethods) -> Self {
+        Self {
+            config: Arc::new(self.into_config().with_declared_methods(methods.shared())),
+        }
+    }
+
+    /// This layer's configuration to build on: its own, or a copy when a clone shares it.
+    fn into_config(self) -> HopConfig {
+        Arc::try_unwrap(self.config).unwrap_or_else(|shared| shared.rebuilt())
     }
 
     /// The profile this layer applies.

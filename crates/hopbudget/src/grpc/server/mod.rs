@@ -34,7 +34,9 @@
 //! label is the gRPC method path once the service has answered that method as one it has (a
 //! message, or any status but UNIMPLEMENTED, which tonic's router answers for a method no
 //! service implements); until then `other`, so that no caller can mint labels ([C20](crate::contract#c20)). The
-//! first answered call of a method is counted under its own label, arrival included. A
+//! first answered call of a method is counted under its own label, arrival included. Give the
+//! layer the server's descriptor set ([`GrpcServerLayer::with_methods`], [`DeclaredMethods`])
+//! and each of its methods is labelled from its first call, whatever its outcome. A
 //! unary answer is complete once its trailers are handed over. A status the handler returns itself is read back: a
 //! DEADLINE_EXCEEDED from below makes this hop `expired` too ([C4](crate::contract#c4)).
 //!
@@ -111,6 +113,7 @@
 
 mod admission;
 mod body;
+mod declared;
 mod extract;
 mod future;
 mod layer;
@@ -119,6 +122,7 @@ mod service;
 
 pub use admission::GrpcAnswer;
 pub use body::ResponseBody;
+pub use declared::{DeclaredMethods, DescriptorSetError};
 pub use extract::BudgetExt;
 pub use future::ResponseFuture;
 pub use layer::GrpcServerLayer;
