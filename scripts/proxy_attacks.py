@@ -13,15 +13,16 @@ proxy did to the attackers (its own counters, from `--admin`):
 - slowloris:        1,000 connections sending a request head a byte every 5 s;
 - idle:             1,000 connections that send nothing;
 - body stall:       500 connections sending a head that promises a body, then 5 bytes of it;
-- non-reader:       20 connections asking for /big (50 MB) under a 5 s budget, reading none;
+- non-reader:       20 connections asking for /big (50 MB) under a 2 s budget, reading none;
 - PING flood:       one HTTP/2 connection sending PINGs as fast as it can, reading the ACKs;
 - rapid reset:      one HTTP/2 connection opening streams and resetting them at once;
 - h2 fan-out:       one HTTP/2 connection, 100 streams at once, each a request for /big
                     read slowly (the pooled connections to the service they open).
 
 The proxy runs with `--header-read-timeout 2 --idle-timeout 3 --body-read-timeout 2`, so the
-bounds act within a run; the defaults (10 s, 60 s, 30 s) act the same, later. Needs wrk and
-nginx (apt-get install wrk nginx-light); BIN overrides the proxy binary.
+bounds act within a run; the defaults (10 s, 60 s, 30 s) act the same, later. ATTACKS picks
+some (`ATTACKS="slowloris idle"`). Needs wrk and nginx (apt-get install wrk nginx-light); BIN
+overrides the proxy binary.
 """
 import os
 import re
@@ -138,7 +139,7 @@ class Attack:
                 for _ in range(n):
                     s = self.connect()
                     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-                    s.sendall(b"GET /big HTTP/1.1\r\nhost: x\r\nx-request-timeout-ms: 5000\r\n\r\n")
+                    s.sendall(b"GET /big HTTP/1.1\r\nhost: x\r\nx-request-timeout-ms: 2000\r\n\r\n")
                     socks.append(s)
                 while socks and not self.stop.wait(0.5):
                     socks = [s for s in socks if alive(s, peek_only=True)]
@@ -266,7 +267,7 @@ location /big {{ alias {workdir}/big; }} location / {{ return 200 ok; }} }}"""))
         procs.append(proc)
         port = listening(proc)
         subprocess.run(["wrk", "-t1", "-c4", "-d1s", f"http://127.0.0.1:{port}/"], capture_output=True)
-        attacks = ["slowloris", "idle", "body_stall", "non_reader", "ping_flood", "rapid_reset", "h2_fan_out"]
+        attacks = os.environ.get("ATTACKS", "slowloris idle body_stall non_reader ping_flood rapid_reset h2_fan_out").split()
         rows = {a: [] for a in attacks}
         print(f"wrk -t1 -c4 -d{SECONDS}s, {ROUNDS} rounds, load average at the start {os.getloadavg()[0]:.1f}")
         for _ in range(ROUNDS):
