@@ -594,17 +594,12 @@ async fn a_caller_that_stops_reading_is_cut_off_at_the_deadline() {
     )
     .await
     .unwrap();
-    let metrics = tokio::time::timeout(PATIENCE, async {
-        loop {
-            let m = proxy.metrics().await;
-            if m.contains("reason=\"answer_deadline\"") {
-                return m;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    })
-    .await
-    .expect("the proxy cuts the stalled answer off");
+    let metrics = proxy
+        .await_metric(
+            "reason=\"answer_deadline\"",
+            "the proxy cuts the stalled answer off",
+        )
+        .await;
     let ended = support::hops(&metrics, "expired") + support::hops(&metrics, "cancelled");
     assert_eq!(
         ended, 1,
@@ -637,17 +632,12 @@ async fn an_http2_stream_whose_caller_stops_reading_is_reset_at_the_deadline() {
     };
     let stalled = send.send_request(request("/big", "500")).await.unwrap();
     assert_eq!(stalled.status(), 200);
-    let metrics = tokio::time::timeout(PATIENCE, async {
-        loop {
-            let m = proxy.metrics().await;
-            if m.contains("hopbudget_proxy_streams_reset_total{reason=\"answer_deadline\"} 1") {
-                return m;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    })
-    .await
-    .expect("the proxy resets the stalled stream");
+    let metrics = proxy
+        .await_metric(
+            "hopbudget_proxy_streams_reset_total{reason=\"answer_deadline\"} 1",
+            "the proxy resets the stalled stream",
+        )
+        .await;
     let ended = support::hops(&metrics, "expired") + support::hops(&metrics, "cancelled");
     assert_eq!(
         ended, 1,
@@ -923,18 +913,12 @@ async fn rounds_of_slow_clients_leave_the_proxys_memory_where_it_was() {
         let answer = http_get(proxy.addr, "/tax", &[]).await.unwrap();
         assert_eq!(answer.status, 200, "round {round}: {answer:?}");
         // The normal caller's connection too: `get` closes it.
-        tokio::time::timeout(PATIENCE, async {
-            while !proxy
-                .metrics()
-                .await
-                .lines()
-                .any(|l| l == "hopbudget_proxy_connections_open 0")
-            {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        })
-        .await
-        .unwrap_or_else(|_| panic!("round {round}: connections still open"));
+        proxy
+            .await_metric(
+                "\nhopbudget_proxy_connections_open 0\n",
+                "every connection closed",
+            )
+            .await;
         after.push(rss_kib(&proxy));
     }
     let (first, last) = (after[0], after[9]);

@@ -153,6 +153,22 @@ impl Proxy {
         get(self.admin, "/metrics", &[]).await.unwrap().body
     }
 
+    /// Wait until `/metrics` holds `needle`, then return the text; fails after [`PATIENCE`]
+    /// saying `what` did not happen.
+    pub async fn await_metric(&self, needle: &str, what: &str) -> String {
+        tokio::time::timeout(PATIENCE, async {
+            loop {
+                let text = self.metrics().await;
+                if text.contains(needle) {
+                    return text;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("{what}: no `{needle}` in /metrics"))
+    }
+
     /// Wait until `/metrics` shows `hopbudget_hops_total{..outcome="OUTCOME"..} COUNT`, then
     /// return the text; fails after [`PATIENCE`] with what it showed.
     pub async fn await_outcome(&self, outcome: &str, count: u64) -> String {
