@@ -107,7 +107,7 @@ fn self_contained(page: &str) {
 #[test]
 fn a_clean_chain_is_drawn_all_forwarding_with_the_budget_on_each_edge() {
     let r = generated(None);
-    let page = audit::render::html(&r);
+    let page = audit::page::html(&r);
     self_contained(&page);
     let nodes = nodes(&page);
     assert_eq!(nodes.len(), 8, "{nodes:?}");
@@ -129,7 +129,7 @@ fn a_clean_chain_is_drawn_all_forwarding_with_the_budget_on_each_edge() {
 #[test]
 fn a_forgetful_hop_is_drawn_resetting_with_its_spike_marked_and_its_trace_linked() {
     let r = generated(Some("inventory"));
-    let page = audit::render::html(&r);
+    let page = audit::page::html(&r);
     self_contained(&page);
     let nodes = nodes(&page);
     assert_eq!(nodes.len(), 8, "{nodes:?}");
@@ -170,7 +170,7 @@ fn a_forgetful_hop_is_drawn_resetting_with_its_spike_marked_and_its_trace_linked
 #[test]
 fn plain_opentelemetry_draws_the_incident_and_no_empty_hop_tree() {
     let r = plain_otel();
-    let page = audit::render::html(&r);
+    let page = audit::page::html(&r);
     self_contained(&page);
     let nodes = nodes(&page);
     let want: BTreeMap<String, String> = [
@@ -249,7 +249,7 @@ fn service_names_are_written_as_text_never_as_markup() {
         two_services(hostile, "b\"><script>x</script>").as_bytes(),
         &AuditOptions::default(),
     );
-    let page = audit::render::html(&r);
+    let page = audit::page::html(&r);
     self_contained(&page);
     assert!(
         page.contains("&lt;img src=x onerror=alert(1)&gt;"),
@@ -266,7 +266,7 @@ fn services_with_no_deadline_in_or_out_are_drawn_grey_with_an_unlabelled_budget(
         two_services("front", "back").as_bytes(),
         &AuditOptions::default(),
     );
-    let page = audit::render::html(&r);
+    let page = audit::page::html(&r);
     let want: BTreeMap<String, String> = [("front", "no-deadline"), ("back", "no-deadline")]
         .into_iter()
         .map(|(s, c)| (s.to_owned(), c.to_owned()))

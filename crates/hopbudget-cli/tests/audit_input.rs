@@ -205,7 +205,7 @@ proptest! {
     fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..2_048)) {
         let r = audit::run_reader("fuzz", &bytes[..], &opts());
         let _ = audit::render::table(&r);
-        let _ = audit::render::html(&r);
+        let _ = audit::page::html(&r);
     }
 
     // Mostly printable flips, so that the line often stays JSON and the damage reaches the

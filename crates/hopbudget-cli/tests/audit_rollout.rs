@@ -177,7 +177,7 @@ fn a_partial_rollout_shows_who_forwards_and_who_receives_and_refuses() {
         .unwrap();
     assert_eq!(orch["forwards"], "some");
 
-    let page = audit::render::html(&r);
+    let page = audit::page::html(&r);
     assert!(
         page.contains("<h2>Rollout map</h2><table class=\"rollout\">"),
         "{page}"
@@ -195,7 +195,7 @@ fn a_partial_rollout_shows_who_forwards_and_who_receives_and_refuses() {
 /// header as dropping it; the others, which pass it on, as forwarding.
 #[test]
 fn the_call_graph_draws_the_service_that_drops_the_header() {
-    let page = audit::render::html(&audit_text(&half_rolled_out()));
+    let page = audit::page::html(&audit_text(&half_rolled_out()));
     for (service, class) in [
         ("orchestrator", "drops"),
         ("gateway", "resets"),

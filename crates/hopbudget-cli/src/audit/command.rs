@@ -236,7 +236,7 @@ fn print_report(args: &AuditArgs, report: &super::Report, out: &mut dyn Write) -
     let _ = out.write_all(text.as_bytes());
     let _ = out.flush();
     if let Some(path) = &args.html
-        && let Err(e) = std::fs::write(path, render::html(report))
+        && let Err(e) = std::fs::write(path, super::page::html(report))
     {
         eprintln!("hopbudget: cannot write {}: {e}", path.display());
         return 2;

@@ -49,7 +49,7 @@ pub mod input;
 pub mod kafka;
 pub mod listen;
 pub mod merge;
-mod page;
+pub mod page;
 pub mod render;
 pub mod report;
 pub mod rollout;

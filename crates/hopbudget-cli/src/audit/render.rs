@@ -267,9 +267,3 @@ fn services(out: &mut String, r: &Report) {
 pub fn json(r: &Report) -> String {
     serde_json::to_string_pretty(r).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
 }
-
-/// A self-contained HTML page: the call graph, durations and work for nobody drawn as inline
-/// SVG, the findings linked to the traces that show them, and the tables.
-pub fn html(r: &Report) -> String {
-    super::page::html(r)
-}

@@ -18,7 +18,7 @@ use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
-use super::downstream::{Call, HOLD_LIMIT, Mode};
+use super::call::{Call, HOLD_LIMIT, Mode};
 
 type Body = UnsyncBoxBody<Bytes, Infallible>;
 

@@ -16,7 +16,7 @@ use tokio::net::TcpStream;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::caller::{Answer, CallError, GrpcStatus};
+use super::answer::{Answer, CallError, GrpcStatus};
 
 /// An empty message, length-prefixed and uncompressed: every method's request here.
 const EMPTY_MESSAGE: [u8; 5] = [0, 0, 0, 0, 0];

@@ -12,6 +12,8 @@
 //! [C28]: hopbudget::contract#c28
 //! [S26]: hopbudget::contract#s26
 
+pub mod answer;
+pub mod call;
 pub mod caller;
 pub mod cases;
 pub mod downstream;

@@ -10,14 +10,14 @@
 use bytes::Bytes;
 use hopbudget::{BudgetError, Profile};
 use http::{HeaderValue, Response, StatusCode};
-use http_body_util::{BodyExt, Full};
 use tower::BoxError;
 
 use std::error::Error as _;
 
-use super::ProxyBody;
 use super::caller_body;
+use super::client_waits::CLOSED_TOTAL;
 use super::hygiene;
+use super::{ProxyBody, full};
 
 /// The answer to a failed call to the service.
 pub(crate) fn failure(error: &BoxError, profile: &Profile, grpc: bool) -> Response<ProxyBody> {
@@ -32,6 +32,7 @@ pub(crate) fn failure(error: &BoxError, profile: &Profile, grpc: bool) -> Respon
             if let Some(stalled) = caller_body::stalled(&**error) {
                 // The caller stopped sending its body: a wait bound, not the service's
                 // failure (#46 item 1). nginx answers 408 and closes.
+                metrics::counter!(CLOSED_TOTAL, "reason" => "body_read_timeout").increment(1);
                 let message = format!("hopbudget proxy: {stalled}");
                 return if grpc {
                     grpc_error(1, &message)
@@ -126,12 +127,6 @@ fn grpc_message(message: &str) -> String {
         }
     }
     out
-}
-
-pub(crate) fn full(bytes: Bytes) -> ProxyBody {
-    Full::new(bytes)
-        .map_err(|never| match never {})
-        .boxed_unsync()
 }
 
 fn empty() -> ProxyBody {

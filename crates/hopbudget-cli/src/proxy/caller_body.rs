@@ -102,8 +102,7 @@ where
             }
         };
         ready!(sleep.as_mut().poll(cx));
-        metrics::counter!(super::client_waits::CLOSED_TOTAL, "reason" => "body_read_timeout")
-            .increment(1);
+        // Counted where the caller is answered for it (`answer`).
         Poll::Ready(Some(Err(Box::new(BodyStalled(stall)))))
     }
 

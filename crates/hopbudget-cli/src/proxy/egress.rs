@@ -33,7 +33,8 @@ use http_body_util::BodyExt;
 use tower::util::MapRequest;
 use tower::{Layer, Service, ServiceExt};
 
-use super::answer::{self, full};
+use super::answer;
+use super::full;
 use super::ingress::is_grpc;
 use super::options::EgressAllow;
 use super::options::UpstreamCarrier;

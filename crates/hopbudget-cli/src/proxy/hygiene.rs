@@ -24,7 +24,7 @@ use hopbudget::{Profile, SharedProfile};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode, header};
 
 use super::ProxyBody;
-use super::answer::full;
+use super::full;
 
 /// Requests the ingress answered itself or cleaned, by reason.
 pub(crate) const HYGIENE_TOTAL: &str = "hopbudget_proxy_hygiene_total";

@@ -77,6 +77,14 @@ pub use options::ProxyArgs;
 /// The body of every answer the proxy sends: the service's, or one of its own.
 pub(crate) type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
 
+/// An answer body the proxy makes itself, whole: `bytes`.
+pub(crate) fn full(bytes: Bytes) -> ProxyBody {
+    use http_body_util::BodyExt;
+    http_body_util::Full::new(bytes)
+        .map_err(|never| match never {})
+        .boxed_unsync()
+}
+
 /// The body of every request the proxy passes on: the caller's, its reading bounded.
 pub(crate) type FromCaller = caller_body::CallerBody<hyper::body::Incoming>;
 

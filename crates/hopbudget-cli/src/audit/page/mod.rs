@@ -206,7 +206,7 @@ const STYLE: &str = "body{font-family:sans-serif;margin:2em;max-width:90em}\
     figcaption{font-size:.9em;color:#444}";
 
 /// A self-contained HTML page (see the module's documentation).
-pub(crate) fn html(r: &Report) -> String {
+pub fn html(r: &Report) -> String {
     let p = &r.pictures;
     let mut body = String::from("<h1>hopbudget audit</h1>");
     body.push_str("<h2 id=\"call-graph\">Call graph</h2>");

@@ -1,4 +1,4 @@
-//! What the HTML report draws ([`crate::audit::render::html`]): the call graph between
+//! What the HTML report draws ([`crate::audit::page::html`]): the call graph between
 //! services, each service's durations and its work for nobody. Built from the same counters
 //! as the findings; `--json` leaves it out (the tables there already hold the figures).
 
