@@ -153,6 +153,12 @@ struct DemoArgs {
     /// another replica (hedge-replicas.txt, hedge-replicas.json).
     #[arg(long, requires = "hedge")]
     replicas: bool,
+    /// Instead of the side-by-side run, the retry wave: the graph at 3x capacity in propagated
+    /// mode, the client not retrying, retrying with DeadlineRetry (up to 2 retries), and
+    /// retrying through its AdaptiveThrottle; attempts sent per call and per call answered
+    /// (retry-wave.txt, retry-wave.json); --duration (default 10) sets the seconds of calls.
+    #[arg(long, conflicts_with_all = ["sweep", "forgetful", "traces", "step", "hedge"])]
+    retry_wave: bool,
     /// Seconds of each phase of the step (steady, overloaded, steady again).
     #[arg(long, default_value_t = 3.0)]
     step_phase: f64,
@@ -271,6 +277,19 @@ fn run_demo(args: DemoArgs) -> Result<(), String> {
     }
     if args.step {
         return run_step(&opts, args.step_phase, &args.out);
+    }
+    if args.retry_wave {
+        let duration = opts.duration.unwrap_or(Duration::from_secs(10));
+        let runs = demo::retry_wave::run(&opts, duration, &demo::retry_wave::Retrying::ALL)?;
+        let text = demo::retry_wave::text(&runs, &opts, duration);
+        print!("{text}");
+        return write_out(
+            &args.out,
+            [
+                ("retry-wave.txt", text),
+                ("retry-wave.json", to_json(&runs)?),
+            ],
+        );
     }
     if args.hedge {
         let mut tail = demo::tail::TailOptions {

@@ -33,6 +33,7 @@ pub mod peer;
 pub mod queue;
 pub mod report;
 pub mod results;
+pub mod retry_wave;
 pub mod runner;
 pub mod server;
 pub mod services;
@@ -175,6 +176,7 @@ pub fn run(opts: &DemoOptions) -> Result<(DemoResults, Vec<runner::RunData>), St
             label: format!("{} mode", mode.as_str()),
             broker: opts.broker.clone(),
             arrivals: None,
+            retries: None,
         };
         let trace_file = opts.traces.as_deref().map(|d| traces::path_for(d, mode));
         let data = runner::run_traced(topo, &spec, trace_file.as_deref())?;

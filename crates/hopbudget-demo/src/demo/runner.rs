@@ -22,6 +22,7 @@ use super::hop_error::HopError;
 use super::mode::Mode;
 use super::node::Node;
 use super::queue;
+use super::retry_wave::ClientRetries;
 use super::services;
 use super::topology::{Protocol, Topology};
 use super::traces::RunTraces;
@@ -52,6 +53,9 @@ pub struct RunSpec {
     /// Arrival offsets to replay instead of the seeded Poisson schedule at `rate_per_s` for
     /// `duration` (the step to overload, [`step`](super::step), gives its own).
     pub arrivals: Option<Arc<[Duration]>>,
+    /// The client's retries of its calls to the edge ([`retry_wave`](super::retry_wave));
+    /// `None`: one attempt per call, uncounted.
+    pub retries: Option<ClientRetries>,
 }
 
 /// The graph's state at one instant of a run, sampled every [`SAMPLE_EVERY`].
@@ -217,10 +221,20 @@ async fn run_async(topo: &Topology, spec: &RunSpec) -> Result<RunData, String> {
         tokio::time::sleep_until(started + at).await;
         let id = i as u64 + 1;
         let (client, collector, bar) = (client.clone(), collector.clone(), bar.clone());
+        let retries = spec.retries.clone();
         tasks.push(tokio::spawn(async move {
             collector.client_start(id, Instant::now());
+            let call = async {
+                match &retries {
+                    Some(r) => {
+                        r.call(budget, forward.is_some(), |f| client.call(id, f))
+                            .await
+                    }
+                    None => client.call(id, forward).await,
+                }
+            };
             // The client gives up at its timeout: the call is dropped, its stream reset.
-            match tokio::time::timeout(give_up, client.call(id, forward)).await {
+            match tokio::time::timeout(give_up, call).await {
                 Err(_) => {
                     collector.expired(edge);
                     collector.client_end(id, false, true, false);

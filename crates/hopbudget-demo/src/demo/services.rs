@@ -147,6 +147,9 @@ pub fn profile_for(spec: &ServiceSpec) -> Result<Profile, String> {
                 path: path.into(),
                 cost_ms: admission_cost_ms(spec) as i64,
             }],
+            queue_bound: spec
+                .queue_bound
+                .map_or(AdmissionSpec::default().queue_bound, i64::from),
             ..AdmissionSpec::default()
         }),
         ..ProfileSpec::default()

@@ -81,6 +81,7 @@ pub fn run(opts: &DemoOptions, capacity: f64) -> Result<Vec<SweepPoint>, String>
                 label: format!("sweep {factor}x {}", mode.as_str()),
                 broker: opts.broker.clone(),
                 arrivals: None,
+                retries: None,
             };
             let data = runner::run(topo, &spec)?;
             let r = results::summarise(topo, mode, None, rate, opts.sweep_duration, &data);

@@ -84,6 +84,7 @@ pub fn run(opts: &DemoOptions, phase: Duration) -> Result<Vec<StepRun>, String> 
                 label: format!("step {factor}x {}", mode.as_str()),
                 broker: opts.broker.clone(),
                 arrivals: Some(given.clone()),
+                retries: None,
             };
             let data = runner::run(topo, &spec)?;
             let (requests, work, queue) = records(&data, budget);

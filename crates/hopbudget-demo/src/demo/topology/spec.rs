@@ -166,6 +166,11 @@ pub struct ServiceSpec {
     /// A cheaper path taken when the budget cannot pay for the full one.
     #[serde(default)]
     pub degrade: Option<DegradeSpec>,
+    /// `propagated` mode, a leaf: at most this many requests wait for a slot in its admission
+    /// queue; beyond, a newcomer is refused at once (0: refused whenever every slot is busy,
+    /// the retry wave's callee). `None`: the library's default.
+    #[serde(default)]
+    pub queue_bound: Option<u32>,
 }
 
 impl ServiceSpec {
