@@ -1,4 +1,4 @@
-//! The report for people (a plain-text table; the HTML page is `page`, behind [`html`]) and for
+//! The report for people (a plain-text table; the HTML page is [`super::page::html`]) and for
 //! machines (JSON, the [`Report`] as it is).
 
 use std::fmt::Write as _;

@@ -1,7 +1,7 @@
 //! The HTML page `hopbudget audit --html FILE` writes: what people would rather look at than
-//! read. The call graph between services as the seeds draw it ([`graph`]), each service's
+//! read. The call graph between services as the seeds draw it (`graph`), each service's
 //! durations with a spike at a default timeout marked and the work done for nobody
-//! ([`charts`]), the findings linked to the traces that show them, the rollout map and the
+//! (`charts`), the findings linked to the traces that show them, the rollout map and the
 //! tables. Self-contained: inline SVG drawn with plotters, inline CSS, no script.
 
 mod charts;
