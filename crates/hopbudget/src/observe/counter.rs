@@ -56,6 +56,8 @@ pub fn outbound_missing(service: &str) {
 
 /// The `callee` of an outbound call to a destination the profile does not trust, or that
 /// names none.
+///
+/// See the example on [`outbound_missing_to`], whose second call counts under it.
 pub const OTHER_CALLEE: &str = "other";
 
 /// [`outbound_missing`] for a call to `host`: `callee` is the `trusted` pattern that covers
