@@ -174,13 +174,8 @@ async fn a_go_client_reaches_the_proxy_over_tls_with_its_budget() {
         }),
     );
     let service = support::serve(echo).await;
-    let dir = std::env::temp_dir().join(format!("hopbudget-go-tls-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let made = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
-    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
-    std::fs::write(&cert, made.cert.pem()).unwrap();
-    std::fs::write(&key, made.signing_key.serialize_pem()).unwrap();
-    let (cert, key) = (cert.to_str().unwrap(), key.to_str().unwrap());
+    let made = support::certificate::Certificate::new("go-tls", "localhost");
+    let (cert, key) = (made.cert_arg(), made.key_arg());
     let proxy = Proxy::start(service, None, &["--tls-cert", cert, "--tls-key", key]).await;
     let url = format!("https://localhost:{}/echo", proxy.addr.port());
     let out = tokio::process::Command::new(&client)
@@ -201,5 +196,4 @@ async fn a_go_client_reaches_the_proxy_over_tls_with_its_budget() {
         .parse()
         .unwrap();
     assert!(told < 1000, "{text}");
-    let _ = std::fs::remove_dir_all(&dir);
 }

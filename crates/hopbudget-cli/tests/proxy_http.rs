@@ -16,6 +16,7 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::routing::{any, get};
+use support::certificate::Certificate;
 use support::{PATIENCE, Proxy, get as http_get, read_answer, send_head};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
@@ -935,20 +936,16 @@ async fn rounds_of_slow_clients_leave_the_proxys_memory_where_it_was() {
 #[tokio::test]
 async fn tls_callers_are_served_over_http1_and_http2_with_their_budget() {
     let (service, _, _) = upstream().await;
-    let dir = std::env::temp_dir().join(format!("hopbudget-tls-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let made = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
-    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
-    std::fs::write(&cert, made.cert.pem()).unwrap();
-    std::fs::write(&key, made.signing_key.serialize_pem()).unwrap();
+    let made = Certificate::new("tls", "localhost");
+    let cert = &made.cert;
     let proxy = Proxy::start(
         service,
         None,
         &[
             "--tls-cert",
-            cert.to_str().unwrap(),
+            made.cert_arg(),
             "--tls-key",
-            key.to_str().unwrap(),
+            made.key_arg(),
             "--header-read-timeout",
             "0.5",
         ],
@@ -1006,7 +1003,6 @@ async fn tls_callers_are_served_over_http1_and_http2_with_their_budget() {
     // A caller that connects and starts no handshake is cut at the header-read timeout.
     let mut silent = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
     closed_by_the_proxy(&mut silent).await;
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A TLS service that is not ours: Python's `http.server` behind its `ssl`, answering each
@@ -1062,16 +1058,12 @@ async fn python_tls_service(
 async fn the_proxy_speaks_tls_to_the_service_and_to_an_https_egress_destination() {
     use http_body_util::{BodyExt, Empty};
     use hyper_util::rt::{TokioExecutor, TokioIo};
-    let dir = std::env::temp_dir().join(format!("hopbudget-tls-out-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let made = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned()]).unwrap();
-    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
-    std::fs::write(&cert, made.cert.pem()).unwrap();
-    std::fs::write(&key, made.signing_key.serialize_pem()).unwrap();
-    let other = dir.join("other.pem");
-    let stranger = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned()]).unwrap();
-    std::fs::write(&other, stranger.cert.pem()).unwrap();
-    let (port, _python) = python_tls_service(&cert, &key).await;
+    let made = Certificate::new("tls-out", "127.0.0.1");
+    let (cert, key) = (&made.cert, &made.key);
+    // One no CA here signed: the service's certificate is not this one.
+    let stranger = Certificate::new("tls-stranger", "127.0.0.1");
+    let other = &stranger.cert;
+    let (port, _python) = python_tls_service(cert, key).await;
     let https = format!("https://127.0.0.1:{port}");
     let proxy =
         Proxy::start_with_upstream_arg(&https, &["--upstream-ca", cert.to_str().unwrap()]).await;
@@ -1131,7 +1123,6 @@ async fn the_proxy_speaks_tls_to_the_service_and_to_an_https_egress_destination(
     let answer = http_get(proxy.egress_to[0], "/echo", &[]).await.unwrap();
     assert_eq!(answer.status, 200, "{answer:?}");
     assert!(answer.body.contains("host: "), "{answer:?}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A chunk size that overflows (2^64 + 5) is the caller's malformed framing: 400, not the

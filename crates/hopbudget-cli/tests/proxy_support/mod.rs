@@ -2,6 +2,7 @@
 //! HTTP/1.1 client that hides nothing (a reset is reported as one), and `/metrics` reading.
 #![allow(dead_code, unreachable_pub)]
 
+pub mod certificate;
 pub mod go;
 pub mod scenario;
 pub mod service;
