@@ -191,7 +191,7 @@ pub(crate) fn note_answer(
     let Some(code) = grpc_status_of(headers) else {
         return;
     };
-    guard.answer_status(crate::observe::AnswerStatus::Grpc(code));
+    guard.answer_status(crate::hop::AnswerStatus::Grpc(code));
     if marker::read(headers) == Some(Marker::Stated(Outcome::Refused)) {
         if let Some(refused) = marker::refusal(headers) {
             guard.answered_refused(refused);

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use super::record::{KeyCache, Keys};
-use crate::hop::OTHER_ROUTE;
+use crate::observe::labels::OTHER_ROUTE;
 
 /// How many routes one layer holds handles for. Route labels are a bounded set already
 /// ([C20](crate::contract#c20): matched routes, the profile's routes, known methods,
