@@ -16,7 +16,7 @@ use super::body::answer_length;
 use super::linger::LentBody;
 use crate::codec::marker::Marker;
 use crate::hop::HopGuard;
-use crate::http_answer::http_answer;
+use crate::answer::http::http_answer;
 use crate::status::{HttpStatusMap, Outcome};
 use crate::{Refused, RequestBudget};
 
