@@ -5,8 +5,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::learned::LearnedThreshold;
 use super::record::{AnswerStatus, Hop, Would};
+use crate::learned::LearnedThreshold;
 use crate::{Outcome, Refused, RequestBudget};
 
 /// Owns one admitted request's budget and [`Hop`], and records exactly one outcome.

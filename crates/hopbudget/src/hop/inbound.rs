@@ -15,10 +15,10 @@ use super::record::{Hop, Would};
 use crate::clock::{SystemClock, WallClock};
 use crate::codec::{Inbound, MalformedHeader, read_inbound};
 use crate::error::Refused;
+use crate::observe;
 use crate::observe::labels::{
     HopLabels, HopRoute, LayerMetrics, MethodSet, OTHER_ROUTE, Protocol, RouteLabel, is_method_path,
 };
-use crate::observe;
 use crate::profile::{RouteMode, RouteRule};
 use crate::{Profile, RequestBudget, SharedProfile};
 

@@ -10,10 +10,10 @@ use tracing::Span;
 use tracing::field::Empty;
 
 use crate::budget::{RequestBudget, Source};
-#[cfg(feature = "metrics")]
-use crate::observe::metrics_names;
 use crate::observe::fields;
 use crate::observe::labels::{HopLabels, HopRoute, Protocol};
+#[cfg(feature = "metrics")]
+use crate::observe::metrics_names;
 use crate::observe::notice;
 use crate::observe::trace_context::TraceParent;
 use crate::status::Outcome;

@@ -14,9 +14,9 @@ use tokio::time::Sleep;
 use super::ResponseBody;
 use super::body::answer_length;
 use super::linger::LentBody;
+use crate::answer::http::http_answer;
 use crate::codec::marker::Marker;
 use crate::hop::HopGuard;
-use crate::answer::http::http_answer;
 use crate::status::{HttpStatusMap, Outcome};
 use crate::{Refused, RequestBudget};
 

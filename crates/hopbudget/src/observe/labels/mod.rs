@@ -10,8 +10,8 @@ use std::time::Duration;
 use super::metrics_names;
 
 mod route;
-pub use route::{OTHER_ROUTE, RouteLabel};
 pub(crate) use route::{MethodSet, is_method_path};
+pub use route::{OTHER_ROUTE, RouteLabel};
 
 /// The protocol a hop speaks, for the span's `rpc.system` / `network.protocol.name`.
 ///

@@ -12,9 +12,9 @@ use metrics::{Counter, Histogram, Key, Label, Recorder};
 
 use super::held::{Held, RecorderId};
 use super::{
-    METADATA, ARRIVALS_TOTAL, BUDGET_USED_RATIO, CACHE_READS_TOTAL, DEADLINE_MISSING_TOTAL, DEGRADED_TOTAL,
+    ARRIVALS_TOTAL, BUDGET_USED_RATIO, CACHE_READS_TOTAL, DEADLINE_MISSING_TOTAL, DEGRADED_TOTAL,
     HOP_DURATION_MS, HOPS_TOTAL, LATE_WORK_OVERRUN_MS, LATE_WORK_TOTAL, LOW_BUDGET_ARRIVALS_TOTAL,
-    MALFORMED_HEADERS_TOTAL, QUEUE_EXPIRED_TOTAL, REFUSED_BEFORE_WORK_TOTAL,
+    MALFORMED_HEADERS_TOTAL, METADATA, QUEUE_EXPIRED_TOTAL, REFUSED_BEFORE_WORK_TOTAL,
     REMAINING_AT_ARRIVAL_MS, UNENFORCED_TOTAL,
 };
 use crate::budget::Source;
@@ -330,12 +330,7 @@ pub(crate) fn record_arrival(
 
 /// The end of a hop: its outcome, how long it took (`took`) and the budget it arrived with
 /// (`budget`), whose share used is recorded unless the hop arrived with none.
-pub(crate) fn record_end(
-    keys: &KeyCache,
-    outcome: Outcome,
-    took: Duration,
-    budget: Duration,
-) {
+pub(crate) fn record_end(keys: &KeyCache, outcome: Outcome, took: Duration, budget: Duration) {
     let used_ratio = (!budget.is_zero()).then(|| took.as_secs_f64() / budget.as_secs_f64());
     metrics::with_recorder(|r| {
         let refused = || keys.route_key(REFUSED_BEFORE_WORK_TOTAL, &keys.refused);
