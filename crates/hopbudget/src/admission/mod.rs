@@ -49,6 +49,11 @@
 //! [`AdmissionLayer::with_errors`] returns the [`BudgetError`](crate::BudgetError) as the
 //! service's error ([`ErrorAnswer`]); any other spelling is a [`RefusalAnswer`].
 //!
+//! Admission's protocol glue is here too, behind the protocol's feature: an `http::Request`
+//! is an [`AdmissionRequest`] with feature `http` (`http.rs`), and the gRPC answer with
+//! `grpc_from_profile` come with feature `grpc` (`grpc.rs`). The profile's `admission:` section
+//! is the profile's own (`profile::AdmissionSpec`), resolved into an [`AdmissionConfig`].
+//!
 //! # Example
 //!
 //! The server layer goes outside, admission inside: the budget exists before the request
