@@ -87,6 +87,7 @@
 )]
 
 pub mod admission;
+mod answer;
 mod budget;
 pub mod cache;
 pub mod clock;
@@ -105,7 +106,6 @@ pub mod hop;
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub mod http;
-mod http_answer;
 pub mod learned;
 pub mod observe;
 mod outcome;

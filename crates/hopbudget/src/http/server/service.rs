@@ -8,8 +8,8 @@ use tower_service::Service;
 use super::{ResponseBody, ResponseFuture, ServerBudgetLayer, linger};
 use crate::BudgetError;
 use crate::SharedProfile;
+use crate::answer::http::{http_answer, malformed_answer};
 use crate::hop::{RouteLabel, Verdict, strip_internal_markers};
-use crate::http_answer::{http_answer, malformed_answer};
 
 /// Middleware that gives each inbound HTTP request its [`RequestBudget`](crate::RequestBudget).
 ///
