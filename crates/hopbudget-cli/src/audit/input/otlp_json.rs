@@ -11,8 +11,8 @@ use serde::de::{self, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
 use super::attributes::{AttrValue, SpanHead, SpanReading};
 use super::sink::{InputStats, SpanSink};
+use crate::audit::problem::{Problem, Problems};
 use crate::audit::span::{Interner, Span, parse_base64_id, parse_hex_id};
-use crate::audit::{Problem, Problems};
 
 mod scan;
 

@@ -6,11 +6,20 @@
 //! for hops that carry the deadline as an epoch instant, an estimate of the clock offset
 //! between the two services (S3).
 //!
-//! This file is the report's shape, what `--json` prints; `findings.rs` builds it.
+//! This file is the report's shape, what `--json` prints; `findings.rs` builds it, one file
+//! per finding family beside it (`timing.rs`, `header_reset.rs`, `told.rs`, `rollout.rs`,
+//! each the report half of the analysis file of the same name in
+//! [`crate::audit::analysis`]), with their severity (`reset_severity.rs`) and thresholds
+//! (`rules.rs`). The report is shown here too: the table and JSON ([`render`]) and the HTML
+//! page ([`page`]). [`merge`] (`--merge`) is here because it reads reports, not spans: it
+//! adds the counters of several reports' `merge_state` ([`state`]) and builds the report again.
 
 pub(crate) mod findings;
 pub(crate) mod header_reset;
+pub mod merge;
+pub mod page;
 pub mod pictures;
+pub mod render;
 pub(crate) mod reset_severity;
 pub(crate) mod rollout;
 pub(crate) mod rules;
@@ -23,9 +32,9 @@ pub use timing::{ChainDepth, ServiceRow, TimingEdge};
 
 use serde::Serialize;
 
-use super::group::GroupStats;
+use super::analysis::group::GroupStats;
 use super::input::InputStats;
-use super::{Problem, ProblemKind};
+use super::problem::{Problem, ProblemKind};
 
 /// How much a finding matters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -222,7 +231,7 @@ pub struct Report {
     /// The hopbudget version that made the report (`--merge` merges reports of one version).
     pub hopbudget_version: String,
     /// The counters the report was built from, so that the `--json` outputs of several
-    /// instances merge exactly (`hopbudget audit --merge`); see [`crate::audit::merge`].
+    /// instances merge exactly (`hopbudget audit --merge`); see [`crate::audit::report::merge`].
     pub merge_state: state::MergeState,
     /// What the HTML page draws: the call graph, durations, work for nobody. Not in `--json`.
     #[serde(skip)]

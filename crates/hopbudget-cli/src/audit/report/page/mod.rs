@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write as _;
 
 use super::render::{rollout_cells, severity, table};
-use super::report::{Finding, Forwards, Report, TreeEdge};
+use super::{Finding, Forwards, Report, TreeEdge};
 
 pub(crate) fn esc(s: &str) -> String {
     let mut out = String::with_capacity(s.len());

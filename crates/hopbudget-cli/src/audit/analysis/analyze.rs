@@ -10,14 +10,15 @@
 use foldhash::{HashMap, HashMapExt};
 
 use super::calls::Calls;
+use super::calls::NoCarrier;
 use super::fired::Fired;
 use super::group::Finish;
 use super::header_reset::HeaderResetAcc;
-pub(crate) use super::histogram::Histogram;
-use super::rollout::{NoCarrier, RolloutAcc};
-use super::span::{Interner, Outcome, Proxy, Span, Sym};
+use super::rollout::RolloutAcc;
 use super::timing::TimingAcc;
 use super::told::ToldAcc;
+pub(crate) use crate::audit::histogram::Histogram;
+use crate::audit::span::{Interner, Outcome, Proxy, Span, Sym};
 
 /// A hop as the report names it: its service and its span name (route).
 pub(crate) type HopKey = (Sym, Sym);
