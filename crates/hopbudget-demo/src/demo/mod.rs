@@ -25,6 +25,7 @@
 
 pub mod answer;
 pub mod behaviour;
+pub mod client_retries;
 pub mod collector;
 pub mod hop_error;
 pub mod mode;

@@ -17,12 +17,12 @@ use tokio::sync::Semaphore;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::client_retries::ClientRetries;
 use super::collector::Collector;
 use super::hop_error::HopError;
 use super::mode::Mode;
 use super::node::Node;
 use super::queue;
-use super::retry_wave::ClientRetries;
 use super::services;
 use super::topology::{Protocol, Topology};
 use super::traces::RunTraces;
