@@ -6,8 +6,8 @@ use foldhash::HashMap;
 
 use serde::Serialize;
 
+use super::finding::{Finding, FindingKind, Severity};
 use super::rules::FindingRules;
-use super::{Finding, FindingKind, Severity};
 use crate::audit::analysis::timing::{Excess, ServiceTiming, SpanTiming, TimingAcc};
 use crate::audit::histogram::Histogram;
 use crate::audit::histogram::spike;

@@ -3,8 +3,8 @@
 //! (exit status 1) whatever their share of calls: a sidecar must never grant more than the
 //! caller had (C26).
 
+use super::finding::{Finding, FindingKind, Severity};
 use super::reset_severity::percent;
-use super::{Finding, FindingKind, Severity};
 use crate::audit::analysis::told::ToldAcc;
 use crate::audit::span::{Interner, Sym};
 
