@@ -10,8 +10,8 @@
 //! - [`told`]: what a sidecar told each hop against what its caller had (C26);
 //! - [`rollout`]: the rollout map per service.
 //!
-//! Shared by the families: [`calls`] (which calls carried a deadline, one answer for the
-//! rollout map and the dropped-deadline findings) and [`fired`] (which spans ended because a
+//! Shared by the families: `calls` (which calls carried a deadline, one answer for the
+//! rollout map and the dropped-deadline findings) and `fired` (which spans ended because a
 //! deadline fired, so that none is taken for a default timeout).
 //!
 //! Below this room: the span model (`span`, `status`), the histograms and the problems;

@@ -10,8 +10,8 @@
 //! JSON, bad gzip); 413 past `--max-line-bytes` (compressed or not); 415 for another
 //! `Content-Type` or `Content-Encoding`; 405 for another method, 404 for another path.
 //!
-//! Spans go to the same audit as a file's ([`crate::audit::run`], through [`super::feed::Feed`]): grouped by trace id as they
-//! arrive, a trace audited once its root came and enough later spans passed, memory bounded
+//! Spans go to the same audit as a file's ([`crate::audit::run`], handed over through
+//! `feed::Feed`): grouped by trace id as they arrive, a trace audited once its root came and enough later spans passed, memory bounded
 //! by `--max-open-spans`. One thread owns the audit and takes the decoded requests in order
 //! (the connections only read and answer). At most [`BODIES_HELD`] request bodies are held at
 //! once, read or queued (so at most that many times `--max-line-bytes`); further requests wait

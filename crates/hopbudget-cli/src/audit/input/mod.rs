@@ -18,7 +18,7 @@
 //!
 //! The other sources of spans are here too: the OTLP/HTTP receiver ([`listen`], `--listen`)
 //! and the Kafka consumer (`kafka`, feature `kafka`), which hand each request to the audit
-//! through [`feed::Feed`].
+//! through `feed::Feed`.
 
 mod attributes;
 pub(crate) mod batch;
