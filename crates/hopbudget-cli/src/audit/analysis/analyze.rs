@@ -6,6 +6,10 @@
 //! hop's budget with what its caller had left when it called. Only per-hop and per-depth
 //! counters survive the trace, so memory grows with the number of distinct hops (service and
 //! route), never with the number of traces.
+//!
+//! One file, though over 500 lines with its tests: one pass over a trace
+//! ([`Accumulated::trace`]) and the counters it fills, which the other families' passes run
+//! from.
 
 use foldhash::{HashMap, HashMapExt};
 
