@@ -1,8 +1,9 @@
 //! The retry wave over real sockets (`demo --retry-wave`, issue #48 item 4): the checkout
 //! graph at 3x its capacity in propagated mode, the client retrying its calls to the edge
-//! with the library's [`DeadlineRetry`], without and with its [`AdaptiveThrottle`], beside a
-//! client that does not retry; and how many attempts each sent per call it made and per
-//! call answered.
+//! with the library's [`DeadlineRetry`](hopbudget::retry::DeadlineRetry), without and with
+//! its [`AdaptiveThrottle`](hopbudget::throttle::AdaptiveThrottle), beside a client that
+//! does not retry; and how many attempts each sent per call it made and per call answered.
+//! The retrying client itself is [`ClientRetries`], in `client_retries.rs`.
 //!
 //! The retries sit where the paused-clock bench (`benches/retry_wave.rs` in `hopbudget`)
 //! puts them: on the calls a user makes to the callee (here the edge, and the whole graph

@@ -8,7 +8,7 @@
 //! route), never with the number of traces.
 //!
 //! One file, though over 500 lines with its tests: one pass over a trace
-//! ([`Accumulated::trace`]) and the counters it fills, which the other families' passes run
+//! (`Accumulated::trace`) and the counters it fills, which the other families' passes run
 //! from.
 
 use foldhash::{HashMap, HashMapExt};

@@ -1,5 +1,5 @@
 //! The analysis: spans grouped into traces ([`group`]), each finished trace audited once and
-//! only counters kept across traces ([`analyze`], whose [`analyze::Accumulated`] holds every
+//! only counters kept across traces ([`analyze`], whose `Accumulated` holds every
 //! family's counters). One file per finding family, each with its report half of the same
 //! name under [`crate::audit::report`]:
 //!
