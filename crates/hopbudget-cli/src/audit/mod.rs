@@ -165,6 +165,7 @@ impl Session {
     }
 
     /// A record that could not be read at all.
+    #[cfg_attr(not(feature = "kafka"), allow(dead_code))]
     fn problem(&mut self, label: &str, number: u64, reason: String) {
         self.stats.requests += 1;
         self.stats.lines += 1;

@@ -19,7 +19,7 @@ use hopbudget::{Outcome, RequestBudget};
 use tokio::time::Instant;
 
 use super::traces;
-use crate::serve::hop_log::{LogFormat, write_line};
+use crate::hop_log::{LogFormat, write_line};
 
 /// One client request as the client saw it.
 #[derive(Clone, Copy, Debug)]

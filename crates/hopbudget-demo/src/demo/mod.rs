@@ -35,6 +35,7 @@ pub mod queue;
 pub mod report;
 pub mod results;
 pub mod retry_wave;
+pub mod run_data;
 pub mod runner;
 pub mod server;
 pub mod services;

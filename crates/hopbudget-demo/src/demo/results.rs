@@ -6,7 +6,7 @@ use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
 use super::mode::Mode;
-use super::runner::RunData;
+use super::run_data::RunData;
 use super::topology::Topology;
 
 /// Latency percentiles, ms.

@@ -25,7 +25,8 @@ pub(crate) trait Feed {
         number: u64,
     ) -> Result<(u64, Option<String>), String>;
 
-    /// A record that could not be read at all.
+    /// A record that could not be read at all (only the Kafka consumer has such records).
+    #[cfg_attr(not(feature = "kafka"), allow(dead_code))]
     fn problem(&mut self, label: &str, number: u64, reason: String);
 
     /// The report so far: the traces finished until now (open ones are left open).
