@@ -16,7 +16,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::mode::Mode;
-use super::{DemoOptions, runner};
+use super::options::DemoOptions;
+use super::runner;
 
 pub use super::client_retries::{ClientRetries, MAX_RETRIES, Retrying};
 

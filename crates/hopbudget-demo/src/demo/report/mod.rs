@@ -14,7 +14,8 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use self::charts::{DARK, GREY, Mark, histogram_chart, hop_bars, latency_chart, sweep_chart};
-use super::{DemoResults, timeline};
+use super::results::DemoResults;
+use super::timeline;
 
 /// The side-by-side table as text (see [`super::table`]).
 pub fn table(r: &DemoResults) -> String {
