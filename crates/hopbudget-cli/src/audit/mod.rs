@@ -135,45 +135,6 @@ impl Session {
         }
     }
 
-    /// One export request from anywhere (`label` and `number` name it in problems): its spans
-    /// go where a file's line's go. Returns how many of its spans were skipped and why (the
-    /// first reason), or `Err` when the body is not a trace request at all.
-    fn record(
-        &mut self,
-        body: &[u8],
-        encoding: input::Encoding,
-        label: &str,
-        number: u64,
-    ) -> Result<(u64, Option<String>), String> {
-        let (bad_before, shown_before) = (self.stats.bad_spans, self.problems.shown.len());
-        input::read_request(
-            body,
-            encoding,
-            label,
-            number,
-            &mut self.auditor,
-            &mut self.stats,
-            &mut self.problems,
-        )?;
-        let rejected = self.stats.bad_spans - bad_before;
-        let why = self
-            .problems
-            .shown
-            .get(shown_before)
-            .map(|p| p.reason.clone());
-        Ok((rejected, why.filter(|_| rejected > 0)))
-    }
-
-    /// A record that could not be read at all.
-    #[cfg_attr(not(feature = "kafka"), allow(dead_code))]
-    fn problem(&mut self, label: &str, number: u64, reason: String) {
-        self.stats.requests += 1;
-        self.stats.lines += 1;
-        self.stats.bad_lines += 1;
-        self.problems
-            .push(problem::Problem::new(label, Some(number), reason));
-    }
-
     /// Read with `read` on this thread, decode on [`input::batch::DECODERS`] others and
     /// group and audit on one more, lines handed over in batches of about `batch_bytes`
     /// ([`input::batch`]).
@@ -250,18 +211,6 @@ impl Session {
         read(&mut lines);
     }
 
-    /// The report so far: the traces finished until now (open ones are left open).
-    fn snapshot(&self) -> Report {
-        report::findings::build(report::findings::Inputs {
-            acc: &self.auditor.acc,
-            names: &self.auditor.names,
-            input: self.stats.clone(),
-            grouping: self.auditor.grouper.stats,
-            problems: self.problems.clone(),
-            rules: self.rules,
-        })
-    }
-
     fn finish(self) -> Report {
         let Auditor {
             names,
@@ -295,15 +244,42 @@ impl input::feed::Feed for Session {
         label: &str,
         number: u64,
     ) -> Result<(u64, Option<String>), String> {
-        Session::record(self, body, encoding, label, number)
+        let (bad_before, shown_before) = (self.stats.bad_spans, self.problems.shown.len());
+        input::read_request(
+            body,
+            encoding,
+            label,
+            number,
+            &mut self.auditor,
+            &mut self.stats,
+            &mut self.problems,
+        )?;
+        let rejected = self.stats.bad_spans - bad_before;
+        let why = self
+            .problems
+            .shown
+            .get(shown_before)
+            .map(|p| p.reason.clone());
+        Ok((rejected, why.filter(|_| rejected > 0)))
     }
 
     fn problem(&mut self, label: &str, number: u64, reason: String) {
-        Session::problem(self, label, number, reason);
+        self.stats.requests += 1;
+        self.stats.lines += 1;
+        self.stats.bad_lines += 1;
+        self.problems
+            .push(problem::Problem::new(label, Some(number), reason));
     }
 
     fn snapshot(&self) -> Report {
-        Session::snapshot(self)
+        report::findings::build(report::findings::Inputs {
+            acc: &self.auditor.acc,
+            names: &self.auditor.names,
+            input: self.stats.clone(),
+            grouping: self.auditor.grouper.stats,
+            problems: self.problems.clone(),
+            rules: self.rules,
+        })
     }
 
     fn finish(self) -> Report {
