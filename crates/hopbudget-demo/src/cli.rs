@@ -213,7 +213,7 @@ struct ServeArgs {
     /// How the line per hop on stdout is written: `text` (`hop name=value ...`) or `json` (one
     /// object a line, the same fields), for a log pipeline.
     #[arg(long, value_enum, value_name = "FORMAT", default_value = "text")]
-    log_format: crate::serve::hop_log::LogFormat,
+    log_format: crate::hop_log::LogFormat,
 }
 
 fn load_topology(path: Option<&PathBuf>) -> Result<Topology, String> {

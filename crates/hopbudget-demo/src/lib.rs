@@ -8,9 +8,13 @@
 //!   ([`serve`]).
 //! - `hopbudget-demo soak`: a three-hop chain at a fixed rate, checked for leaks and lost
 //!   requests ([`soak`]).
+//!
+//! The hop log line ([`hop_log`]) is below both the demo and `serve`: each service writes it,
+//! in process or alone.
 
 pub mod cli;
 pub mod demo;
+pub mod hop_log;
 pub mod serve;
 pub mod soak;
 

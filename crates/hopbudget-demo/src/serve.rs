@@ -9,7 +9,9 @@
 //! metrics (`observe::prometheus`) on `/metrics` at `--metrics ADDR`, logs one line per hop
 //! ([`hop_log`]), and stops cleanly on SIGTERM or Ctrl-C.
 
-pub mod hop_log;
+/// The request log, at its old path; it lives in [`crate::hop_log`], which the demo's
+/// services write too.
+pub use crate::hop_log;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

@@ -5,7 +5,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use super::{AuditOptions, render};
+use super::AuditOptions;
+use super::report::render;
 
 /// `hopbudget audit FILE…`.
 #[derive(Debug, clap::Args)]
@@ -202,7 +203,7 @@ pub fn audit_to(args: &AuditArgs, out: &mut dyn Write) -> u8 {
         return kafka(args, &opts, brokers, out);
     }
     if args.merge {
-        return match super::merge::merge(&args.files, &opts) {
+        return match super::report::merge::merge(&args.files, &opts) {
             Ok(report) => print_report(args, &report, out),
             Err(e) => {
                 eprintln!("hopbudget: audit --merge: {e}");
@@ -236,7 +237,7 @@ fn print_report(args: &AuditArgs, report: &super::Report, out: &mut dyn Write) -
     let _ = out.write_all(text.as_bytes());
     let _ = out.flush();
     if let Some(path) = &args.html
-        && let Err(e) = std::fs::write(path, super::page::html(report))
+        && let Err(e) = std::fs::write(path, super::report::page::html(report))
     {
         eprintln!("hopbudget: cannot write {}: {e}", path.display());
         return 2;
@@ -267,7 +268,7 @@ fn interval_report(
 fn final_report(
     args: &AuditArgs,
     report: &super::Report,
-    stopped: super::listen::Stopped,
+    stopped: super::input::listen::Stopped,
     began: Instant,
     unit: &str,
     out: &mut dyn Write,
@@ -275,8 +276,8 @@ fn final_report(
     eprintln!(
         "hopbudget audit: stopped by {} after {:.0} s: final report ({} {unit}, {} spans)",
         match stopped {
-            super::listen::Stopped::Interrupt => "SIGINT",
-            super::listen::Stopped::Terminate => "SIGTERM",
+            super::input::listen::Stopped::Interrupt => "SIGINT",
+            super::input::listen::Stopped::Terminate => "SIGTERM",
         },
         began.elapsed().as_secs_f64(),
         report.input.requests,
@@ -293,12 +294,12 @@ fn listen(
     addr: std::net::SocketAddr,
     out: &mut dyn Write,
 ) -> u8 {
-    let listen = super::listen::ListenOptions {
+    let listen = super::input::listen::ListenOptions {
         addr,
         interval: args.interval,
     };
     let began = Instant::now();
-    let served = super::listen::serve(
+    let served = super::input::listen::serve::<super::Session>(
         opts,
         &listen,
         |bound| eprintln!("hopbudget audit: listening on http://{bound}/v1/traces (OTLP/HTTP)"),
@@ -319,7 +320,7 @@ fn listen(
 /// interval and when stopped.
 #[cfg(feature = "kafka")]
 fn kafka(args: &AuditArgs, opts: &AuditOptions, brokers: &str, out: &mut dyn Write) -> u8 {
-    let kafka = super::kafka::KafkaOptions {
+    let kafka = super::input::kafka::KafkaOptions {
         brokers: brokers.to_owned(),
         topic: args.topic.clone(),
         group: args.group.clone(),
@@ -327,7 +328,7 @@ fn kafka(args: &AuditArgs, opts: &AuditOptions, brokers: &str, out: &mut dyn Wri
         config: args.kafka_config.clone(),
     };
     let began = Instant::now();
-    let consumed = super::kafka::consume(
+    let consumed = super::input::kafka::consume::<super::Session>(
         opts,
         &kafka,
         || {

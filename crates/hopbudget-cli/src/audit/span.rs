@@ -6,6 +6,9 @@ use foldhash::{HashMap, HashMapExt};
 
 use super::status::StdOutcome;
 
+/// Distinct names (services, span names, sources) kept; past it they count together.
+pub(crate) const NAMES_CAP: usize = 10_000;
+
 /// An interned name (service, span name, deadline source).
 #[derive(
     Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,

@@ -1,6 +1,9 @@
 //! The cases: each sends the service one request on its own connection, plays the downstream
 //! the way the rule needs, and turns what it saw into scorecard lines. Every wait is bounded.
 //! The same cases run over HTTP and gRPC; [`Wire`] holds what differs.
+//!
+//! One file, though long: the cases are one list, run in turn on one [`Run`] whose helpers
+//! they share; each case is short and reads best beside the others.
 
 use std::time::{Duration, SystemTime};
 

@@ -14,10 +14,10 @@ use tower::BoxError;
 
 use std::error::Error as _;
 
+use super::body::{ProxyBody, full};
 use super::caller_body;
 use super::client_waits::CLOSED_TOTAL;
 use super::hygiene;
-use super::{ProxyBody, full};
 
 /// The answer to a failed call to the service.
 pub(crate) fn failure(error: &BoxError, profile: &Profile, grpc: bool) -> Response<ProxyBody> {

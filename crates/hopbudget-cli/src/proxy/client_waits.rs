@@ -18,6 +18,10 @@
 //! and one clock read per wait; [`Tracked`] counts a connection's requests in flight.
 //! HTTP/2 connections (the client preface) get only the idle bound: their frames are no
 //! request heads, and a gRPC client's keep-alive PINGs are not a slow head.
+//!
+//! One file, though long: the two bounds, the socket wrapper that applies them and the
+//! request counting that tells it when a request is in flight are one mechanism; each part
+//! reads the others' state.
 
 use std::future::Future;
 use std::io;

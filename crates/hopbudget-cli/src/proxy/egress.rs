@@ -34,7 +34,8 @@ use tower::util::MapRequest;
 use tower::{Layer, Service, ServiceExt};
 
 use super::answer;
-use super::full;
+use super::body::full;
+use super::body::{FromCaller, ProxyBody};
 use super::ingress::is_grpc;
 use super::options::EgressAllow;
 use super::options::UpstreamCarrier;
@@ -42,7 +43,6 @@ use super::registry::Registry;
 use super::restate::{self, Stampers};
 use super::spans::{self, EgressSpan, Spans};
 use super::upstream::{Upstream, UpstreamClient, http1_client, strip_hop_by_hop};
-use super::{FromCaller, ProxyBody};
 
 /// Where an egress listener sends calls.
 #[derive(Debug)]

@@ -23,8 +23,8 @@ use hopbudget::codec::{self, marker};
 use hopbudget::{Profile, SharedProfile};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode, header};
 
-use super::ProxyBody;
-use super::full;
+use super::body::ProxyBody;
+use super::body::full;
 
 /// Requests the ingress answered itself or cleaned, by reason.
 pub(crate) const HYGIENE_TOTAL: &str = "hopbudget_proxy_hygiene_total";

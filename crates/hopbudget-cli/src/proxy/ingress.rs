@@ -34,6 +34,7 @@ use tower::{Layer, Service, ServiceBuilder, ServiceExt};
 use tracing::Instrument as _;
 
 use super::answer;
+use super::body::{FromCaller, ProxyBody};
 use super::client_waits;
 use super::hygiene;
 use super::options::UpstreamCarrier;
@@ -46,7 +47,6 @@ use super::trace_context::Starter;
 use super::tunnel;
 use super::upstream::{Upstream, strip_hop_by_hop};
 use super::upstream_limit;
-use super::{FromCaller, ProxyBody};
 
 type Stack = BoxCloneService<Request<FromCaller>, Response<ProxyBody>, Infallible>;
 

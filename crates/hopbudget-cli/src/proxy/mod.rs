@@ -39,6 +39,7 @@
 
 mod admin;
 mod answer;
+mod body;
 mod caller_body;
 mod client_waits;
 mod egress;
@@ -66,27 +67,10 @@ use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use bytes::Bytes;
 use hopbudget::grpc::server::{DeclaredMethods, DescriptorSetError};
 use hopbudget::{Profile, SharedProfile};
-use http_body_util::combinators::UnsyncBoxBody;
-use tower::BoxError;
 
 pub use options::ProxyArgs;
-
-/// The body of every answer the proxy sends: the service's, or one of its own.
-pub(crate) type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
-
-/// An answer body the proxy makes itself, whole: `bytes`.
-pub(crate) fn full(bytes: Bytes) -> ProxyBody {
-    use http_body_util::BodyExt;
-    http_body_util::Full::new(bytes)
-        .map_err(|never| match never {})
-        .boxed_unsync()
-}
-
-/// The body of every request the proxy passes on: the caller's, its reading bounded.
-pub(crate) type FromCaller = caller_body::CallerBody<hyper::body::Incoming>;
 
 /// How long requests in flight get after the stop signal, beyond the largest budget the
 /// profile admits: the answer still has to be written.

@@ -19,7 +19,7 @@ use http::uri::Authority;
 use http::{Request, Response};
 use hyper::body::Incoming;
 
-use super::FromCaller;
+use super::body::FromCaller;
 use super::origination::Origination;
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::rt::TokioIo;

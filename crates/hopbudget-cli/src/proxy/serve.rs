@@ -18,9 +18,9 @@ use std::convert::Infallible;
 
 use http::{Request, Response};
 
+use super::body::{FromCaller, ProxyBody};
 use super::client_waits::{CLOSED_TOTAL, ClientLimits, InFlight, Tracked, Watched};
 use super::stream_deadline::StreamExecutor;
-use super::{FromCaller, ProxyBody};
 use tokio_rustls::TlsAcceptor;
 
 /// A service that keeps something per caller connection: the ingress, its connection to the

@@ -5,6 +5,9 @@
 //! Built only with `--otlp-endpoint` ([`export`](super::export) sends them); without it the
 //! proxy makes no span, allocates nothing for one, and its log lines are unchanged.
 //!
+//! One file, though long: the ingress and the egress span share one tracer, one set of
+//! attribute names and the request's told budget, and each half is read against the other.
+//!
 //! # The ingress span (kind SERVER)
 //!
 //! The library's server layer records the hop on its own `tracing` span (`hop`, with the

@@ -15,9 +15,9 @@ use http::{HeaderValue, Request, Response, StatusCode, Version, header};
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 
-use super::ProxyBody;
+use super::body::ProxyBody;
+use super::body::full;
 use super::client_waits::Connection;
-use super::full;
 
 /// Tunnels closed, by why: `limit` (`--tunnel-max`), `closed` (an end closed it), `failed`.
 pub(crate) const TUNNELS_TOTAL: &str = "hopbudget_proxy_tunnels_total";

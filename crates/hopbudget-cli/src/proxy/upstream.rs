@@ -26,7 +26,7 @@ use super::origination::{self, Connector, Origination};
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tower::{BoxError, Service};
 
-use super::FromCaller;
+use super::body::FromCaller;
 use super::options::UpstreamProtocol;
 use super::paired::{Connections, Pairing};
 use super::restate::remove_where;

@@ -5,6 +5,10 @@
 //! each service records its arrivals (with the budget it knew of), its terminal statuses and
 //! the intervals of its own work, keyed by the request id that travels in a header. Work done
 //! after the client stopped waiting is work for nobody; the report sums it per mode.
+//!
+//! One file, though long: the records, the collector that keeps them and the guards that
+//! write them (a request's hop, its queue wait, its work) are one bookkeeping, each guard
+//! writing the collector's records when it drops.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -15,7 +19,7 @@ use hopbudget::{Outcome, RequestBudget};
 use tokio::time::Instant;
 
 use super::traces;
-use crate::serve::hop_log::{LogFormat, write_line};
+use crate::hop_log::{LogFormat, write_line};
 
 /// One client request as the client saw it.
 #[derive(Clone, Copy, Debug)]

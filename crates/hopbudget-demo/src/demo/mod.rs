@@ -25,15 +25,18 @@
 
 pub mod answer;
 pub mod behaviour;
+pub mod client_retries;
 pub mod collector;
 pub mod hop_error;
 pub mod mode;
 pub mod node;
+mod options;
 pub mod peer;
 pub mod queue;
 pub mod report;
 pub mod results;
 pub mod retry_wave;
+pub mod run_data;
 pub mod runner;
 pub mod server;
 pub mod services;
@@ -49,86 +52,10 @@ pub mod wire;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-
 pub use mode::Mode;
-pub use results::ModeResult;
-pub use sweep::SweepPoint;
+pub use options::DemoOptions;
+pub use results::{DemoResults, ModeResult, SweepPoint};
 pub use topology::Topology;
-
-/// What to run.
-#[derive(Clone, Debug)]
-pub struct DemoOptions {
-    /// The graph.
-    pub topology: Topology,
-    /// Modes to run, in order.
-    pub modes: Vec<Mode>,
-    /// Arrivals per second (default: the topology's).
-    pub rate_per_s: Option<f64>,
-    /// Seconds of arrivals per mode (default: the topology's).
-    pub duration: Option<Duration>,
-    /// Also run the load sweep (0.5x to 3x capacity).
-    pub sweep: bool,
-    /// Seconds of arrivals per sweep point and mode.
-    pub sweep_duration: Duration,
-    /// The service that ignores inbound deadlines (S13).
-    pub forgetful: Option<String>,
-    /// Longest wait for left-behind work after the last client is done.
-    pub drain_limit: Duration,
-    /// Show progress bars (drawn only when stdout is a terminal).
-    pub progress: bool,
-    /// Export each mode's spans to `traces-<mode>.otlp.jsonl` in this directory
-    /// ([`traces`]); the sweep's runs are not traced.
-    pub traces: Option<PathBuf>,
-    /// Carry the background queue (the order-confirmation e-mail) over this NATS server
-    /// with JetStream (`nats://host:port`) instead of in process.
-    pub broker: Option<String>,
-}
-
-impl DemoOptions {
-    /// The defaults for a topology: every mode, its rate and duration, no sweep.
-    pub fn new(topology: Topology) -> Self {
-        Self {
-            topology,
-            modes: Mode::ALL.to_vec(),
-            rate_per_s: None,
-            duration: None,
-            sweep: false,
-            sweep_duration: Duration::from_secs(4),
-            forgetful: None,
-            drain_limit: Duration::from_secs(6),
-            progress: false,
-            traces: None,
-            broker: None,
-        }
-    }
-}
-
-/// Everything the demo measured.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct DemoResults {
-    /// The client budget, ms.
-    pub budget_ms: u64,
-    /// The client timeout, ms.
-    pub client_timeout_ms: u64,
-    /// Capacity of the graph (its bottleneck's), requests per second.
-    pub capacity_per_s: f64,
-    /// The bottleneck service.
-    pub bottleneck: String,
-    /// One result per mode.
-    pub modes: Vec<ModeResult>,
-    /// The load sweep, if run.
-    pub sweep: Vec<SweepPoint>,
-    /// The topology that ran.
-    pub topology: Topology,
-}
-
-impl DemoResults {
-    /// The result of one mode.
-    pub fn mode(&self, mode: Mode) -> Option<&ModeResult> {
-        self.modes.iter().find(|m| m.mode == mode)
-    }
-}
 
 /// Run the demo. Synchronous: it starts its own runtimes (one per run), so call it from
 /// plain code, not from inside a tokio runtime.

@@ -1,4 +1,6 @@
-//! Turning one run's records into the figures the report shows and the JSON holds.
+//! Turning one run's records into the figures the report shows and the JSON holds, and the
+//! figures themselves: everything the demo measured ([`DemoResults`]), one mode's
+//! ([`ModeResult`]) and one point of the load sweep ([`SweepPoint`]).
 
 use std::time::Duration;
 
@@ -6,8 +8,67 @@ use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
 use super::mode::Mode;
-use super::runner::RunData;
+use super::run_data::RunData;
 use super::topology::Topology;
+
+/// Everything the demo measured.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DemoResults {
+    /// The client budget, ms.
+    pub budget_ms: u64,
+    /// The client timeout, ms.
+    pub client_timeout_ms: u64,
+    /// Capacity of the graph (its bottleneck's), requests per second.
+    pub capacity_per_s: f64,
+    /// The bottleneck service.
+    pub bottleneck: String,
+    /// One result per mode.
+    pub modes: Vec<ModeResult>,
+    /// The load sweep, if run.
+    pub sweep: Vec<SweepPoint>,
+    /// The topology that ran.
+    pub topology: Topology,
+}
+
+impl DemoResults {
+    /// The result of one mode.
+    pub fn mode(&self, mode: Mode) -> Option<&ModeResult> {
+        self.modes.iter().find(|m| m.mode == mode)
+    }
+}
+
+/// One point of the load sweep.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SweepPoint {
+    /// Offered load as a multiple of the graph's capacity.
+    pub load_factor: f64,
+    /// Offered load, requests per second.
+    pub rate_per_s: f64,
+    /// Goodput per mode, in the order of `DemoResults::modes`.
+    pub goodput_per_s: Vec<(Mode, f64)>,
+    /// Goodput of complete (not degraded) answers per mode.
+    pub full_goodput_per_s: Vec<(Mode, f64)>,
+    /// p99 client latency per mode, ms.
+    pub p99_ms: Vec<(Mode, f64)>,
+    /// p99 client latency of admitted requests (all but those answered with a refusal) per
+    /// mode, ms.
+    #[serde(default)]
+    pub admitted_p99_ms: Vec<(Mode, f64)>,
+    /// Refusals per second summed over every hop, per mode.
+    #[serde(default)]
+    pub refused_per_s: Vec<(Mode, f64)>,
+    /// Calls that ended expired (work started, then cut at the deadline or a per-hop timeout)
+    /// per second, summed over every hop, per mode: the work a graph wasted rather than shed.
+    #[serde(default)]
+    pub expired_per_s: Vec<(Mode, f64)>,
+}
+
+impl SweepPoint {
+    /// The figure `of` picks for `mode`, if it ran.
+    pub fn get(&self, of: impl Fn(&Self) -> &Vec<(Mode, f64)>, mode: Mode) -> Option<f64> {
+        of(self).iter().find(|(m, _)| *m == mode).map(|(_, v)| *v)
+    }
+}
 
 /// Latency percentiles, ms.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]

@@ -17,12 +17,13 @@ use tokio::sync::Semaphore;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::client_retries::ClientRetries;
 use super::collector::Collector;
 use super::hop_error::HopError;
 use super::mode::Mode;
 use super::node::Node;
 use super::queue;
-use super::retry_wave::ClientRetries;
+pub use super::run_data::{RunData, Sample};
 use super::services;
 use super::topology::{Protocol, Topology};
 use super::traces::RunTraces;
@@ -58,36 +59,8 @@ pub struct RunSpec {
     pub retries: Option<ClientRetries>,
 }
 
-/// The graph's state at one instant of a run, sampled every [`SAMPLE_EVERY`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Sample {
-    /// Since arrivals started.
-    pub at: Duration,
-    /// Hops waiting for a work slot, every service summed ([`Collector::queued`]).
-    pub queued: usize,
-    /// Handlers alive, every service summed ([`Collector::in_flight`]).
-    pub in_flight: usize,
-}
-
 /// How often a run samples its queues.
 pub const SAMPLE_EVERY: Duration = Duration::from_millis(50);
-
-/// What one run recorded.
-#[derive(Debug)]
-pub struct RunData {
-    /// The measurements.
-    pub collector: Arc<Collector>,
-    /// When arrivals started (client clock).
-    pub started: Instant,
-    /// Requests sent.
-    pub sent: usize,
-    /// Work intervals still open when the run was stopped.
-    pub cut_off: usize,
-    /// Seconds the whole run took.
-    pub wall_s: f64,
-    /// The queues, sampled from the first arrival to the end of the drain.
-    pub samples: Vec<Sample>,
-}
 
 /// The seeded open-loop schedule: Poisson arrivals at `rate` for `duration`, as offsets.
 pub fn schedule(seed: u64, rate: f64, duration: Duration) -> Vec<Duration> {

@@ -12,47 +12,14 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-
 use super::mode::Mode;
+use super::options::DemoOptions;
+use super::results::{self, DemoResults, SweepPoint};
+use super::runner;
 use super::table::escape;
-use super::{DemoOptions, DemoResults, results, runner};
 
 /// The offered loads, as multiples of the graph's capacity.
 pub const FACTORS: [f64; 5] = [0.5, 1.0, 1.5, 2.0, 3.0];
-
-/// One point of the load sweep.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct SweepPoint {
-    /// Offered load as a multiple of the graph's capacity.
-    pub load_factor: f64,
-    /// Offered load, requests per second.
-    pub rate_per_s: f64,
-    /// Goodput per mode, in the order of `DemoResults::modes`.
-    pub goodput_per_s: Vec<(Mode, f64)>,
-    /// Goodput of complete (not degraded) answers per mode.
-    pub full_goodput_per_s: Vec<(Mode, f64)>,
-    /// p99 client latency per mode, ms.
-    pub p99_ms: Vec<(Mode, f64)>,
-    /// p99 client latency of admitted requests (all but those answered with a refusal) per
-    /// mode, ms.
-    #[serde(default)]
-    pub admitted_p99_ms: Vec<(Mode, f64)>,
-    /// Refusals per second summed over every hop, per mode.
-    #[serde(default)]
-    pub refused_per_s: Vec<(Mode, f64)>,
-    /// Calls that ended expired (work started, then cut at the deadline or a per-hop timeout)
-    /// per second, summed over every hop, per mode: the work a graph wasted rather than shed.
-    #[serde(default)]
-    pub expired_per_s: Vec<(Mode, f64)>,
-}
-
-impl SweepPoint {
-    /// The figure `of` picks for `mode`, if it ran.
-    pub fn get(&self, of: impl Fn(&Self) -> &Vec<(Mode, f64)>, mode: Mode) -> Option<f64> {
-        of(self).iter().find(|(m, _)| *m == mode).map(|(_, v)| *v)
-    }
-}
 
 /// Run every mode of `opts` at every load of [`FACTORS`] times `capacity`.
 pub fn run(opts: &DemoOptions, capacity: f64) -> Result<Vec<SweepPoint>, String> {

@@ -3,8 +3,8 @@
 
 use std::fmt::Write as _;
 
-use super::DemoResults;
 use super::mode::Mode;
+use super::results::DemoResults;
 use super::results::{HopResult, ModeResult};
 
 fn cell(v: f64) -> String {

@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 
 use hopbudget::Outcome;
 
-use super::DemoResults;
+use super::results::DemoResults;
 use super::results::Timeline;
 use super::table::escape;
 

@@ -17,8 +17,8 @@ use std::sync::{Arc, Condvar, Mutex, PoisonError};
 
 use super::sink::{InputStats, SpanSink};
 use super::{LineDecoder, LineSink};
+use crate::audit::problem::{Problem, Problems};
 use crate::audit::span::{Interner, Span, Sym};
-use crate::audit::{Problem, Problems};
 
 /// Bytes of line text in a batch before it is handed over: large enough that handing over
 /// costs nothing per span, small enough that the batches in flight stay a few MB.

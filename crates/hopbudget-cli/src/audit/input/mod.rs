@@ -15,9 +15,17 @@
 //! batching lines for a decoding thread is `batch.rs`; what decoded spans are handed to is
 //! `sink.rs`. An OTLP/HTTP export request's body
 //! (`--listen`) is decoded whole by `read_request`, as JSON or protobuf (`otlp_proto.rs`).
+//!
+//! The other sources of spans are here too: the OTLP/HTTP receiver ([`listen`], `--listen`)
+//! and the Kafka consumer (`kafka`, feature `kafka`), which hand each request to the audit
+//! through `feed::Feed`.
 
 mod attributes;
 pub(crate) mod batch;
+pub(crate) mod feed;
+#[cfg(feature = "kafka")]
+pub mod kafka;
+pub mod listen;
 mod otlp_json;
 mod otlp_proto;
 mod sink;
@@ -29,7 +37,7 @@ use std::path::Path;
 pub use sink::InputStats;
 pub(crate) use sink::SpanSink;
 
-use super::{Problem, Problems};
+use super::problem::{Problem, Problems};
 
 /// What the reader needs to know.
 #[derive(Clone, Copy, Debug)]

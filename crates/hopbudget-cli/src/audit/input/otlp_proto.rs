@@ -11,9 +11,9 @@ use prost::Message;
 
 use super::attributes::{AttrValue, SpanHead, SpanReading};
 use super::sink::{InputStats, SpanSink};
+use crate::audit::problem::{Problem, Problems};
 use crate::audit::span::{Interner, Span};
 use crate::audit::status;
-use crate::audit::{Problem, Problems};
 
 /// Decode one request body and hand its spans to `sink`; `label` and `number` name the
 /// request in problems. `Err` when the body is not an OTLP protobuf trace request at all.

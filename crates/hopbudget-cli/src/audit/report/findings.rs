@@ -3,12 +3,12 @@
 
 pub(crate) use super::rules::FindingRules;
 use super::{DepthRow, Finding, FindingKind, HopRow, Report, Severity, TraceStats, TreeEdge};
-use crate::audit::analyze::{Accumulated, HopAcc, HopKey};
-use crate::audit::group::GroupStats;
+use crate::audit::analysis::analyze::{Accumulated, HopAcc, HopKey};
+use crate::audit::analysis::group::GroupStats;
 use crate::audit::histogram::spike;
 use crate::audit::input::InputStats;
+use crate::audit::problem::{Problem, Problems};
 use crate::audit::span::Interner;
-use crate::audit::{Problem, Problems};
 
 pub(crate) struct Inputs<'a> {
     pub(crate) acc: &'a Accumulated,

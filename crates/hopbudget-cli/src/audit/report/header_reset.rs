@@ -1,9 +1,9 @@
 //! The findings of budgets reset or dropped by a deadline header
-//! ([`crate::audit::header_reset`] counts them per service and callee).
+//! ([`crate::audit::analysis::header_reset`] counts them per service and callee).
 
+use super::finding::{Finding, FindingKind, Severity};
 use super::reset_severity::{ResetThresholds, percent};
-use super::{Finding, FindingKind, Severity};
-use crate::audit::header_reset::HeaderResetAcc;
+use crate::audit::analysis::header_reset::HeaderResetAcc;
 use crate::audit::histogram::Histogram;
 use crate::audit::span::{Interner, Sym};
 

@@ -6,11 +6,21 @@
 //! for hops that carry the deadline as an epoch instant, an estimate of the clock offset
 //! between the two services (S3).
 //!
-//! This file is the report's shape, what `--json` prints; `findings.rs` builds it.
+//! This file is the report's shape, what `--json` prints; `findings.rs` builds it, one file
+//! per finding family beside it (`timing.rs`, `header_reset.rs`, `told.rs`, `rollout.rs`,
+//! each the report half of the analysis file of the same name in
+//! [`crate::audit::analysis`]), with their severity (`reset_severity.rs`) and thresholds
+//! (`rules.rs`). The report is shown here too: the table and JSON ([`render`]) and the HTML
+//! page ([`page`]). [`merge`] (`--merge`) is here because it reads reports, not spans: it
+//! adds the counters of several reports' `merge_state` ([`state`]) and builds the report again.
 
+mod finding;
 pub(crate) mod findings;
 pub(crate) mod header_reset;
+pub mod merge;
+pub mod page;
 pub mod pictures;
+pub mod render;
 pub(crate) mod reset_severity;
 pub(crate) mod rollout;
 pub(crate) mod rules;
@@ -18,93 +28,15 @@ pub mod state;
 pub(crate) mod timing;
 pub(crate) mod told;
 
+pub use finding::{Finding, FindingKind, Severity};
 pub use rollout::{Forwards, RolloutRow};
 pub use timing::{ChainDepth, ServiceRow, TimingEdge};
 
 use serde::Serialize;
 
-use super::group::GroupStats;
+use super::analysis::group::GroupStats;
 use super::input::InputStats;
-use super::{Problem, ProblemKind};
-
-/// How much a finding matters.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Severity {
-    /// A chain break: the exit status is 1.
-    Error,
-    /// Worth fixing.
-    Warning,
-    /// For information.
-    Info,
-}
-
-/// What kind of finding.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum FindingKind {
-    /// A hop started with more budget than its caller had left when it called (S13).
-    ChainBreak,
-    /// Hops arrived without a deadline (`deadline.source = fallback`, C8).
-    MissingDeadline,
-    /// A cluster of hop durations at one value: a fixed timeout firing.
-    TimeoutSpike,
-    /// Work finished after its deadline (`deadline.overrun_ms`).
-    LateWork,
-    /// Most hops at the deepest level were refused (S6).
-    EntryBudgetTooSmall,
-    /// Estimated clock offset between two services with an epoch carrier (S3).
-    ClockOffset,
-    /// A server span ended after the client span that called it: the caller had given up
-    /// and the work went on for nobody (from span timing alone).
-    WorkAfterCallerLeft,
-    /// A server span ended after the trace's root span: the request was over.
-    WorkAfterRootEnded,
-    /// How many services deep requests went.
-    ChainDepth,
-    /// A service's spans ended expired or cancelled by OpenTelemetry's standard status
-    /// attributes (no hopbudget needed).
-    ExpiredOrCancelled,
-    /// A service sent a deadline header with more budget than it had left of the one it
-    /// received (from captured `http.request.header.*`, no hopbudget needed): a reset.
-    BudgetResetByHeader,
-    /// A service received a deadline header and sent none on a call.
-    DeadlineDroppedByHeader,
-    /// A hop behind a sidecar was told more budget than its caller had left when it called
-    /// (C26): always an error.
-    ToldMoreThanCallerHad,
-    /// A sidecar's egress call matched no inbound request (`deadline.matched = false`): the
-    /// service does not carry trace context (C26). Always an error.
-    UnmatchedCall,
-    /// A service sent a deadline header with more than it had left, and its sidecar's egress
-    /// told the next hop no more than the caller had: capped, not a reset.
-    ResetCapped,
-}
-
-/// One finding.
-#[derive(Clone, Debug, Serialize)]
-pub struct Finding {
-    /// What kind.
-    pub kind: FindingKind,
-    /// How much it matters.
-    pub severity: Severity,
-    /// The hop it is about (`service route`), or the services for a clock offset.
-    pub hop: String,
-    /// How many spans show it.
-    pub count: u64,
-    /// Out of how many.
-    pub of: u64,
-    /// The value in milliseconds it is about (reset size, spike value, offset, ...).
-    pub value_ms: Option<i64>,
-    /// The callers involved (chain break) or the hops at that depth (S6).
-    pub related: Vec<String>,
-    /// The hops below a reset, which ran on the reset budget.
-    pub below: Vec<String>,
-    /// One line for people.
-    pub detail: String,
-    /// A trace that shows it (hex trace id).
-    pub example_trace: Option<String>,
-}
+use super::problem::{Problem, ProblemKind};
 
 /// One row of the per-hop table.
 #[derive(Clone, Debug, Serialize)]
@@ -222,7 +154,7 @@ pub struct Report {
     /// The hopbudget version that made the report (`--merge` merges reports of one version).
     pub hopbudget_version: String,
     /// The counters the report was built from, so that the `--json` outputs of several
-    /// instances merge exactly (`hopbudget audit --merge`); see [`crate::audit::merge`].
+    /// instances merge exactly (`hopbudget audit --merge`); see [`crate::audit::report::merge`].
     pub merge_state: state::MergeState,
     /// What the HTML page draws: the call graph, durations, work for nobody. Not in `--json`.
     #[serde(skip)]

@@ -1,11 +1,11 @@
-//! What the HTML report draws ([`crate::audit::page::html`]): the call graph between
+//! What the HTML report draws ([`crate::audit::report::page::html`]): the call graph between
 //! services, each service's durations and its work for nobody. Built from the same counters
 //! as the findings; `--json` leaves it out (the tables there already hold the figures).
 
 use foldhash::{HashMap, HashMapExt};
 
 use super::rules::FindingRules;
-use crate::audit::analyze::Accumulated;
+use crate::audit::analysis::analyze::Accumulated;
 use crate::audit::histogram::{Histogram, spike};
 use crate::audit::span::{Interner, Sym};
 

@@ -10,7 +10,7 @@
 //! about the least that moves a callee's timeout decision for a typical service (budgets of a
 //! few hundred ms to seconds); 5% (1 call in 20) is a code path, not a fluke.
 
-use super::Severity;
+use super::finding::Severity;
 
 /// The thresholds above.
 #[derive(Clone, Copy, Debug)]

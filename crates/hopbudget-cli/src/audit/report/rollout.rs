@@ -1,11 +1,11 @@
-//! The rollout map's rows ([`crate::audit::rollout`]): one per service, what `--json` prints
+//! The rollout map's rows ([`crate::audit::analysis::rollout`]): one per service, what `--json` prints
 //! as `rollout`. The field names are stable; the guide documents them.
 
 use serde::Serialize;
 
-use crate::audit::rollout::RolloutAcc;
+use crate::audit::analysis::rollout::RolloutAcc;
+use crate::audit::analysis::timing::TimingAcc;
 use crate::audit::span::{Interner, Sym};
-use crate::audit::timing::TimingAcc;
 
 /// Whether a service's outbound calls carry a deadline.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]

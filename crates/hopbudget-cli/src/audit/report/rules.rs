@@ -13,3 +13,21 @@ pub(crate) struct FindingRules {
     /// error: the same shape, the time after the caller gave up.
     pub(crate) nobody: super::reset_severity::ResetThresholds,
 }
+
+impl FindingRules {
+    /// The finding thresholds of `opts`.
+    pub(crate) fn of(opts: &crate::audit::options::AuditOptions) -> Self {
+        Self {
+            spike_min: opts.spike_min,
+            depth_min: opts.depth_min,
+            resets: super::reset_severity::ResetThresholds {
+                error_ms: opts.reset_error_ms,
+                error_percent: opts.reset_error_percent,
+            },
+            nobody: super::reset_severity::ResetThresholds {
+                error_ms: opts.nobody_error_ms,
+                error_percent: opts.nobody_error_percent,
+            },
+        }
+    }
+}

@@ -4,11 +4,11 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::audit::analyze::Accumulated;
-use crate::audit::group::GroupStats;
+use crate::audit::analysis::analyze::Accumulated;
+use crate::audit::analysis::group::GroupStats;
 use crate::audit::input::InputStats;
+use crate::audit::problem::{Problem, ProblemKind, Problems};
 use crate::audit::span::Interner;
-use crate::audit::{Problem, ProblemKind, Problems};
 
 /// The version of the `merge_state` layout; bumped when it changes.
 pub const STATE_FORMAT: u32 = 2;

@@ -1,4 +1,4 @@
-//! The report's part that span timing alone gives ([`crate::audit::timing`]): work that went
+//! The report's part that span timing alone gives ([`crate::audit::analysis::timing`]): work that went
 //! on after its caller or the whole request had ended, chain depth, duration spikes on
 //! client and server spans; per service and per edge.
 
@@ -6,13 +6,13 @@ use foldhash::HashMap;
 
 use serde::Serialize;
 
+use super::finding::{Finding, FindingKind, Severity};
 use super::rules::FindingRules;
-use super::{Finding, FindingKind, Severity};
+use crate::audit::analysis::timing::{Excess, ServiceTiming, SpanTiming, TimingAcc};
 use crate::audit::histogram::Histogram;
 use crate::audit::histogram::spike;
 use crate::audit::span::{Interner, Sym};
 use crate::audit::status::StdOutcome;
-use crate::audit::timing::{Excess, ServiceTiming, SpanTiming, TimingAcc};
 
 /// One service's server spans, timed against their callers (ms).
 #[derive(Clone, Debug, Serialize)]

@@ -1,12 +1,12 @@
-//! The findings of what each hop was told ([`crate::audit::told`]): a hop told more than its
+//! The findings of what each hop was told ([`crate::audit::analysis::told`]): a hop told more than its
 //! caller had left, and outbound calls that matched no inbound request. Both are errors
 //! (exit status 1) whatever their share of calls: a sidecar must never grant more than the
 //! caller had (C26).
 
+use super::finding::{Finding, FindingKind, Severity};
 use super::reset_severity::percent;
-use super::{Finding, FindingKind, Severity};
+use crate::audit::analysis::told::ToldAcc;
 use crate::audit::span::{Interner, Sym};
-use crate::audit::told::ToldAcc;
 
 /// One `told_more_than_caller_had` per edge with an increase, one `unmatched_call` per
 /// (service, destination) with a call that matched no request.

@@ -12,7 +12,7 @@ use std::time::Duration;
 use futures_util::future::BoxFuture;
 use http::HeaderMap;
 
-use super::Timeouts;
+use super::timeouts::Timeouts;
 use crate::demo::collector::BackgroundOutcome;
 use crate::demo::hop_error::{self, HopError};
 use crate::demo::mode::Mode;

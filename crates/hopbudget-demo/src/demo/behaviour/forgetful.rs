@@ -12,8 +12,8 @@ use futures_util::future::BoxFuture;
 use hopbudget::{Deadline, RequestBudget, Source};
 use http::HeaderMap;
 
-use super::Propagated;
 use super::detached::run_detached;
+use super::propagated::Propagated;
 use crate::demo::collector::BackgroundOutcome;
 use crate::demo::hop_error::{self, HopError};
 use crate::demo::mode::Mode;

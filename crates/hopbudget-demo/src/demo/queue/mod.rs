@@ -14,6 +14,11 @@
 //!
 //! The hand-off side ([`Job`], [`Producer`]) is what a node holds; the workers
 //! ([`in_process`], [`nats`]) consume with the node's mode and start after it.
+//!
+//! So one arrow runs back up, from the workers to `node.rs` (`HopMode`), while a node holds
+//! a [`Producer`] from here: a mode decides how its messages are consumed, and the mode
+//! and the node refer to each other (see `node.rs`). The two sides are one queue, kept in
+//! one folder.
 
 pub mod in_process;
 pub mod job;

@@ -3,8 +3,8 @@
 
 use plotters::prelude::*;
 
-use crate::demo::DemoResults;
 use crate::demo::mode::Mode;
+use crate::demo::results::DemoResults;
 use crate::demo::results::HopResult;
 
 /// One colour per mode, the same in every chart.
@@ -271,7 +271,7 @@ pub(super) fn histogram_chart(
     r: &DemoResults,
     caption: &str,
     x_desc: &str,
-    values: impl Fn(&crate::demo::ModeResult) -> &[f64],
+    values: impl Fn(&crate::demo::results::ModeResult) -> &[f64],
     bin_ms: f64,
     marks: &[Mark],
 ) -> Result<String, String> {

@@ -6,8 +6,8 @@ use std::fmt::Write as _;
 
 use plotters::prelude::*;
 
-use super::STYLE;
 use super::charts::{DARK, GREY, err, mode_color};
+use super::style::STYLE;
 use crate::demo::step::measure::WINDOW;
 use crate::demo::step::{self, StepRun};
 

@@ -19,7 +19,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::mode::Mode;
-use super::{DemoOptions, runner};
+use super::options::DemoOptions;
+use super::runner;
 use measure::{Phases, Request, StepFigures, Work};
 
 /// The overloads stepped to, as multiples of the graph's capacity.

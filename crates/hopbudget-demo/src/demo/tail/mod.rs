@@ -16,16 +16,23 @@
 //! bucket of 100 tokens instead of 10, which a burst of due hedges does not empty. Between
 //! the unhedged run and the hedged ones, the pairs run sends every call's first two attempts
 //! at once.
+//!
+//! What every run shares sits below them: its options and seeded arrivals (`options.rs`),
+//! its HTTP/2 client and its runtime (`runtime.rs`).
 
 pub mod best;
 pub mod callee;
+mod options;
 mod pairs;
 pub mod replicas;
+mod runtime;
 
 pub use callee::Tail;
+pub use options::TailOptions;
+use options::schedule;
+use runtime::{http2_client, on_runtime};
 
 use std::fmt::Write as _;
-use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -37,37 +44,12 @@ use hopbudget::http::client::ClientBudgetLayer;
 use hopbudget::learned::{LearnConfig, LearnedThreshold};
 use hopbudget::{Profile, RequestBudget};
 use http_body_util::Full;
-use hyper_util::client::legacy::connect::HttpConnector;
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tower::{ServiceBuilder, ServiceExt};
 
 use best::Best;
-
-/// What one run of the tail experiment is.
-#[derive(Clone, Debug)]
-pub struct TailOptions {
-    /// Calls per second (Poisson, seeded).
-    pub rate_per_s: f64,
-    /// Seconds of calls.
-    pub duration: Duration,
-    /// The budget of every call.
-    pub budget: Duration,
-    /// The callee's latencies.
-    pub tail: Tail,
-}
-
-impl Default for TailOptions {
-    fn default() -> Self {
-        Self {
-            rate_per_s: 500.0,
-            duration: Duration::from_secs(20),
-            budget: Duration::from_millis(500),
-            tail: Tail::default(),
-        }
-    }
-}
 
 /// When a run hedges.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
@@ -157,35 +139,6 @@ pub struct TailReport {
     /// The best single hedge delay with the most extra calls allowed ([`MAX_EXTRA`]): what
     /// hedging could do on this callee at all (`None`: no pairs).
     pub best_at_most: Option<Best>,
-}
-
-/// The seeded arrival times of every run.
-fn schedule(opts: &TailOptions) -> Vec<Duration> {
-    super::runner::schedule(callee::SEED, opts.rate_per_s, opts.duration)
-}
-
-/// hyper-util's HTTP/2 client with TCP_NODELAY, as a gRPC or HTTP/2 client sets it: without
-/// it a losing attempt's small reset frame can wait for the callee's delayed ACK (Nagle's
-/// algorithm), 40 ms for every stream on the connection.
-fn http2_client() -> hyper_util::client::legacy::Client<HttpConnector, Full<Bytes>> {
-    let mut connector = HttpConnector::new();
-    connector.set_nodelay(true);
-    hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-        .http2_only(true)
-        .build(connector)
-}
-
-/// Run `work` on a runtime of its own (two workers, as the callee and the client share the
-/// machine), so that one run's leftovers do not slow the next.
-fn on_runtime<T>(work: impl Future<Output = Result<T, String>>) -> Result<T, String> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| format!("cannot start the tokio runtime: {e}"))?;
-    let result = rt.block_on(work);
-    rt.shutdown_timeout(Duration::from_millis(500));
-    result
 }
 
 /// The unhedged run, the pairs run, and the four hedged runs, each hedged one with the best

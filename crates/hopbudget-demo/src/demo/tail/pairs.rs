@@ -15,7 +15,7 @@ use tower::{ServiceBuilder, ServiceExt};
 
 use super::best::Pair;
 use super::callee::{self, Tail};
-use super::{TailOptions, schedule};
+use super::options::{TailOptions, schedule};
 
 /// Run the schedule with two attempts a call, on a callee with `tail`; one pair a call.
 pub(super) async fn record(opts: &TailOptions, tail: Tail) -> Result<Vec<Pair>, String> {
@@ -24,7 +24,7 @@ pub(super) async fn record(opts: &TailOptions, tail: Tail) -> Result<Vec<Pair>, 
     let profile = Profile::default();
     let client = ServiceBuilder::new()
         .layer(ClientBudgetLayer::new(profile.clone()))
-        .service(super::http2_client());
+        .service(super::runtime::http2_client());
     let url = format!("http://{addr}/tail");
     let request = |call: u64, attempt: u32| {
         http::Request::get(&url)

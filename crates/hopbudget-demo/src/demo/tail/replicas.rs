@@ -24,7 +24,8 @@ use tokio_util::sync::CancellationToken;
 use tower::{ServiceBuilder, ServiceExt};
 
 use super::callee::{self, Counts, NOISY_FACTOR};
-use super::{TailOptions, http2_client, on_runtime, schedule};
+use super::options::{TailOptions, schedule};
+use super::runtime::{http2_client, on_runtime};
 
 /// Replicas of the callee.
 pub const REPLICAS: usize = 3;

@@ -10,12 +10,15 @@
 //! it gives up (`None`) and the whole line goes through serde_json, so odd input (escapes,
 //! floats, errors) decodes, or fails, exactly as it always did. It never panics: every byte
 //! is read through `get`.
+//!
+//! One file, though long: the scanner is one reader over one cursor ([`Scan`]), whose
+//! methods (one per shape) share that state and are not used apart.
 
 use std::borrow::Cow;
 
 use hopbudget::observe::fields;
 
-use super::{
+use super::shapes::{
     AnyValueJson, ArrayValueJson, EventJson, KeyValueJson, RequestJson, ResourceJson,
     ResourceSpansJson, Scalar, ScopeSpansJson, SpanJson, StatusJson,
 };

@@ -7,11 +7,48 @@
 //! sidecar's egress span directly below it (the same call, seen by the sidecar) stamped one
 //! (`deadline.told_ms`) or reached a callee that arrived with one. A service behind
 //! `hopbudget proxy` does not forward the header itself: its egress does.
+//!
+//! What counts as an inbound or an outbound span, and when an inbound one arrived with a
+//! deadline, is defined here too: the rollout map counts by the same words.
 
 use foldhash::{HashMap, HashSet};
 
-use super::rollout::{NoCarrier, arrived_with_deadline, inbound, outbound};
-use super::span::Span;
+use crate::audit::span::{Interner, Span, Sym};
+
+const SERVER: u8 = 2;
+const CLIENT: u8 = 3;
+const PRODUCER: u8 = 4;
+const CONSUMER: u8 = 5;
+
+/// A request that arrived: a SERVER or CONSUMER span, or a hop span that is no client.
+pub(crate) fn inbound(s: &Span) -> bool {
+    s.kind == SERVER || s.kind == CONSUMER || (s.hop.is_some() && s.kind != CLIENT)
+}
+
+/// A call made: a CLIENT or PRODUCER span.
+pub(crate) fn outbound(s: &Span) -> bool {
+    s.kind == CLIENT || s.kind == PRODUCER
+}
+
+/// The source names that mean "no deadline arrived".
+pub(crate) struct NoCarrier([Option<Sym>; 4]);
+
+impl NoCarrier {
+    pub(crate) fn new(names: &Interner) -> Self {
+        Self(["fallback", "none", "local", "detached"].map(|n| names.lookup(n)))
+    }
+}
+
+/// Whether the inbound span `s` arrived with a deadline: its hop attributes name a carrier,
+/// or it captured a deadline header.
+pub(crate) fn arrived_with_deadline(s: &Span, no_carrier: &NoCarrier) -> bool {
+    match s.hop {
+        Some(h) => h
+            .source
+            .is_some_and(|src| !no_carrier.0.contains(&Some(src))),
+        None => s.deadline_header,
+    }
+}
 
 /// The trace's outbound calls that carried a deadline, and each call's egress span.
 pub(crate) struct Calls {

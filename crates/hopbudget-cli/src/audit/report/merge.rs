@@ -23,19 +23,21 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use super::analyze::{Accumulated, DepthAcc, EdgeAcc, HopAcc, OffsetAcc};
-use super::group::GroupStats;
-use super::header_reset::{HeaderEdge, HeaderResetAcc};
-use super::input::InputStats;
-use super::report::state::{ProblemsState, State};
-use super::rollout::{CallEdge, RolloutAcc, ServiceRollout};
-use super::span::{Interner, Sym};
-use super::status::StdOutcome;
-use super::timing::{Excess, ServiceTiming, SpanTiming, TimingAcc};
-use super::told::{ToldAcc, ToldEdge, Unmatched};
-use super::{AuditOptions, ProblemKind, Problems, Report};
+use super::Report;
+use super::state::{ProblemsState, State};
+use crate::audit::analysis::analyze::{Accumulated, DepthAcc, EdgeAcc, HopAcc, OffsetAcc};
+use crate::audit::analysis::group::GroupStats;
+use crate::audit::analysis::header_reset::{HeaderEdge, HeaderResetAcc};
+use crate::audit::analysis::rollout::{CallEdge, RolloutAcc, ServiceRollout};
+use crate::audit::analysis::timing::{Excess, ServiceTiming, SpanTiming, TimingAcc};
+use crate::audit::analysis::told::{ToldAcc, ToldEdge, Unmatched};
+use crate::audit::input::InputStats;
+use crate::audit::options::AuditOptions;
+use crate::audit::problem::{ProblemKind, Problems};
+use crate::audit::span::{Interner, Sym};
+use crate::audit::status::StdOutcome;
 
-pub use super::report::state::{MergeState, STATE_FORMAT, VERSION};
+pub use super::state::{MergeState, STATE_FORMAT, VERSION};
 
 /// The head of a report, read first to tell what the file is.
 #[derive(Deserialize)]
@@ -77,7 +79,7 @@ fn read(path: &Path) -> Result<State, String> {
 /// A file cannot be read, is not an audit report of this version, or was audited with other
 /// analysis settings than the first.
 pub fn merge(files: &[PathBuf], opts: &AuditOptions) -> Result<Report, String> {
-    let mut names = Interner::new(super::NAMES_CAP);
+    let mut names = Interner::new(crate::audit::span::NAMES_CAP);
     let mut acc: Option<Accumulated> = None;
     let mut input = InputStats::default();
     let mut grouping = GroupStats::default();
@@ -130,16 +132,14 @@ pub fn merge(files: &[PathBuf], opts: &AuditOptions) -> Result<Report, String> {
     let Some(acc) = acc else {
         return Err("--merge needs at least one report".into());
     };
-    Ok(super::report::findings::build(
-        super::report::findings::Inputs {
-            acc: &acc,
-            names: &names,
-            input,
-            grouping,
-            problems,
-            rules: super::rules(opts),
-        },
-    ))
+    Ok(super::findings::build(super::findings::Inputs {
+        acc: &acc,
+        names: &names,
+        input,
+        grouping,
+        problems,
+        rules: super::rules::FindingRules::of(opts),
+    }))
 }
 
 fn merge_input(a: &mut InputStats, b: InputStats) {

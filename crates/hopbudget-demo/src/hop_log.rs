@@ -1,7 +1,8 @@
-//! The request log of `hopbudget-demo serve`: one line per hop, written when the library's `hop`
-//! span closes, with the fields the span carries (C14): the budget at arrival and where it
-//! came from, and the terminal status. The line comes from the library's own span, so hops
-//! the server layer answers before any handler (refusals, malformed headers) are logged too.
+//! The request log of `hopbudget-demo serve` and of the demo's services: one line per hop,
+//! written when the library's `hop` span closes, with the fields the span carries (C14): the
+//! budget at arrival and where it came from, and the terminal status. The line comes from the
+//! library's own span, so hops the server layer answers before any handler (refusals,
+//! malformed headers) are logged too.
 //!
 //! ```text
 //! hop service=reco-scorer route=/hopbudget.demo.Hop/Call protocol=grpc budget_ms=100 source=grpc-timeout outcome=refused required_ms=180 took_ms=0.2

@@ -25,8 +25,8 @@
 use foldhash::HashMap;
 
 use super::calls::Calls;
-use super::histogram::Histogram;
-use super::span::{Span, Sym};
+use crate::audit::histogram::Histogram;
+use crate::audit::span::{Span, Sym};
 
 const SERVER: u8 = 2;
 const CLIENT: u8 = 3;
@@ -183,7 +183,10 @@ mod tests {
     fn run(spans: &[Span]) -> HeaderResetAcc {
         let index = spans.iter().enumerate().map(|(i, s)| (s.id, i)).collect();
         let names = crate::audit::span::Interner::new(10);
-        let calls = Calls::of_trace(spans, &crate::audit::rollout::NoCarrier::new(&names));
+        let calls = Calls::of_trace(
+            spans,
+            &crate::audit::analysis::calls::NoCarrier::new(&names),
+        );
         let mut acc = HeaderResetAcc::default();
         acc.trace(spans, &index, &calls, 2);
         acc

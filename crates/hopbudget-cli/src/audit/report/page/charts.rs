@@ -3,7 +3,7 @@
 
 use plotters::prelude::*;
 
-use super::esc;
+use super::escape::esc;
 use super::tag;
 use crate::audit::report::pictures::ServicePicture;
 

@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use super::report::{Report, Severity};
+use super::{Report, Severity};
 
 fn opt(v: Option<u64>) -> String {
     v.map_or_else(|| "-".to_owned(), |v| v.to_string())
@@ -156,9 +156,9 @@ fn share(n: u64, of: u64) -> String {
 }
 
 /// The rollout map's cells for one service: with deadline, forwards.
-pub(crate) fn rollout_cells(s: &super::report::RolloutRow) -> (String, String) {
+pub(crate) fn rollout_cells(s: &super::RolloutRow) -> (String, String) {
     let forwards = match s.forwards {
-        super::report::Forwards::NoCalls => "no calls".to_owned(),
+        super::Forwards::NoCalls => "no calls".to_owned(),
         f => format!(
             "{} ({} of {})",
             f.name(),

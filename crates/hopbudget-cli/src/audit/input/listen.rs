@@ -10,8 +10,8 @@
 //! JSON, bad gzip); 413 past `--max-line-bytes` (compressed or not); 415 for another
 //! `Content-Type` or `Content-Encoding`; 405 for another method, 404 for another path.
 //!
-//! Spans go to the same audit as a file's ([`super::run`]): grouped by trace id as they
-//! arrive, a trace audited once its root came and enough later spans passed, memory bounded
+//! Spans go to the same audit as a file's ([`crate::audit::run`], handed over through
+//! `feed::Feed`): grouped by trace id as they arrive, a trace audited once its root came and enough later spans passed, memory bounded
 //! by `--max-open-spans`. One thread owns the audit and takes the decoded requests in order
 //! (the connections only read and answer). At most [`BODIES_HELD`] request bodies are held at
 //! once, read or queued (so at most that many times `--max-line-bytes`); further requests wait
@@ -36,8 +36,9 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
 use prost::Message;
 use tokio::sync::{mpsc, oneshot};
 
-use super::input::Encoding;
-use super::{AuditOptions, Report, Session};
+use super::Encoding;
+use super::feed::Feed;
+use crate::audit::options::AuditOptions;
 
 /// Request bodies held at once, being read, queued for the audit or being audited.
 pub const BODIES_HELD: usize = 8;
@@ -61,19 +62,22 @@ pub enum Stopped {
 }
 
 /// What the audit thread is asked.
-enum Ask {
+enum Ask<R> {
     Export {
         body: Bytes,
         encoding: Encoding,
         reply: oneshot::Sender<Result<(u64, Option<String>), String>>,
     },
-    Report(oneshot::Sender<Report>),
-    Finish(oneshot::Sender<Report>),
+    Report(oneshot::Sender<R>),
+    Finish(oneshot::Sender<R>),
 }
 
 /// The audit's own thread: requests in arrival order, reports when asked.
-fn audit_thread(opts: AuditOptions, mut asks: mpsc::Receiver<Ask>) -> Option<Report> {
-    let mut session = Session::new(&opts);
+fn audit_thread<F: Feed>(
+    opts: AuditOptions,
+    mut asks: mpsc::Receiver<Ask<F::Report>>,
+) -> Option<F::Report> {
+    let mut session = F::open(&opts);
     let mut number = 0u64;
     while let Some(ask) = asks.blocking_recv() {
         match ask {
@@ -83,7 +87,7 @@ fn audit_thread(opts: AuditOptions, mut asks: mpsc::Receiver<Ask>) -> Option<Rep
                 reply,
             } => {
                 number += 1;
-                let _ = reply.send(session.request(&body, encoding, number));
+                let _ = reply.send(session.record(&body, encoding, "POST /v1/traces", number));
             }
             Ask::Report(reply) => {
                 let _ = reply.send(session.snapshot());
@@ -102,23 +106,23 @@ fn audit_thread(opts: AuditOptions, mut asks: mpsc::Receiver<Ask>) -> Option<Rep
 ///
 /// # Errors
 /// The address cannot be bound, or the signal handlers cannot be installed.
-pub fn serve(
+pub(crate) fn serve<F: Feed>(
     opts: &AuditOptions,
     listen: &ListenOptions,
     ready: impl FnOnce(SocketAddr),
-    mut periodic: impl FnMut(&Report),
-) -> std::io::Result<(Report, Stopped)> {
+    mut periodic: impl FnMut(&F::Report),
+) -> std::io::Result<(F::Report, Stopped)> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
-    let (tx, rx) = mpsc::channel::<Ask>(BODIES_HELD);
+    let (tx, rx) = mpsc::channel::<Ask<F::Report>>(BODIES_HELD);
     let bodies = std::sync::Arc::new(tokio::sync::Semaphore::new(BODIES_HELD));
     let auditing = {
         let opts = opts.clone();
         std::thread::Builder::new()
             .name("audit".into())
-            .spawn(move || audit_thread(opts, rx))?
+            .spawn(move || audit_thread::<F>(opts, rx))?
     };
     let max_body = opts.max_line_bytes;
     let result = runtime.block_on(async {
@@ -168,9 +172,9 @@ pub fn serve(
     Ok((report, stopped))
 }
 
-async fn connection(
+async fn connection<R: Send + 'static>(
     stream: tokio::net::TcpStream,
-    asks: mpsc::Sender<Ask>,
+    asks: mpsc::Sender<Ask<R>>,
     bodies: std::sync::Arc<tokio::sync::Semaphore>,
     max_body: usize,
 ) {
@@ -282,7 +286,7 @@ fn encoding_of(req: &Request<Incoming>) -> Result<Encoding, String> {
     }
 }
 
-async fn handle(req: Request<Incoming>, asks: &mpsc::Sender<Ask>, max_body: usize) -> Answer {
+async fn handle<R>(req: Request<Incoming>, asks: &mpsc::Sender<Ask<R>>, max_body: usize) -> Answer {
     if req.uri().path() != "/v1/traces" {
         return plain(
             StatusCode::NOT_FOUND,

@@ -5,6 +5,7 @@
 //! tables. Self-contained: inline SVG drawn with plotters, inline CSS, no script.
 
 mod charts;
+mod escape;
 mod graph;
 mod tag;
 
@@ -12,22 +13,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write as _;
 
 use super::render::{rollout_cells, severity, table};
-use super::report::{Finding, Forwards, Report, TreeEdge};
-
-pub(crate) fn esc(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '&' => out.push_str("&amp;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
+use super::{Finding, Forwards, Report, TreeEdge};
+use escape::esc;
 
 /// The rollout map as an HTML table (a service with no deadline inbound or outbound is
 /// marked, one partly there too).

@@ -22,7 +22,7 @@
 
 use foldhash::HashMap;
 
-use super::span::{Outcome, Proxy, Span};
+use crate::audit::span::{Outcome, Proxy, Span};
 
 const SERVER: u8 = 2;
 const CLIENT: u8 = 3;

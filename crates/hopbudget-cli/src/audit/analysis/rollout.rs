@@ -7,7 +7,7 @@
 //!   `deadline.*` attributes, C14). One **arrived with a deadline** when its hop attributes
 //!   name a carrier (`deadline.source` other than `fallback`, `none`, `local` or `detached`)
 //!   or, on plain OpenTelemetry spans, when it captured a deadline header
-//!   (`http.request.header.*`, [`super::span`]).
+//!   (`http.request.header.*`, [`crate::audit::span`]).
 //! - **Outbound** are its CLIENT and PRODUCER spans, and, where no client span was recorded
 //!   (the library's own traces carry the context straight from a hop span), an inbound span
 //!   of another service directly below one of its spans. A call **carried a deadline** when
@@ -16,7 +16,7 @@
 //! - A request or call recorded twice, by `hopbudget proxy` and by the service's own
 //!   instrumentation (the service's server span under its sidecar's ingress span, an egress
 //!   span under the service's client span), counts once (`Span::repeats`).
-//! - **Refused**: inbound spans answered 503 or RESOURCE_EXHAUSTED ([`super::status`]) or with
+//! - **Refused**: inbound spans answered 503 or RESOURCE_EXHAUSTED ([`crate::audit::status`]) or with
 //!   `deadline.outcome = refused` (C3).
 //! - **Late**: inbound spans that ended more than the late-work tolerance after the client
 //!   span that called them or the trace's root, or after their deadline
@@ -26,16 +26,11 @@
 
 use foldhash::HashMap;
 
-use super::calls::Calls;
-use super::histogram::Histogram;
+use super::calls::{Calls, NoCarrier, arrived_with_deadline, inbound, outbound};
+use crate::audit::histogram::Histogram;
+use crate::audit::span::{Outcome, Span, Sym};
+use crate::audit::status::StdOutcome;
 
-use super::span::{Interner, Outcome, Span, Sym};
-use super::status::StdOutcome;
-
-const SERVER: u8 = 2;
-const CLIENT: u8 = 3;
-const PRODUCER: u8 = 4;
-const CONSUMER: u8 = 5;
 /// Distinct services kept; past it, new ones are not mapped.
 const MAX_SERVICES: usize = 10_000;
 
@@ -72,32 +67,6 @@ pub(crate) struct RolloutAcc {
     /// (caller service, callee service). Absent from the state of an older report.
     #[serde(default, with = "crate::audit::serde_as::pairs")]
     pub(crate) edges: HashMap<(Sym, Sym), CallEdge>,
-}
-
-pub(crate) fn inbound(s: &Span) -> bool {
-    s.kind == SERVER || s.kind == CONSUMER || (s.hop.is_some() && s.kind != CLIENT)
-}
-
-pub(crate) fn outbound(s: &Span) -> bool {
-    s.kind == CLIENT || s.kind == PRODUCER
-}
-
-/// The source names that mean "no deadline arrived".
-pub(crate) struct NoCarrier([Option<Sym>; 4]);
-
-impl NoCarrier {
-    pub(crate) fn new(names: &Interner) -> Self {
-        Self(["fallback", "none", "local", "detached"].map(|n| names.lookup(n)))
-    }
-}
-
-pub(crate) fn arrived_with_deadline(s: &Span, no_carrier: &NoCarrier) -> bool {
-    match s.hop {
-        Some(h) => h
-            .source
-            .is_some_and(|src| !no_carrier.0.contains(&Some(src))),
-        None => s.deadline_header,
-    }
 }
 
 fn ms_later(end_ns: u64, than_ns: u64) -> i64 {

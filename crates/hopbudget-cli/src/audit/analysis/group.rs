@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 
-use super::span::Span;
+use crate::audit::span::Span;
 
 /// Why a trace was handed on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -5,7 +5,7 @@
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use super::esc;
+use super::escape::esc;
 use super::tag;
 use crate::audit::report::pictures::{Handling, Pictures};
 

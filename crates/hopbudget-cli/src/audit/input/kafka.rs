@@ -7,7 +7,7 @@
 //! `partition_traces_by_id: true` every record holds the spans of one trace and is keyed by
 //! its trace id, so all of a trace's spans land on one partition, and the group's instances
 //! (which share the partitions) each audit whole traces; `hopbudget audit --merge` then adds
-//! their `--json` reports up ([`super::merge`]).
+//! their `--json` reports up ([`crate::audit::report::merge`]).
 //!
 //! Offsets are committed the way the Collector's own Kafka receiver does by default (its
 //! `autocommit` every second), and only for records whose spans were handed to the audit
@@ -33,9 +33,10 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
 use rdkafka::{ClientContext, TopicPartitionList};
 
-use super::input::Encoding;
+use super::Encoding;
+use super::feed::Feed;
 use super::listen::Stopped;
-use super::{AuditOptions, Report, Session};
+use crate::audit::options::AuditOptions;
 
 /// What to consume, and how.
 #[derive(Clone, Debug)]
@@ -152,12 +153,12 @@ fn encoding_of(payload: &[u8]) -> Encoding {
 /// # Errors
 /// The consumer cannot be created (a bad setting) or subscribed, or the signal handlers
 /// cannot be installed.
-pub fn consume(
+pub(crate) fn consume<F: Feed>(
     opts: &AuditOptions,
     kafka: &KafkaOptions,
     ready: impl FnOnce(),
-    mut periodic: impl FnMut(&Report),
-) -> Result<(Report, Stopped), String> {
+    mut periodic: impl FnMut(&F::Report),
+) -> Result<(F::Report, Stopped), String> {
     let stop = signals().map_err(|e| format!("cannot install the signal handlers: {e}"))?;
     let consumer: BaseConsumer<AuditContext> = client_config(kafka)
         .create_with_context(AuditContext)
@@ -166,7 +167,7 @@ pub fn consume(
         .subscribe(&[&kafka.topic])
         .map_err(|e| format!("cannot subscribe to {}: {e}", kafka.topic))?;
     ready();
-    let mut session = Session::new(opts);
+    let mut session = F::open(opts);
     let mut next_report = kafka.interval.map(|every| Instant::now() + every);
     let stopped = loop {
         match stop.load(Ordering::SeqCst) {

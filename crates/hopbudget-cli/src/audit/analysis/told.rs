@@ -29,8 +29,8 @@
 
 use foldhash::HashMap;
 
-use super::histogram::Histogram;
-use super::span::{Proxy, Span, Sym};
+use crate::audit::histogram::Histogram;
+use crate::audit::span::{Proxy, Span, Sym};
 
 const SERVER: u8 = 2;
 /// Distinct edges kept; past it, new ones are not compared.

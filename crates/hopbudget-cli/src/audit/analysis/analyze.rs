@@ -6,18 +6,23 @@
 //! hop's budget with what its caller had left when it called. Only per-hop and per-depth
 //! counters survive the trace, so memory grows with the number of distinct hops (service and
 //! route), never with the number of traces.
+//!
+//! One file, though over 500 lines with its tests: one pass over a trace
+//! (`Accumulated::trace`) and the counters it fills, which the other families' passes run
+//! from.
 
 use foldhash::{HashMap, HashMapExt};
 
 use super::calls::Calls;
+use super::calls::NoCarrier;
 use super::fired::Fired;
 use super::group::Finish;
 use super::header_reset::HeaderResetAcc;
-pub(crate) use super::histogram::Histogram;
-use super::rollout::{NoCarrier, RolloutAcc};
-use super::span::{Interner, Outcome, Proxy, Span, Sym};
+use super::rollout::RolloutAcc;
 use super::timing::TimingAcc;
 use super::told::ToldAcc;
+pub(crate) use crate::audit::histogram::Histogram;
+use crate::audit::span::{Interner, Outcome, Proxy, Span, Sym};
 
 /// A hop as the report names it: its service and its span name (route).
 pub(crate) type HopKey = (Sym, Sym);

@@ -8,7 +8,7 @@
 //! - **chain depth**: how many SERVER spans deep each request went;
 //! - **duration spikes** on CLIENT and SERVER spans (at least the finding's share of a span
 //!   name's durations at one value: a default timeout firing), with how many of those spans
-//!   ended expired or cancelled by their standard status ([`super::status`]), which tells
+//!   ended expired or cancelled by their standard status ([`crate::audit::status`]), which tells
 //!   which side timed out. A span that ended because a deadline fired (its own, or one below
 //!   it in the same request: `fired.rs`) is not counted towards a spike: that is the
 //!   deadline working, not a default timeout.
@@ -22,9 +22,9 @@
 use foldhash::HashMap;
 
 use super::fired::Fired;
-use super::histogram::Histogram;
-use super::span::{Span, Sym};
-use super::status::StdOutcome;
+use crate::audit::histogram::Histogram;
+use crate::audit::span::{Span, Sym};
+use crate::audit::status::StdOutcome;
 
 /// Work that went on after someone stopped waiting for it.
 #[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
@@ -244,8 +244,8 @@ fn server_depths(spans: &[Span], index: &HashMap<u64, usize>) -> Vec<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::audit::analyze::{Accumulated, AnalyzeSettings};
-    use crate::audit::group::Finish;
+    use crate::audit::analysis::analyze::{Accumulated, AnalyzeSettings};
+    use crate::audit::analysis::group::Finish;
     use crate::audit::histogram::spike;
     use crate::audit::span::{HopAttrs, Interner, Outcome};
 
