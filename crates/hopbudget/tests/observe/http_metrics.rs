@@ -12,19 +12,13 @@ use axum::routing::get;
 use hopbudget::http::server::ServerBudgetLayer;
 use hopbudget::{Profile, observe};
 
+use crate::metrics_support::sample;
+
 async fn serve(router: Router) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
     format!("http://{addr}")
-}
-
-/// The value of the sample `name{labels}` exactly, from Prometheus text.
-fn sample(text: &str, name: &str, labels: &str) -> Option<f64> {
-    let series = format!("{name}{{{labels}}} ");
-    text.lines()
-        .find_map(|l| l.strip_prefix(&series))
-        .map(|v| v.parse().unwrap())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -15,8 +15,10 @@
 //!   that sets it; with it, every client layer in the binary injects `traceparent`;
 //! - `tracing` subscribers only per thread (`tracing::subscriber::set_default`), except
 //!   `otlp::install_sets_the_global_subscriber_once`, which installs the global one and so
-//!   runs in a process of its own (`support/own_process.rs`), as does
-//!   `path_flood`, which measures the process's memory.
+//!   runs in a process of its own (`support/own_process.rs`), as does `path_flood`, which
+//!   measures the process's memory. With no global subscriber, a hop writes a notice (and
+//!   spends the process's notice rate limit, which `trace` counts) only on a thread whose
+//!   test listens: the metrics tests, which listen to nothing, leave it alone.
 
 #[cfg(all(
     feature = "grpc",

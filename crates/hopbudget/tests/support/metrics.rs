@@ -34,3 +34,12 @@ fn builder() -> PrometheusBuilder {
 fn builder() -> PrometheusBuilder {
     PrometheusBuilder::new()
 }
+
+/// The value of the sample `name{labels}` exactly (labels in the order the exporter writes
+/// them), from Prometheus text.
+pub fn sample(text: &str, name: &str, labels: &str) -> Option<f64> {
+    let series = format!("{name}{{{labels}}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&series))
+        .map(|v| v.parse().unwrap())
+}

@@ -13,12 +13,7 @@ use axum::routing::get;
 use hopbudget::http::server::ServerBudgetLayer;
 use hopbudget::{BudgetError, Profile, RequestBudget};
 
-fn sample(text: &str, name: &str, labels: &str) -> Option<f64> {
-    let series = format!("{name}{{{labels}}} ");
-    text.lines()
-        .find_map(|l| l.strip_prefix(&series))
-        .map(|v| v.parse().unwrap())
-}
+use crate::metrics_support::sample;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_returned_budget_error_is_the_hops_outcome() {
