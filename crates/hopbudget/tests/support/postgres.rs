@@ -1,6 +1,7 @@
 //! The real PostgreSQL server for the database tests: `DATABASE_URL`, default
-//! `postgres://postgres@127.0.0.1:5432/test` (trust auth). Without it a test fails and says how
-//! to start it; it never skips.
+//! `postgres://postgres@127.0.0.1:5432/test` (trust auth). A test that needs it starts with
+//! [`available`]: without the server it is skipped, or fails under
+//! `HOPBUDGET_REQUIRE_SERVICES=1` (`support/services.rs`); a server gone later fails the test.
 #![allow(dead_code, unreachable_pub)]
 
 use std::time::Duration;
@@ -13,14 +14,36 @@ pub fn url() -> String {
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
 }
 
-/// Fail, saying how to start the server.
-pub fn unreachable(e: impl std::fmt::Display) -> ! {
-    panic!(
+/// What to say of a server out of reach: why, and how to start it.
+fn missing(e: impl std::fmt::Display) -> String {
+    format!(
         "PostgreSQL is not reachable at {} ({e}). Start it with \
          `pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start`, \
          or point DATABASE_URL at one (trust auth, database `test`).",
         url()
     )
+}
+
+/// Fail, saying how to start the server.
+pub fn unreachable(e: impl std::fmt::Display) -> ! {
+    panic!("{}", missing(e))
+}
+
+/// Whether the server answers. When it does not, the calling test, which needs it, is skipped
+/// (it says so and returns), or fails under `HOPBUDGET_REQUIRE_SERVICES=1` (CI).
+pub async fn available() -> bool {
+    match tokio_postgres::connect(&url(), NoTls).await {
+        Ok((client, conn)) => {
+            // Dropping the client lets the connection end cleanly.
+            drop(client);
+            let _ = conn.await;
+            true
+        }
+        Err(e) => {
+            crate::services_support::skip_or_fail(&missing(e));
+            false
+        }
+    }
 }
 
 /// A unique tag for one test's SQL, so `pg_stat_activity` finds only its statements.

@@ -2,11 +2,9 @@
 //! when it does not, refuse with nothing to serve, and Redis commands bounded by the budget.
 //!
 //! Needs Redis at `REDIS_URL` (default `redis://127.0.0.1:6379`). Without it every test here
-//! says how to start it: it fails under `HOPBUDGET_REQUIRE_SERVICES=1` (CI) and is skipped
-//! otherwise. Keys are unique per test and process.
-//!
-//! A binary of its own: the skip ends the process with status 0, which must not take the
-//! tests of other services with it.
+//! that needs it says how to start it: it fails under `HOPBUDGET_REQUIRE_SERVICES=1` (CI) and
+//! is skipped otherwise (`support/services.rs`). Keys are unique per test and process. The
+//! tests of a server that stops answering or is gone start a `redis-server` of their own.
 #![cfg(feature = "redis")]
 
 use std::sync::Arc;
@@ -22,35 +20,25 @@ fn url() -> String {
     std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
 }
 
-/// A missing server: with `HOPBUDGET_REQUIRE_SERVICES=1` (CI, `scripts/test-all`) the test
-/// fails with `message`; without it this binary's tests, which all need the server, are
-/// skipped: the message says what to start, and the process ends with status 0.
-fn missing_service(message: String) -> ! {
-    if std::env::var("HOPBUDGET_REQUIRE_SERVICES").as_deref() == Ok("1") {
-        panic!("{message}");
-    }
-    // Straight to stderr: the test harness would swallow `eprintln!` from a test thread.
-    use std::io::Write as _;
-    let _ = writeln!(
-        std::io::stderr(),
-        "SKIPPED (HOPBUDGET_REQUIRE_SERVICES=1 makes this a failure): {message}"
-    );
-    std::process::exit(0)
-}
-
-async fn connect() -> MultiplexedConnection {
-    let fail = |e: redis::RedisError| -> ! {
-        missing_service(format!(
-            "Redis is not reachable at {} ({e}). Start it with `redis-server --daemonize yes \
-             --bind 127.0.0.1 --port 6379 --save '' --appendonly no`, or point REDIS_URL at one.",
-            url()
-        ))
+/// Connect, or say what to start: `None` when the server is missing, and the test, which needs
+/// it, returns at once; under `HOPBUDGET_REQUIRE_SERVICES=1` (CI) a missing server fails the
+/// test instead.
+async fn connect() -> Option<MultiplexedConnection> {
+    let connected = match redis::Client::open(url()) {
+        Ok(client) => client.get_multiplexed_async_connection().await,
+        Err(e) => Err(e),
     };
-    let client = redis::Client::open(url()).unwrap_or_else(|e| fail(e));
-    client
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap_or_else(|e| fail(e))
+    match connected {
+        Ok(conn) => Some(conn),
+        Err(e) => {
+            crate::services_support::skip_or_fail(&format!(
+                "Redis is not reachable at {} ({e}). Start it with `redis-server --daemonize yes \
+                 --bind 127.0.0.1 --port 6379 --save '' --appendonly no`, or point REDIS_URL at one.",
+                url()
+            ));
+            None
+        }
+    }
 }
 
 fn key(name: &str) -> String {
@@ -69,12 +57,14 @@ const FRESH: Duration = Duration::from_secs(10);
 const STALE: Duration = Duration::from_secs(60);
 const RECOMPUTE: Duration = Duration::from_millis(250);
 
-async fn cache() -> (StaleCache<MultiplexedConnection>, MultiplexedConnection) {
-    let conn = connect().await;
+/// The cache on the shared server, and a connection of its own; `None` when the server is
+/// missing (see [`connect`]).
+async fn cache() -> Option<(StaleCache<MultiplexedConnection>, MultiplexedConnection)> {
+    let conn = connect().await?;
     let cache = StaleCache::new(conn.clone(), "catalog", "prices")
         .fresh_for(FRESH)
         .stale_for(STALE);
-    (cache, conn)
+    Some((cache, conn))
 }
 
 /// Put `value` under `key` with `ttl` left, as if written `FRESH + STALE - ttl` ago.
@@ -114,7 +104,9 @@ fn counted(
 
 #[tokio::test]
 async fn a_miss_is_recomputed_when_it_fits_and_written_back() {
-    let (cache, mut conn) = cache().await;
+    let Some((cache, mut conn)) = cache().await else {
+        return;
+    };
     let k = key("miss");
     let _: () = redis::cmd("DEL")
         .arg(&k)
@@ -139,7 +131,9 @@ async fn a_miss_is_recomputed_when_it_fits_and_written_back() {
 
 #[tokio::test]
 async fn a_fresh_value_is_served_however_thin_the_budget() {
-    let (cache, mut conn) = cache().await;
+    let Some((cache, mut conn)) = cache().await else {
+        return;
+    };
     let k = key("fresh");
     put(&mut conn, &k, "fresh", FRESH + STALE).await;
     let calls = Arc::new(AtomicUsize::new(0));
@@ -156,7 +150,9 @@ async fn a_fresh_value_is_served_however_thin_the_budget() {
 
 #[tokio::test]
 async fn stale_is_served_when_the_recompute_cannot_finish_in_the_budget() {
-    let (cache, mut conn) = cache().await;
+    let Some((cache, mut conn)) = cache().await else {
+        return;
+    };
     let k = key("stale");
     put(&mut conn, &k, "old", STALE / 2).await; // past its freshness
     let calls = Arc::new(AtomicUsize::new(0));
@@ -175,7 +171,9 @@ async fn stale_is_served_when_the_recompute_cannot_finish_in_the_budget() {
 
 #[tokio::test]
 async fn stale_is_recomputed_when_the_budget_covers_it() {
-    let (cache, mut conn) = cache().await;
+    let Some((cache, mut conn)) = cache().await else {
+        return;
+    };
     let k = key("refresh");
     put(&mut conn, &k, "old", STALE / 2).await;
     let calls = Arc::new(AtomicUsize::new(0));
@@ -194,7 +192,9 @@ async fn stale_is_recomputed_when_the_budget_covers_it() {
 
 #[tokio::test]
 async fn a_miss_with_no_time_to_recompute_is_refused_before_any_work() {
-    let (cache, mut conn) = cache().await;
+    let Some((cache, mut conn)) = cache().await else {
+        return;
+    };
     let k = key("refused");
     let _: () = redis::cmd("DEL")
         .arg(&k)
@@ -216,7 +216,9 @@ async fn a_miss_with_no_time_to_recompute_is_refused_before_any_work() {
 
 #[tokio::test]
 async fn a_recompute_that_outlives_the_budget_is_stopped_as_expired() {
-    let (cache, mut conn) = cache().await;
+    let Some((cache, mut conn)) = cache().await else {
+        return;
+    };
     let k = key("slow-recompute");
     let _: () = redis::cmd("DEL")
         .arg(&k)
@@ -240,7 +242,9 @@ async fn a_recompute_that_outlives_the_budget_is_stopped_as_expired() {
 async fn redis_commands_are_bounded_by_the_budget() {
     // A blocking pop on the cache's own multiplexed connection holds that connection on the
     // server for 5 s: the read's GET queues behind it, and the budget stops the wait.
-    let conn = connect().await;
+    let Some(conn) = connect().await else {
+        return;
+    };
     let cache = StaleCache::new(conn.clone(), "catalog", "prices");
     let mut blocker = conn.clone();
     let list = key("never-pushed");

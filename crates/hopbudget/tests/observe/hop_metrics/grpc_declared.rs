@@ -8,13 +8,13 @@
 
 use std::time::Duration;
 
-use crate::grpc_delivered::tonic_call;
+use super::grpc_delivered::tonic_call;
 use crate::grpc_support::*;
 use hopbudget::Profile;
 use hopbudget::grpc::server::{DeclaredMethods, GrpcServerLayer};
 use hopbudget_testkit::{HOP_CALL_PATH, HOP_DESCRIPTOR_SET};
 
-use crate::recorder;
+use crate::metrics_support::recorder;
 
 /// The sum of `metric`'s series for `service` whose labels contain `extra`.
 fn count(metric: &str, service: &str, extra: &str) -> u64 {

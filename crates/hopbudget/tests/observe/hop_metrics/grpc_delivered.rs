@@ -20,7 +20,7 @@ use hopbudget::Profile;
 use hopbudget_testkit::HOP_CALL_PATH;
 use hopbudget_testkit::pb::{CallReply, CallRequest};
 
-use crate::recorder;
+use crate::metrics_support::recorder;
 
 /// The sum of `metric`'s series for `service` whose labels contain `extra`.
 fn count(metric: &str, service: &str, extra: &str) -> u64 {

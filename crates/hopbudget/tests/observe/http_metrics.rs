@@ -1,7 +1,8 @@
 //! Rule C14 end to end: real HTTP requests through `ServerBudgetLayer` on an axum server, and
 //! hopbudget's metrics scraped from a real `/metrics` endpoint on another port.
 //!
-//! This binary installs the process-wide recorder, so it holds a single test.
+//! The recorder is the binary's one process-wide recorder (`metrics_support::recorder()`);
+//! the service name `tax-http` is this test's alone in the binary.
 #![cfg(all(feature = "axum", feature = "prometheus"))]
 
 use std::time::Duration;
@@ -11,6 +12,8 @@ use axum::routing::get;
 use hopbudget::http::server::ServerBudgetLayer;
 use hopbudget::{Profile, observe};
 
+use crate::metrics_support::sample;
+
 async fn serve(router: Router) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -18,26 +21,15 @@ async fn serve(router: Router) -> String {
     format!("http://{addr}")
 }
 
-/// The value of the sample `name{labels}` exactly, from Prometheus text.
-fn sample(text: &str, name: &str, labels: &str) -> Option<f64> {
-    let series = format!("{name}{{{labels}}} ");
-    text.lines()
-        .find_map(|l| l.strip_prefix(&series))
-        .map(|v| v.parse().unwrap())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_layer_hops_show_up_on_metrics() {
-    let handle = observe::prometheus::builder()
-        .unwrap()
-        .install_recorder()
-        .unwrap();
+    let handle = crate::metrics_support::recorder().clone();
     observe::describe_metrics();
     let metrics_url =
         serve(Router::new().route("/metrics", get(move || async move { handle.render() }))).await;
 
     let profile = Profile::from_yaml(
-        "service: tax\nroutes: [{path: /slow, min_budget_ms: 200}]",
+        "service: tax-http\nroutes: [{path: /slow, min_budget_ms: 200}]",
         "test-profile",
     )
     .unwrap();
@@ -119,8 +111,9 @@ async fn server_layer_hops_show_up_on_metrics() {
         .await
         .unwrap();
 
-    let items = r#"service="tax",route="/items/{id}""#;
-    let outcome = |route: &str, o: &str| format!(r#"service="tax",route="{route}",outcome="{o}""#);
+    let items = r#"service="tax-http",route="/items/{id}""#;
+    let outcome =
+        |route: &str, o: &str| format!(r#"service="tax-http",route="{route}",outcome="{o}""#);
     assert_eq!(
         sample(
             &text,
@@ -155,12 +148,12 @@ async fn server_layer_hops_show_up_on_metrics() {
         sample(
             &text,
             "hopbudget_malformed_headers_total",
-            r#"service="tax",route="/items/{id}",header="x-request-timeout-ms""#
+            r#"service="tax-http",route="/items/{id}",header="x-request-timeout-ms""#
         ),
         Some(1.0)
     );
 
-    let slow = r#"service="tax",route="/slow""#;
+    let slow = r#"service="tax-http",route="/slow""#;
     assert_eq!(
         sample(&text, "hopbudget_refused_before_work_total", slow),
         Some(1.0)
@@ -170,7 +163,7 @@ async fn server_layer_hops_show_up_on_metrics() {
         Some(1.0)
     );
 
-    let late = r#"service="tax",route="/late""#;
+    let late = r#"service="tax-http",route="/late""#;
     assert_eq!(sample(&text, "hopbudget_late_work_total", late), Some(1.0));
     assert_eq!(
         sample(&text, "hopbudget_late_work_overrun_ms_count", late),
@@ -198,7 +191,7 @@ async fn server_layer_hops_show_up_on_metrics() {
         sample(
             &text,
             "hopbudget_refused_before_work_total",
-            r#"service="tax",route="/answers/refused""#
+            r#"service="tax-http",route="/answers/refused""#
         ),
         Some(1.0)
     );
@@ -206,7 +199,7 @@ async fn server_layer_hops_show_up_on_metrics() {
         sample(
             &text,
             "hopbudget_arrivals_total",
-            r#"service="tax",route="other""#
+            r#"service="tax-http",route="other""#
         ),
         Some(50.0),
         "{text}"

@@ -24,7 +24,7 @@ use hopbudget::http::server::{ServerBudget, ServerBudgetLayer};
 use http_body::Frame;
 use http_body_util::{Full, StreamBody};
 
-use crate::recorder;
+use crate::metrics_support::recorder;
 
 /// `hopbudget_hops_total` for one service, route and outcome (0 when absent).
 fn hops(service: &str, route: &str, outcome: &str) -> u64 {

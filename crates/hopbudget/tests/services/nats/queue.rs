@@ -51,7 +51,9 @@ async fn run_until_quiet(
 
 #[tokio::test]
 async fn live_expired_malformed_and_missing_each_go_where_the_contract_says() {
-    let client = connect().await;
+    let Some(client) = connect().await else {
+        return;
+    };
     let streams = Streams::create(&client, "HB_GATE").await;
     let profile = profile();
     let publisher = Publisher::new(streams.js.clone(), &profile);
@@ -163,7 +165,9 @@ async fn live_expired_malformed_and_missing_each_go_where_the_contract_says() {
 
 #[tokio::test]
 async fn a_publish_below_the_threshold_sends_nothing() {
-    let client = connect().await;
+    let Some(client) = connect().await else {
+        return;
+    };
     let streams = Streams::create(&client, "HB_REFUSE").await;
     let profile = profile();
     let publisher = Publisher::new(streams.js.clone(), &profile);
@@ -186,7 +190,9 @@ async fn a_publish_below_the_threshold_sends_nothing() {
 
 #[tokio::test]
 async fn request_reply_carries_the_budget_and_the_responder_refuses_below_its_threshold() {
-    let client = connect().await;
+    let Some(client) = connect().await else {
+        return;
+    };
     let subject = unique("hb.tax").to_lowercase();
     let profile = profile();
     let entered = Arc::new(Mutex::new(Vec::<Duration>::new()));
@@ -293,7 +299,9 @@ where
 /// and says `cancelled`; before, it waited out the whole budget and said `expired`.
 #[tokio::test]
 async fn a_request_stops_waiting_when_its_budget_is_cancelled() {
-    let client = connect().await;
+    let Some(client) = connect().await else {
+        return;
+    };
     let subject = unique("hb.slow").to_lowercase();
     let entered = Arc::new(tokio::sync::Notify::new());
     let server = respond(&client, &subject, {
@@ -339,7 +347,9 @@ async fn a_request_stops_waiting_when_its_budget_is_cancelled() {
 /// nothing to say) is an error, never `Ok` with an empty payload.
 #[tokio::test]
 async fn a_reply_marked_cancelled_is_not_an_empty_success() {
-    let client = connect().await;
+    let Some(client) = connect().await else {
+        return;
+    };
     let subject = unique("hb.gone").to_lowercase();
     let server = respond(&client, &subject, |_m| async {
         RequestBudget::current().unwrap().cancel();
@@ -389,7 +399,9 @@ async fn run_until<H, Fut>(
 /// one without a deadline header got a fresh edge total every time: it came back forever.
 #[tokio::test]
 async fn a_failing_handler_ends_in_an_expired_dead_letter_even_without_a_deadline() {
-    let client = connect().await;
+    let Some(client) = connect().await else {
+        return;
+    };
     let streams = Streams::create(&client, "HB_RETRY").await;
     let profile = Profile::from_yaml("service: billing\nedge_total_ms: 400\n", "p.yaml").unwrap();
     // No deadline header: the edge total, 400 ms, for all its attempts.
@@ -471,7 +483,9 @@ async fn a_failing_handler_ends_in_an_expired_dead_letter_even_without_a_deadlin
 /// expired before any work (and its handler never runs), not "while the work ran".
 #[tokio::test]
 async fn a_message_expiring_while_it_waits_for_a_slot_is_dead_lettered_before_work() {
-    let client = connect().await;
+    let Some(client) = connect().await else {
+        return;
+    };
     let streams = Streams::create(&client, "HB_SLOT").await;
     let profile = profile();
     let publisher = Publisher::new(streams.js.clone(), &profile);
@@ -543,7 +557,9 @@ async fn a_message_expiring_while_it_waits_for_a_slot_is_dead_lettered_before_wo
 /// consumer's skew allowance: what its work calls is not told a deadline after the user's.
 #[tokio::test]
 async fn a_consumer_works_within_the_stamped_deadline() {
-    let client = connect().await;
+    let Some(client) = connect().await else {
+        return;
+    };
     let streams = Streams::create(&client, "HB_SKEW").await;
     let profile = profile();
     // A request with 99 ms left forwards 93 ms (C2: 5 ms margin, 1 ms transit).
@@ -587,7 +603,9 @@ async fn a_consumer_works_within_the_stamped_deadline() {
 #[tokio::test]
 async fn an_event_with_its_own_deadline_outlives_the_request_that_published_it() {
     use hopbudget::queue::{EventDeadline, Stamper};
-    let client = connect().await;
+    let Some(client) = connect().await else {
+        return;
+    };
     let streams = Streams::create(&client, "HB_OWN").await;
     let profile = profile();
     let inherit = Publisher::new(streams.js.clone(), &profile);
@@ -652,7 +670,9 @@ async fn a_publish_error_answers_like_a_budget_error() {
     use axum::routing::get;
     use hopbudget::http::server::ServerBudgetLayer;
     use hopbudget::queue::nats::PublishError;
-    let client = connect().await;
+    let Some(client) = connect().await else {
+        return;
+    };
     let streams = Streams::create(&client, "HB_ERR").await;
     let profile = profile();
     let publisher = Publisher::new(streams.js.clone(), &profile);

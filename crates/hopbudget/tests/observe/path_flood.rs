@@ -7,11 +7,10 @@
 //! more, and bounds the growth: counter values gain digits, nothing else may grow. A per-path
 //! label would add about 100 bytes of output per path (about 10 MB) and a key-cache entry each.
 //!
-//! This binary installs the process-wide recorder, so it holds a single test.
+//! The resident set size is the whole process's, so the test runs in a process of its own
+//! (`support/own_process.rs`), where it is the only test and its recorder the binary's one
+//! (`metrics_support::recorder()`).
 #![cfg(all(feature = "axum", feature = "prometheus"))]
-
-#[path = "support/http.rs"]
-mod http_support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -19,7 +18,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use axum::Router;
 use axum::routing::get;
 use hopbudget::http::server::ServerBudgetLayer;
-use hopbudget::observe;
+
+use crate::http_support;
 
 /// Resident set size of this process, from `/proc/self/status` (Linux).
 fn rss_bytes() -> u64 {
@@ -63,12 +63,24 @@ async fn flood(base: &str, start: u64, count: u64) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn s15_a_flood_of_unknown_paths_leaves_metrics_and_memory_flat() {
-    let handle = observe::prometheus::builder()
-        .expect("buckets")
-        .install_recorder()
-        .expect("the only recorder in this binary");
+#[test]
+fn s15_a_flood_of_unknown_paths_leaves_metrics_and_memory_flat() {
+    if !crate::own_process::run_alone(
+        "path_flood::s15_a_flood_of_unknown_paths_leaves_metrics_and_memory_flat",
+    ) {
+        return;
+    }
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(flood_and_measure());
+}
+
+/// The test itself, alone in its process.
+async fn flood_and_measure() {
+    let handle = crate::metrics_support::recorder();
     let profile =
         http_support::profile("service: flood\nroutes: [{path: /known, min_budget_ms: 20}]");
     let base = http_support::serve(

@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use crate::postgres_support::{marker, ms, unreachable, url};
+use crate::postgres_support::{available, marker, ms, unreachable, url};
 use hopbudget::postgres::{BudgetPool, QueryError, Transaction};
 use hopbudget::{BudgetError, HopPolicy, RequestBudget};
 
@@ -62,6 +62,9 @@ fn check(failures: Vec<(usize, QueryError)>, rounds: usize) {
 /// the only connection.
 #[tokio::test]
 async fn a_late_cancel_never_kills_the_next_requests_statement() {
+    if !available().await {
+        return;
+    }
     let pool = one_connection_pool();
     let tag = marker("late_cancel");
     let first_sql = format!("SELECT pg_sleep(5) /* {tag} */");
@@ -113,6 +116,9 @@ async fn wait_queued_or_started(pool: &BudgetPool) {
 /// a cancel request is sent; the request queued for the connection must not receive it.
 #[tokio::test]
 async fn a_dropped_transactions_cancel_never_kills_the_next_requests_statement() {
+    if !available().await {
+        return;
+    }
     let pool = one_connection_pool();
     let mut failures = Vec::new();
     for round in 0..ROUNDS {

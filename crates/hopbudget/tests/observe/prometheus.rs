@@ -1,7 +1,9 @@
 //! Rule C14: hopbudget's metrics scraped from a real `/metrics` endpoint in Prometheus text
 //! format, checking every name, type and label, the histogram buckets and the recording rules.
 //!
-//! This binary installs the process-wide recorder, so it holds a single test.
+//! The recorder is the binary's one process-wide recorder (`metrics_support::recorder()`);
+//! the service name `tax-prometheus` is this test's alone in the binary. Other tests' series
+//! are there too: each has the labels of its metric, which is what this test checks of all.
 #![cfg(feature = "prometheus")]
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -74,7 +76,7 @@ fn value(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> Option<f64>
 }
 
 fn drive_hops() {
-    let tax = HopLabels::new("tax", "/tax/{id}", Protocol::Http);
+    let tax = HopLabels::new("tax-prometheus", "/tax/{id}", Protocol::Http);
     let budget = |ms| {
         RequestBudget::from_carrier(
             Carrier::RelativeMs,
@@ -106,7 +108,7 @@ fn drive_hops() {
     observe::malformed_header(&tax, "grpc-timeout");
 
     // A gRPC route whose profile says 250 ms is low: a 120 ms arrival counts.
-    let quote = HopLabels::new("tax", "/tax.Tax/Quote", Protocol::Grpc)
+    let quote = HopLabels::new("tax-prometheus", "/tax.Tax/Quote", Protocol::Grpc)
         .with_low_budget(Duration::from_millis(250));
     Hop::start(&quote, &budget(120)).finish(Outcome::Completed);
 
@@ -118,13 +120,14 @@ fn drive_hops() {
     // A cheaper path taken, and a cache read served stale because a recompute could not
     // finish in the budget.
     let thin = budget(100);
-    Degrade::new("tax", "/tax/{id}", "stale-rates").choose(&thin, Duration::from_millis(180));
-    let reads = CacheReads::new("tax", "rates");
+    Degrade::new("tax-prometheus", "/tax/{id}", "stale-rates")
+        .choose(&thin, Duration::from_millis(180));
+    let reads = CacheReads::new("tax-prometheus", "rates");
     let span = reads.span("rates:eu", &thin, Duration::from_millis(250));
     reads.record(&span, CacheChoice::Stale);
 
     // Labels looked up per request from a borrowed route share the keys of earlier ones.
-    let service: std::sync::Arc<str> = "tax".into();
+    let service: std::sync::Arc<str> = "tax-prometheus".into();
     for _ in 0..2 {
         let route = String::from("/interned");
         let labels = HopLabels::for_route(&service, &route, Protocol::Http);
@@ -138,7 +141,7 @@ fn drive_hops() {
     // counted by what enforcement would have done.
     let dry_run = std::sync::Arc::new(hopbudget::hop::HopConfig::new(
         hopbudget::Profile::from_yaml(
-            "service: tax\nenforce: false\nroutes: [{path: /dry-run, min_budget_ms: 200}]\n",
+            "service: tax-prometheus\nenforce: false\nroutes: [{path: /dry-run, min_budget_ms: 200}]\n",
             "dry-run.yaml",
         )
         .unwrap(),
@@ -157,10 +160,7 @@ fn drive_hops() {
 
 #[tokio::test]
 async fn metrics_endpoint_exposes_every_hopbudget_metric() {
-    let handle = observe::prometheus::builder()
-        .unwrap()
-        .install_recorder()
-        .unwrap();
+    let handle = crate::metrics_support::recorder().clone();
     observe::describe_metrics();
 
     let app = Router::new().route("/metrics", get(move || async move { handle.render() }));
@@ -249,12 +249,12 @@ async fn metrics_endpoint_exposes_every_hopbudget_metric() {
 
     assert!(
         text.contains(
-            "hopbudget_unenforced_total{service=\"tax\",route=\"/dry-run\",would=\"refused\"} 1"
+            "hopbudget_unenforced_total{service=\"tax-prometheus\",route=\"/dry-run\",would=\"refused\"} 1"
         ),
         "{text}"
     );
 
-    let tax = [("service", "tax"), ("route", "/tax/{id}")];
+    let tax = [("service", "tax-prometheus"), ("route", "/tax/{id}")];
     let with = |extra: (&'static str, &'static str)| [tax[0], tax[1], extra];
     assert_eq!(
         value(
@@ -302,6 +302,7 @@ async fn metrics_endpoint_exposes_every_hopbudget_metric() {
         );
         let in_bucket = samples.iter().find(|s| {
             s.name == "hopbudget_hop_duration_ms_bucket"
+                && s.labels.get("service").map(String::as_str) == Some("tax-prometheus")
                 && s.labels.get("route").map(String::as_str) == Some("/tax/{id}")
                 && s.labels.get("outcome").map(String::as_str) == Some(outcome)
                 && s.labels.get("le").map(String::as_str) == Some("1050")
@@ -373,11 +374,15 @@ async fn metrics_endpoint_exposes_every_hopbudget_metric() {
         value(
             &samples,
             "hopbudget_cache_reads_total",
-            &[("service", "tax"), ("cache", "rates"), ("choice", "stale")]
+            &[
+                ("service", "tax-prometheus"),
+                ("cache", "rates"),
+                ("choice", "stale")
+            ]
         ),
         Some(1.0)
     );
-    let moved = [("service", "tax"), ("route", "/moved")];
+    let moved = [("service", "tax-prometheus"), ("route", "/moved")];
     assert_eq!(
         value(&samples, "hopbudget_arrivals_total", &moved),
         Some(1.0)
@@ -390,12 +395,12 @@ async fn metrics_endpoint_exposes_every_hopbudget_metric() {
         ),
         Some(1.0)
     );
-    let interned = [("service", "tax"), ("route", "/interned")];
+    let interned = [("service", "tax-prometheus"), ("route", "/interned")];
     assert_eq!(
         value(&samples, "hopbudget_arrivals_total", &interned),
         Some(2.0)
     );
-    let quote = [("service", "tax"), ("route", "/tax.Tax/Quote")];
+    let quote = [("service", "tax-prometheus"), ("route", "/tax.Tax/Quote")];
     assert_eq!(
         value(&samples, "hopbudget_low_budget_arrivals_total", &quote),
         Some(1.0)

@@ -1,5 +1,6 @@
 //! Rule C14: hop spans exported to a file as OTLP JSON, one `ExportTraceServiceRequest` per
-//! line, in the shape an OpenTelemetry Collector's file exporter writes.
+//! line, in the shape an OpenTelemetry Collector's file exporter writes. Each test's subscriber
+//! is its thread's own, except `otlp::install`'s, the global one.
 #![cfg(feature = "otlp")]
 
 use std::path::PathBuf;
@@ -244,8 +245,14 @@ fn an_unopenable_file_is_named_in_the_error() {
     );
 }
 
+/// In a process of its own (`support/own_process.rs`): the global subscriber it installs
+/// would otherwise catch the spans of every other test of the binary on a thread with no
+/// subscriber of its own.
 #[test]
 fn install_sets_the_global_subscriber_once() {
+    if !crate::own_process::run_alone("otlp::install_sets_the_global_subscriber_once") {
+        return;
+    }
     let path = temp_path("install");
     let otlp = hopbudget::observe::otlp::install(&path, "global").unwrap();
     // Spawned thread: no scoped subscriber there, so the global one sees it.

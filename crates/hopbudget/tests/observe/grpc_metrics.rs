@@ -1,14 +1,12 @@
 //! Each gRPC hop is observable (C14): the `hopbudget_*` metrics count completed, refused,
 //! expired and cancelled calls, missing deadlines and malformed headers, per service and
-//! method path. One test in this binary, because it installs the global recorder.
+//! method path. Read from the binary's one process-wide recorder
+//! (`metrics_support::recorder()`), under service names (`m-*`) no other test uses.
 #![cfg(all(feature = "grpc", feature = "metrics"))]
-
-#[path = "support/grpc/mod.rs"]
-mod grpc_support;
 
 use std::time::Duration;
 
-use grpc_support::*;
+use crate::grpc_support::*;
 use hopbudget::Profile;
 use hopbudget_testkit::HOP_CALL_PATH;
 
@@ -23,9 +21,7 @@ fn count(text: &str, metric: &str, service: &str, extra: &str) -> u64 {
 
 #[tokio::test]
 async fn every_grpc_outcome_is_counted() {
-    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new()
-        .install_recorder()
-        .unwrap();
+    let recorder = crate::metrics_support::recorder();
 
     // completed, and a missing deadline (C8)
     let ok = serve_profile("m-ok", Profile::default()).await;

@@ -1,8 +1,8 @@
 //! Budgeted PostgreSQL queries against a real server (rules C3, C4, C5, C7, C21, C22).
 //!
 //! Needs PostgreSQL at `DATABASE_URL` (default `postgres://postgres@127.0.0.1:5432/test`,
-//! trust auth). Without it every test here says how to start it: it fails under
-//! `HOPBUDGET_REQUIRE_SERVICES=1` (CI) and is skipped otherwise.
+//! trust auth). Without it every test here that needs it says how to start it: it fails under
+//! `HOPBUDGET_REQUIRE_SERVICES=1` (CI) and is skipped otherwise (`support/postgres.rs`).
 //! Each test tags its SQL with a unique marker and watches `pg_stat_activity` from a separate
 //! connection to see what the server is really running.
 #![cfg(feature = "postgres")]
@@ -11,48 +11,10 @@ use std::time::{Duration, Instant};
 
 use hopbudget::postgres::{BudgetPool, QueryError, Transaction};
 use hopbudget::{BudgetError, HopPolicy, RequestBudget};
-use tokio_postgres::NoTls;
+
+use crate::postgres_support::{available, marker, ms, observer, unreachable, url};
 
 const POOL_SIZE: usize = 4;
-
-fn url() -> String {
-    std::env::var("DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
-}
-
-fn unreachable(e: impl std::fmt::Display) -> ! {
-    missing_service(format!(
-        "PostgreSQL is not reachable at {} ({e}). Start it with \
-         `pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start`, \
-         or point DATABASE_URL at one (trust auth, database `test`).",
-        url()
-    ))
-}
-
-/// A missing server: with `HOPBUDGET_REQUIRE_SERVICES=1` (CI, `scripts/test-all`) the test
-/// fails with `message`; without it this binary's tests, which all need the server, are
-/// skipped: the message says what to start, and the process ends with status 0.
-fn missing_service(message: String) -> ! {
-    if std::env::var("HOPBUDGET_REQUIRE_SERVICES").as_deref() == Ok("1") {
-        panic!("{message}");
-    }
-    // Straight to stderr: the test harness would swallow `eprintln!` from a test thread.
-    use std::io::Write as _;
-    let _ = writeln!(
-        std::io::stderr(),
-        "SKIPPED (HOPBUDGET_REQUIRE_SERVICES=1 makes this a failure): {message}"
-    );
-    std::process::exit(0)
-}
-
-/// A unique tag for this test's SQL, so `pg_stat_activity` finds only its statements.
-fn marker(name: &str) -> String {
-    format!("hopbudget_{name}_{}", std::process::id())
-}
-
-fn ms(v: u64) -> Duration {
-    Duration::from_millis(v)
-}
 
 fn budget(v: u64) -> RequestBudget {
     RequestBudget::local(ms(v), HopPolicy::DEFAULT)
@@ -119,15 +81,6 @@ async fn all_answer(pool: &BudgetPool) {
         let seven: i32 = conn.query_one("SELECT 7", &[]).await.unwrap().get(0);
         assert_eq!(seven, 7);
     }
-}
-
-/// A separate connection that watches what the server runs.
-async fn observer() -> tokio_postgres::Client {
-    let (client, conn) = tokio_postgres::connect(&url(), NoTls)
-        .await
-        .unwrap_or_else(|e| unreachable(e));
-    tokio::spawn(conn);
-    client
 }
 
 /// Statements carrying `marker` that the server is executing now.
@@ -197,6 +150,9 @@ async fn refused_before_any_connection_or_byte() {
 
 #[tokio::test]
 async fn the_server_cancels_a_sleep_that_would_outlive_its_budget() {
+    if !available().await {
+        return;
+    }
     let pool = full_pool().await;
     let observer = observer().await;
     let tag = marker("outlive");
@@ -229,6 +185,9 @@ async fn the_server_cancels_a_sleep_that_would_outlive_its_budget() {
 /// budget, no cancel at its deadline, no refusal for a cost above what is left.
 #[tokio::test]
 async fn with_enforcement_off_a_query_outlives_its_budget_to_its_end() {
+    if !available().await {
+        return;
+    }
     let pool = full_pool().await;
     let off = HopPolicy {
         enforce: false,
@@ -247,6 +206,9 @@ async fn with_enforcement_off_a_query_outlives_its_budget_to_its_end() {
 
 #[tokio::test]
 async fn the_deadline_across_several_statements_cancels_on_the_server() {
+    if !available().await {
+        return;
+    }
     // Each statement fits the statement timeout; together they outlive the budget, so the
     // budget's own deadline fires mid-statement and a cancel request stops the server.
     let pool = full_pool().await;
@@ -269,6 +231,9 @@ async fn the_deadline_across_several_statements_cancels_on_the_server() {
 
 #[tokio::test]
 async fn a_cancelled_budget_sends_a_real_cancel_request() {
+    if !available().await {
+        return;
+    }
     let pool = full_pool().await;
     let observer = observer().await;
     let tag = marker("cancel");
@@ -292,6 +257,9 @@ async fn a_cancelled_budget_sends_a_real_cancel_request() {
 
 #[tokio::test]
 async fn a_dropped_query_is_cancelled_and_its_connection_closed() {
+    if !available().await {
+        return;
+    }
     let pool = full_pool().await;
     let observer = observer().await;
     let tag = marker("dropped");
@@ -310,6 +278,9 @@ async fn a_dropped_query_is_cancelled_and_its_connection_closed() {
 
 #[tokio::test]
 async fn the_statement_timeout_is_the_forward_budget_and_ends_with_the_transaction() {
+    if !available().await {
+        return;
+    }
     let pool = BudgetPool::connect(&url(), 1).unwrap_or_else(|e| unreachable(e));
     let rows = pool
         .query(&budget(1_000), ms(1), "SHOW statement_timeout", &[])
@@ -334,6 +305,9 @@ async fn the_statement_timeout_is_the_forward_budget_and_ends_with_the_transacti
 
 #[tokio::test]
 async fn waiting_for_a_connection_stops_when_the_budget_cannot_cover_the_cost() {
+    if !available().await {
+        return;
+    }
     let pool = BudgetPool::connect(&url(), 1).unwrap_or_else(|e| unreachable(e));
     let held = pool.pool().get().await.unwrap_or_else(|e| unreachable(e));
     let started = Instant::now();
@@ -349,6 +323,9 @@ async fn waiting_for_a_connection_stops_when_the_budget_cannot_cover_the_cost() 
 
 #[tokio::test]
 async fn a_database_error_stays_a_database_error() {
+    if !available().await {
+        return;
+    }
     let pool = full_pool().await;
     let err = pool
         .query(&budget(1_000), ms(1), "SELECT 1 / 0", &[])
@@ -372,6 +349,9 @@ async fn a_database_error_stays_a_database_error() {
 
 #[tokio::test]
 async fn a_transaction_commits_inside_its_budget() {
+    if !available().await {
+        return;
+    }
     let pool = full_pool().await;
     let table = marker("commit");
     let observer = observer().await;

@@ -2,8 +2,8 @@
 //! `budget.admit(cost)?` counts as `refused` (and refused before work), a returned expiry as
 //! `expired`, exactly as if the server layer had answered. Real axum server on loopback.
 //!
-//! The recorder is the binary's one process-wide recorder (`crate::recorder`); the service
-//! name `tax` is this test's alone in the binary.
+//! The recorder is the binary's one process-wide recorder (`metrics_support::recorder()`); the
+//! service name `tax-errors` is this test's alone in the binary.
 #![cfg(all(feature = "axum", feature = "prometheus"))]
 
 use std::time::Duration;
@@ -13,16 +13,11 @@ use axum::routing::get;
 use hopbudget::http::server::ServerBudgetLayer;
 use hopbudget::{BudgetError, Profile, RequestBudget};
 
-fn sample(text: &str, name: &str, labels: &str) -> Option<f64> {
-    let series = format!("{name}{{{labels}}} ");
-    text.lines()
-        .find_map(|l| l.strip_prefix(&series))
-        .map(|v| v.parse().unwrap())
-}
+use crate::metrics_support::sample;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_returned_budget_error_is_the_hops_outcome() {
-    let handle = crate::recorder();
+    let handle = crate::metrics_support::recorder();
 
     async fn tax(budget: RequestBudget) -> Result<&'static str, BudgetError> {
         budget.admit(Duration::from_millis(300))?;
@@ -35,7 +30,7 @@ async fn a_returned_budget_error_is_the_hops_outcome() {
         .route("/tax", get(tax))
         .route("/expire", get(expire))
         .layer(ServerBudgetLayer::new(
-            Profile::default().with_service("tax"),
+            Profile::default().with_service("tax-errors"),
         ));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -61,7 +56,7 @@ async fn a_returned_budget_error_is_the_hops_outcome() {
         sample(
             &text,
             "hopbudget_hops_total",
-            &format!("service=\"tax\",route=\"{route}\",outcome=\"{outcome}\""),
+            &format!("service=\"tax-errors\",route=\"{route}\",outcome=\"{outcome}\""),
         )
     };
     assert_eq!(hops("/tax", "refused"), Some(1.0), "{text}");
@@ -72,7 +67,7 @@ async fn a_returned_budget_error_is_the_hops_outcome() {
         sample(
             &text,
             "hopbudget_refused_before_work_total",
-            "service=\"tax\",route=\"/tax\""
+            "service=\"tax-errors\",route=\"/tax\""
         ),
         Some(1.0),
         "{text}"
