@@ -18,6 +18,7 @@
 
 use std::time::Duration;
 
+use crate::support::serial::one_demo_at_a_time;
 use hopbudget_demo::demo::{self, DemoOptions, Mode, ModeResult, Topology};
 
 fn hop(m: &ModeResult, name: &str) -> demo::results::HopResult {
@@ -26,6 +27,7 @@ fn hop(m: &ModeResult, name: &str) -> demo::results::HopResult {
 
 #[test]
 fn three_modes_on_one_schedule() {
+    let _demo = one_demo_at_a_time();
     let mut opts = DemoOptions::new(Topology::builtin().unwrap());
     opts.duration = Some(Duration::from_secs(4));
     opts.drain_limit = Duration::from_secs(3);

@@ -1,5 +1,4 @@
 //! Reading the demo's trace files back, for the tests that check them.
-#![allow(dead_code)]
 
 use std::path::Path;
 

@@ -4,10 +4,12 @@
 
 use std::time::Duration;
 
+use crate::support::serial::one_demo_at_a_time;
 use hopbudget_demo::demo::{self, DemoOptions, Mode, Topology};
 
 #[test]
 fn the_sweep_runs_every_mode_at_every_load() {
+    let _demo = one_demo_at_a_time();
     let mut opts = DemoOptions::new(Topology::builtin().unwrap());
     // No headline runs: only the sweep, one second per point and mode.
     opts.duration = Some(Duration::from_millis(500));

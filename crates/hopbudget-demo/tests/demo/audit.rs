@@ -7,11 +7,12 @@
 //!
 //! It lives with the demo because the traces are the demo's (its `--forgetful` option exists
 //! to make them); the audit comes in as a dev-dependency, so the operator's crate never
-//! compiles the demo. The `hopbudget` binary itself is run on traces by `audit_input.rs`.
+//! compiles the demo. The `hopbudget` binary itself is run on traces by `audit/input.rs`.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::support::serial::one_demo_at_a_time;
 use clap::Parser;
 use hopbudget_cli::audit::command::{self, AuditArgs};
 use hopbudget_demo::demo::{self, DemoOptions, Mode, Topology};
@@ -52,6 +53,7 @@ struct Audit {
 
 #[test]
 fn audit_names_the_forgetful_hop_and_the_reset_below_it_then_finds_nothing_on_clean_traces() {
+    let _demo = one_demo_at_a_time();
     let broken = demo_traces(Some("warehouse-router"), "forgetful");
     let html = broken.with_extension("html");
     let (status, json) = audit(&[

@@ -3,10 +3,12 @@
 //! queue, and its outcomes are counted as they are in process.
 //!
 //! Like the library's NATS tests, when the server is not there the message says what to start:
-//! a failure with `HOPBUDGET_REQUIRE_SERVICES=1` (CI), else the tests are skipped.
+//! a failure with `HOPBUDGET_REQUIRE_SERVICES=1` (CI), else the tests that need it are
+//! skipped (they return, and pass).
 
 use std::time::Duration;
 
+use crate::support::serial::one_demo_at_a_time;
 use async_nats::jetstream;
 use hopbudget_demo::demo::{self, DemoOptions, Mode, Topology};
 
@@ -24,9 +26,9 @@ fn broker_url() -> String {
 }
 
 /// A missing server: with `HOPBUDGET_REQUIRE_SERVICES=1` (CI, `scripts/test-all`) the test
-/// fails with `message`; without it this binary's tests, which all need the server, are
-/// skipped: the message says what to start, and the process ends with status 0.
-fn missing_service(message: String) -> ! {
+/// fails with `message`; without it the test is skipped: it says what to start, and returns.
+/// Not `process::exit`: this binary holds the demo's other tests, which need no server.
+fn missing_service(message: String) {
     if std::env::var("HOPBUDGET_REQUIRE_SERVICES").as_deref() == Ok("1") {
         panic!("{message}");
     }
@@ -34,34 +36,40 @@ fn missing_service(message: String) -> ! {
     use std::io::Write as _;
     let _ = writeln!(
         std::io::stderr(),
-        "SKIPPED (HOPBUDGET_REQUIRE_SERVICES=1 makes this a failure): {message}"
+        "skipped: {message} (HOPBUDGET_REQUIRE_SERVICES=1 makes this a failure)"
     );
-    std::process::exit(0)
 }
 
 /// The demo stream's last sequence number (0 before it exists): every message the demo
-/// stores there, e-mails and dead-letter copies, advances it.
-fn stream_sequence() -> u64 {
+/// stores there, e-mails and dead-letter copies, advances it. `None` when NATS is not there
+/// and the test is skipped.
+fn stream_sequence() -> Option<u64> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
     rt.block_on(async {
         let url = nats_url();
-        let client = async_nats::ConnectOptions::new()
+        let client = match async_nats::ConnectOptions::new()
             .connection_timeout(Duration::from_secs(5))
             .connect(&url)
             .await
-            .unwrap_or_else(|e| {
+        {
+            Ok(client) => client,
+            Err(e) => {
                 missing_service(format!(
-                    "NATS is not reachable at {url} ({e}); start a server with JetStream \
-                     (`nats-server -js`) or set NATS_URL to one"
-                ))
-            });
-        match jetstream::new(client).get_stream("HOPBUDGET_DEMO").await {
-            Ok(mut stream) => stream.info().await.unwrap().state.last_sequence,
-            Err(_) => 0,
-        }
+                    "start a NATS server with JetStream (`nats-server -js`) or set NATS_URL to \
+                     one: NATS is not reachable at {url} ({e})"
+                ));
+                return None;
+            }
+        };
+        Some(
+            match jetstream::new(client).get_stream("HOPBUDGET_DEMO").await {
+                Ok(mut stream) => stream.info().await.unwrap().state.last_sequence,
+                Err(_) => 0,
+            },
+        )
     })
 }
 
@@ -76,12 +84,15 @@ fn short(topology: Topology, modes: Vec<Mode>, broker: Option<String>) -> DemoOp
 
 #[test]
 fn background_email_over_nats_is_counted_as_in_process() {
-    let before = stream_sequence();
+    let _demo = one_demo_at_a_time();
+    let Some(before) = stream_sequence() else {
+        return;
+    };
     let modes = vec![Mode::Timeouts, Mode::Propagated];
     let topology = Topology::builtin().unwrap();
     let (over_nats, _) =
         demo::run(&short(topology.clone(), modes.clone(), Some(broker_url()))).unwrap();
-    let after = stream_sequence();
+    let after = stream_sequence().expect("NATS was there at the start");
     let (in_process, _) = demo::run(&short(topology, modes, None)).unwrap();
     let table = demo::report::table(&over_nats);
     println!(
@@ -115,6 +126,7 @@ fn background_email_over_nats_is_counted_as_in_process() {
 
 #[test]
 fn a_backlog_over_nats_is_gated_before_any_work() {
+    let _demo = one_demo_at_a_time();
     // One worker, slow e-mails, a deadline shorter than the wait in the backlog: the
     // propagated mode's stamped deadline lapses in the stream and hopbudget's gate drops
     // those messages (dead-lettered) before any work (S10).
@@ -128,10 +140,12 @@ fn a_backlog_over_nats_is_gated_before_any_work() {
     bg.deadline_ms = 150;
     bg.latency.p50_ms = 100.0;
     bg.latency.p99_ms = 120.0;
-    let before = stream_sequence();
+    let Some(before) = stream_sequence() else {
+        return;
+    };
     let (results, _) =
         demo::run(&short(topology, vec![Mode::Propagated], Some(broker_url()))).unwrap();
-    let after = stream_sequence();
+    let after = stream_sequence().expect("NATS was there at the start");
     let table = demo::report::table(&results);
     println!("{table}");
     let b = &results.mode(Mode::Propagated).unwrap().background;

@@ -6,12 +6,12 @@
 //! span in the trace file, in `hopbudget_degraded_total`, and in the demo's count of
 //! degraded answers.
 
-mod common;
-
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::time::Duration;
 
+use crate::support::serial::one_demo_at_a_time;
+use crate::support::trace_file;
 use hopbudget_demo::demo::{self, DemoOptions, Mode, Topology};
 
 fn options(modes: Vec<Mode>, name: &str) -> (DemoOptions, std::path::PathBuf) {
@@ -27,16 +27,17 @@ fn options(modes: Vec<Mode>, name: &str) -> (DemoOptions, std::path::PathBuf) {
 
 #[test]
 fn every_hop_span_is_the_child_of_the_span_id_that_arrived_in_its_traceparent() {
+    let _demo = one_demo_at_a_time();
     // Two modes one after another in one process, each with its own exporter.
     let (opts, dir) = options(vec![Mode::Timeouts, Mode::Propagated], "demo-traces");
     let topology = opts.topology.clone();
     demo::run(&opts).unwrap();
     for mode in [Mode::Timeouts, Mode::Propagated] {
-        let spans = common::spans(&demo::traces::path_for(&dir, mode));
-        let hops = common::hops(&spans);
+        let spans = trace_file::spans(&demo::traces::path_for(&dir, mode));
+        let hops = trace_file::hops(&spans);
         let by_id: HashMap<_, _> = spans.iter().map(|s| (s.span_id.clone(), s)).collect();
         let service = |s: &hopbudget::observe::otlp::proto::Span| {
-            common::text(s, "service.name").unwrap().to_owned()
+            trace_file::text(s, "service.name").unwrap().to_owned()
         };
         let (mut roots, mut from_wire) = (0, 0);
         for s in &hops {
@@ -55,13 +56,17 @@ fn every_hop_span_is_the_child_of_the_span_id_that_arrived_in_its_traceparent() 
             assert_eq!(service(parent), caller.name, "{mode}: {name}");
             // A hop whose handler ran recorded the header as it arrived: the parent is the
             // span id in it, not one derived from the topology.
-            if common::text(s, "deadline.outcome") == Some("completed") {
-                let tp = common::text(s, "demo.traceparent")
+            if trace_file::text(s, "deadline.outcome") == Some("completed") {
+                let tp = trace_file::text(s, "demo.traceparent")
                     .unwrap_or_else(|| panic!("{mode}: {name} got no traceparent"));
                 let fields: Vec<&str> = tp.split('-').collect();
                 assert_eq!(fields.len(), 4, "{tp}");
-                assert_eq!(fields[1], common::hex(&s.trace_id), "{mode}: {name}");
-                assert_eq!(fields[2], common::hex(&s.parent_span_id), "{mode}: {name}");
+                assert_eq!(fields[1], trace_file::hex(&s.trace_id), "{mode}: {name}");
+                assert_eq!(
+                    fields[2],
+                    trace_file::hex(&s.parent_span_id),
+                    "{mode}: {name}"
+                );
                 from_wire += 1;
             }
         }
@@ -76,8 +81,8 @@ fn every_hop_span_is_the_child_of_the_span_id_that_arrived_in_its_traceparent() 
         assert!(!reco.is_empty());
         for s in reco {
             match mode {
-                Mode::Propagated => assert!(common::int(s, "deadline.remaining_ms").is_some()),
-                _ => assert_eq!(common::text(s, "deadline.source"), Some("none")),
+                Mode::Propagated => assert!(trace_file::int(s, "deadline.remaining_ms").is_some()),
+                _ => assert_eq!(trace_file::text(s, "deadline.source"), Some("none")),
             }
         }
     }
@@ -85,6 +90,7 @@ fn every_hop_span_is_the_child_of_the_span_id_that_arrived_in_its_traceparent() 
 
 #[test]
 fn reco_scorer_degrades_instead_of_refusing_and_says_so() {
+    let _demo = one_demo_at_a_time();
     let metrics = metrics_exporter_prometheus::PrometheusBuilder::new()
         .install_recorder()
         .unwrap();
@@ -107,11 +113,11 @@ fn reco_scorer_degrades_instead_of_refusing_and_says_so() {
     assert!(counted > 0.0, "{table}");
 
     // ... on a span in the trace file, inside reco-scorer's hop span, one per decision ...
-    let spans = common::spans(&demo::traces::path_for(&dir, Mode::Propagated));
+    let spans = trace_file::spans(&demo::traces::path_for(&dir, Mode::Propagated));
     let by_id: HashMap<_, _> = spans.iter().map(|s| (s.span_id.clone(), s)).collect();
     let cheap: Vec<_> = spans
         .iter()
-        .filter(|s| s.name == "degrade" && common::text(s, "degrade.choice") == Some("cheap"))
+        .filter(|s| s.name == "degrade" && trace_file::text(s, "degrade.choice") == Some("cheap"))
         .collect();
     assert_eq!(
         cheap.len() as f64,
@@ -120,19 +126,19 @@ fn reco_scorer_degrades_instead_of_refusing_and_says_so() {
     );
     for s in &cheap {
         let hop = by_id[&s.parent_span_id];
-        assert_eq!(common::text(hop, "service.name"), Some("reco-scorer"));
-        assert!(common::int(s, "deadline.remaining_ms").unwrap() < 240);
+        assert_eq!(trace_file::text(hop, "service.name"), Some("reco-scorer"));
+        assert!(trace_file::int(s, "deadline.remaining_ms").unwrap() < 240);
     }
 
     // ... no refusal while the cheap path could still answer (reco-scorer's minimum budget
     // is the cheap path's cost, not the model's) ...
     let reco_spec = opts.topology.service("reco-scorer").unwrap();
     let cheap_cost = reco_spec.degrade.as_ref().unwrap().latency.p99_ms as i64;
-    for s in common::hops(&spans) {
-        if common::text(s, "service.name") == Some("reco-scorer")
-            && common::text(s, "deadline.outcome") == Some("refused")
+    for s in trace_file::hops(&spans) {
+        if trace_file::text(s, "service.name") == Some("reco-scorer")
+            && trace_file::text(s, "deadline.outcome") == Some("refused")
         {
-            let required = common::int(s, "deadline.required_ms").unwrap();
+            let required = trace_file::int(s, "deadline.required_ms").unwrap();
             assert!(
                 required <= cheap_cost,
                 "refused needing {required} ms\n{table}"
@@ -146,7 +152,7 @@ fn reco_scorer_degrades_instead_of_refusing_and_says_so() {
     let clients = raw[0].collector.clients();
     let mut checked = 0;
     for s in &cheap {
-        let id = common::int(by_id[&s.parent_span_id], "demo.request_id").unwrap() as u64;
+        let id = trace_file::int(by_id[&s.parent_span_id], "demo.request_id").unwrap() as u64;
         if let Some(c) = clients.get(&id).filter(|c| c.ok) {
             assert!(c.degraded, "request {id} took the cheaper path\n{table}");
             checked += 1;

@@ -1,14 +1,15 @@
 //! `--forgetful SERVICE` (S13): one hop that ignores the inbound deadline resets the budget
 //! for everything below it, and the traces show it.
 
-mod common;
-
 use std::time::Duration;
 
+use crate::support::serial::one_demo_at_a_time;
+use crate::support::trace_file;
 use hopbudget_demo::demo::{self, DemoOptions, Mode, Topology};
 
 #[test]
 fn a_forgetful_hop_resets_the_budget_below_it_and_the_traces_show_it() {
+    let _demo = one_demo_at_a_time();
     let topology = Topology::builtin().unwrap();
     let mut opts = DemoOptions::new(topology.clone());
     opts.modes = vec![Mode::Propagated];
@@ -36,11 +37,11 @@ fn a_forgetful_hop_resets_the_budget_below_it_and_the_traces_show_it() {
     // hop's span (the demo's own: it has no server layer) records the fresh budget it made
     // up, and warehouse-router's (hopbudget's) the reset budget it received, as a child of
     // inventory's span, whose context arrived on the wire.
-    let spans = common::spans(&demo::traces::path_for(&dir, Mode::Propagated));
-    let hops = common::hops(&spans);
+    let spans = trace_file::spans(&demo::traces::path_for(&dir, Mode::Propagated));
+    let hops = trace_file::hops(&spans);
     let of = |name: &str| -> Vec<_> {
         hops.iter()
-            .filter(|s| common::text(s, "service.name") == Some(name))
+            .filter(|s| trace_file::text(s, "service.name") == Some(name))
             .collect()
     };
     let inventory = of("inventory");
@@ -48,13 +49,13 @@ fn a_forgetful_hop_resets_the_budget_below_it_and_the_traces_show_it() {
     assert!(
         inventory
             .iter()
-            .all(|s| common::text(s, "deadline.source") == Some("local")),
+            .all(|s| trace_file::text(s, "deadline.source") == Some("local")),
         "the forgetful hop made its own budget"
     );
     let router = of("warehouse-router");
     let remaining: Vec<i64> = router
         .iter()
-        .filter_map(|s| common::int(s, "deadline.remaining_ms"))
+        .filter_map(|s| trace_file::int(s, "deadline.remaining_ms"))
         .collect();
     assert!(remaining.iter().any(|&ms| ms > 1_000), "{remaining:?}");
     let by_id: std::collections::HashMap<_, _> =
@@ -62,7 +63,7 @@ fn a_forgetful_hop_resets_the_budget_below_it_and_the_traces_show_it() {
     for s in &router {
         assert_eq!(s.trace_id.len(), 16);
         let parent = by_id.get(&s.parent_span_id).expect("parent in the file");
-        assert_eq!(common::text(parent, "service.name"), Some("inventory"));
+        assert_eq!(trace_file::text(parent, "service.name"), Some("inventory"));
     }
     // Every hop the collector saw is in the file (the file also has the hops refused by a
     // server layer before any handler, which the collector never sees).

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use crate::support::serial::one_demo_at_a_time;
 use hopbudget_demo::demo::{self, DemoOptions, Mode, Topology};
 
 const TOPOLOGY: &str = "
@@ -26,6 +27,7 @@ services:
 
 #[test]
 fn a_grpc_service_faces_the_client_in_every_mode() {
+    let _demo = one_demo_at_a_time();
     let topology = Topology::from_yaml(TOPOLOGY, "grpc-root.yaml").unwrap();
     assert_eq!(topology.edge().name, "front");
     let mut opts = DemoOptions::new(topology);

@@ -3,10 +3,12 @@
 
 use std::time::Duration;
 
+use crate::support::serial::one_demo_at_a_time;
 use hopbudget_demo::demo::{self, DemoOptions, Mode, Topology};
 
 #[test]
 fn a_budget_too_small_for_the_chain_depth_is_reported_as_such() {
+    let _demo = one_demo_at_a_time();
     let mut topology = Topology::builtin().unwrap();
     // reco-scorer, four hops down, without its cheaper path needs 180 ms (its model); with
     // 250 ms at the client, about 90 ms reach it.

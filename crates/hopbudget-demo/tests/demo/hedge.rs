@@ -8,16 +8,19 @@
 
 use std::time::Duration;
 
+use crate::support::serial::one_demo_at_a_time;
 use hopbudget_demo::demo::tail::replicas::Routing;
 use hopbudget_demo::demo::tail::{self, Hedging, MAX_EXTRA, Tail, TailOptions};
 
 #[test]
 fn hedging_sends_extra_attempts_for_the_tail_and_the_losers_arrive_cancelled() {
+    let _demo = one_demo_at_a_time();
     hedging_on(Tail::TenX);
 }
 
 #[test]
 fn on_the_seeds_tail_too_hedging_sends_extra_attempts_and_the_losers_arrive_cancelled() {
+    let _demo = one_demo_at_a_time();
     hedging_on(Tail::Seeds);
 }
 
@@ -87,6 +90,7 @@ fn hedging_on(which: Tail) {
 
 #[test]
 fn across_replicas_no_hedge_reaches_the_replica_its_first_attempt_went_to() {
+    let _demo = one_demo_at_a_time();
     let opts = TailOptions {
         rate_per_s: 250.0,
         duration: Duration::from_secs(2),

@@ -10,11 +10,13 @@
 use std::path::Path;
 use std::time::Duration;
 
+use crate::support::serial::one_demo_at_a_time;
 use hopbudget_demo::demo::retry_wave::{self, Retrying};
 use hopbudget_demo::demo::{DemoOptions, Topology};
 
 #[test]
 fn the_throttle_keeps_the_retry_wave_down_over_real_sockets() {
+    let _demo = one_demo_at_a_time();
     let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("topologies/retry-wave.yaml");
     let opts = DemoOptions::new(Topology::load(&file).unwrap());
     let runs = retry_wave::run(&opts, Duration::from_secs(3), &Retrying::ALL).unwrap();
