@@ -8,7 +8,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use crate::support::serial::one_demo_at_a_time;
+use crate::support::serial::one_demo_at_a_time_async;
 use hopbudget_demo::proto::HopRequest;
 use hopbudget_demo::proto::hop_client::HopClient;
 
@@ -61,7 +61,7 @@ fn serve(name: &str, topology: &str) -> (Served, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_propagated_leaf_serves_its_waiters_earliest_deadline_first() {
-    let _demo = one_demo_at_a_time();
+    let _demo = one_demo_at_a_time_async().await;
     let (_served, addr) = serve("demo-admission-http", TOPOLOGY);
     let client = reqwest::Client::builder()
         .http2_prior_knowledge()
@@ -103,7 +103,7 @@ async fn a_propagated_leaf_serves_its_waiters_earliest_deadline_first() {
 
 #[tokio::test]
 async fn a_grpc_leaf_refuses_below_its_work_p99_with_a_marked_status() {
-    let _demo = one_demo_at_a_time();
+    let _demo = one_demo_at_a_time_async().await;
     // The same leaf over gRPC. Its admission cost is its work's p99 (300 ms), above the
     // server layer's minimum (50 ms): a call with 200 ms passes the server layer and is
     // refused by admission at once, spelled like the gRPC server layer's refusals.

@@ -4,18 +4,23 @@
 //! and what its test checks depends on that load: which requests expire, the tail hedging
 //! answers, the retry wave, the late work the audit may find, a backlog in NATS. Two runs at
 //! once on two cores would each measure the other. So every test that runs the demo holds
-//! [`one_demo_at_a_time`] for its whole run; tests that only parse options or spawn the
-//! command for an error do not.
+//! the lock for its whole run ([`one_demo_at_a_time`], or [`one_demo_at_a_time_async`] in an
+//! async test); tests that only parse options or spawn the command for an error do not.
 //!
-//! A std `Mutex`: the tests are synchronous (the one async test holds it on its own
-//! runtime's thread, which nothing else needs meanwhile); a test that failed holding it
-//! poisons it, and the next takes it anyway: the lock orders runs, it guards no data.
+//! tokio's `Mutex`: the async tests hold it across `.await`, and a test that failed holding
+//! it does not poison it for the others.
 
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use tokio::sync::{Mutex, MutexGuard};
 
-static DEMO: Mutex<()> = Mutex::new(());
+static DEMO: Mutex<()> = Mutex::const_new(());
 
 /// Wait until no other demo runs in this process, and run alone until the guard is dropped.
+/// For a synchronous test (outside any runtime: the demo starts its own).
 pub fn one_demo_at_a_time() -> MutexGuard<'static, ()> {
-    DEMO.lock().unwrap_or_else(PoisonError::into_inner)
+    DEMO.blocking_lock()
+}
+
+/// [`one_demo_at_a_time`] for an async test.
+pub async fn one_demo_at_a_time_async() -> MutexGuard<'static, ()> {
+    DEMO.lock().await
 }
