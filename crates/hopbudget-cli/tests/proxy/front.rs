@@ -12,6 +12,7 @@ use std::time::Duration;
 use crate::support::proxy;
 use crate::support::proxy::certificate::Certificate;
 use crate::support::proxy::{PATIENCE, Proxy, get as http_get, read_answer, send_head};
+use crate::support::serial::FLOOD;
 use axum::Router;
 use axum::extract::State;
 use axum::http::HeaderMap;
@@ -318,6 +319,7 @@ async fn closed_by_the_proxy(stream: &mut tokio::net::TcpStream) {
 /// and a normal caller is served throughout.
 #[tokio::test]
 async fn slow_and_idle_callers_are_closed_and_others_still_served() {
+    let _serial = FLOOD.lock().await;
     let (service, _, mut events) = upstream().await;
     let proxy = Proxy::start(
         service,
@@ -368,6 +370,7 @@ async fn slow_and_idle_callers_are_closed_and_others_still_served() {
 #[cfg(unix)]
 #[tokio::test]
 async fn at_the_file_descriptor_limit_the_proxy_stops_accepting_and_serves_again() {
+    let _serial = FLOOD.lock().await;
     let (service, _, _) = upstream().await;
     let mut proxy = Proxy::start_with_nofile(service, &["--idle-timeout", "0.5"], 64).await;
     let mut silent = Vec::new();
@@ -425,6 +428,7 @@ async fn an_http2_caller_is_told_the_stream_limit() {
 /// (#46 item 3); others are served, and the closing is counted.
 #[tokio::test]
 async fn a_ping_flood_ends_its_connection() {
+    let _serial = FLOOD.lock().await;
     let (service, _, _) = upstream().await;
     let proxy = Proxy::start(service, None, &[]).await;
     let mut flood = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
@@ -874,6 +878,7 @@ async fn a_caller_that_stalls_in_its_body_is_answered_408_at_the_body_read_timeo
 #[cfg(target_os = "linux")]
 #[tokio::test]
 async fn rounds_of_slow_clients_leave_the_proxys_memory_where_it_was() {
+    let _serial = FLOOD.lock().await;
     use tokio::io::AsyncReadExt;
     let (service, _, _) = upstream().await;
     let proxy = Proxy::start(
