@@ -1,5 +1,5 @@
 // A Node.js service (the `http` module) for hopbudget's sidecar tests
-// (crates/hopbudget-cli/tests/proxy_polyglot.rs): it reports on stdout what its handler lives
+// (crates/hopbudget-cli/tests/fleet/polyglot.rs): it reports on stdout what its handler lives
 // through, so a test can see that `hopbudget proxy` in front of it restates the budget and
 // ends its request at the deadline (rule C25, issue #37).
 //
@@ -16,7 +16,7 @@
 //              `traceparent` (as a service whose tracing propagates it) and no deadline: a
 //              service that forgets its own, as most do. It does not abort the call when its
 //              caller goes away. Prints "forwarded status=N" and answers with the call's
-//              status and body (crates/hopbudget-cli/tests/check_interop.rs).
+//              status and body (crates/hopbudget-cli/tests/fleet/check_interop.rs).
 //
 // Node's own modules only.
 'use strict';

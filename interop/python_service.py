@@ -1,4 +1,4 @@
-"""A Python service for hopbudget's sidecar tests (crates/hopbudget-cli/tests/proxy_polyglot.rs).
+"""A Python service for hopbudget's sidecar tests (crates/hopbudget-cli/tests/fleet/polyglot.rs).
 
 It reports on stdout what its handlers live through, so a test can see that `hopbudget proxy`
 in front of it restates the budget and ends its request at the deadline (rule C25, issue #37).

@@ -1,6 +1,6 @@
 // One service of the demo's checkout call graph (crates/hopbudget-demo/topologies/checkout.yaml),
 // written in Go to run behind `hopbudget proxy`: examples/proxy_checkout.sh and
-// crates/hopbudget-cli/tests/proxy_checkout.rs start eight of them, each behind its own proxy,
+// crates/hopbudget-cli/tests/fleet/checkout.rs start eight of them, each behind its own proxy,
 // to show the deadline contract kept across services that do not link hopbudget (rule C25,
 // issue #37 item 3).
 //

@@ -1,5 +1,5 @@
 """orders: the Python Flask service of the fleet trial (S24, issue #45 item 5,
-crates/hopbudget-cli/tests/fleet_trial.rs), behind its own `hopbudget proxy`. It calls stock
+crates/hopbudget-cli/tests/fleet/trial.rs), behind its own `hopbudget proxy`. It calls stock
 over HTTP with requests, through HTTP_PROXY (its sidecar's --egress), and payments over gRPC
 with grpcio, through its sidecar's --egress-to listener, as docs/guide/python.md says. Its
 spans go to OTEL_EXPORTER_OTLP_TRACES_ENDPOINT with the OpenTelemetry SDK, on a session that

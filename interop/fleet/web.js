@@ -1,5 +1,5 @@
 // web: the Node gateway of the fleet trial (S24, issue #45 item 5,
-// crates/hopbudget-cli/tests/fleet_trial.rs), behind its own `hopbudget proxy`. It is traced
+// crates/hopbudget-cli/tests/fleet/trial.rs), behind its own `hopbudget proxy`. It is traced
 // with the OpenTelemetry SDK for Node (@opentelemetry/sdk-node and the http instrumentation),
 // which continues the trace its sidecar hands over and puts `traceparent` on its outbound
 // calls. Node's `http` ignores HTTP_PROXY, so it calls orders at its sidecar's --egress-to

@@ -1,4 +1,4 @@
-// A Go net/http service for hopbudget's sidecar tests (crates/hopbudget-cli/tests/proxy_go.rs):
+// A Go net/http service for hopbudget's sidecar tests (crates/hopbudget-cli/tests/fleet/go.rs):
 // it reports on stdout what its handler lives through, so a test can see that the proxy in
 // front of it ends its request at the deadline (rule C25, issue #37).
 //

@@ -1,4 +1,4 @@
-// A grpc-go service for hopbudget's sidecar tests (crates/hopbudget-cli/tests/proxy_go.rs): it
+// A grpc-go service for hopbudget's sidecar tests (crates/hopbudget-cli/tests/fleet/go.rs): it
 // reports on stdout the deadline grpc-go put in each call's context (from the `grpc-timeout`
 // the proxy restated) and when that context ends, so a test can compare them with what the
 // caller sent (rule C25, issue #37).
@@ -16,7 +16,7 @@
 // context.Background(), so no deadline goes with it; only the trace context is forwarded, as a
 // tracing interceptor would. `hopbudget check --grpc` in front of it fails C2 and C8, and
 // behind `hopbudget proxy` (the call dialled to an --egress-to listener) passes
-// (crates/hopbudget-cli/tests/check_interop.rs).
+// (crates/hopbudget-cli/tests/fleet/check_interop.rs).
 //
 // Built against Debian's grpc-go (golang-google-grpc-dev) with GOPATH=/usr/share/gocode and
 // GO111MODULE=off; the test builds it into the target dir.

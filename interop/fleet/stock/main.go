@@ -1,5 +1,5 @@
 // stock: the Go net/http service of the fleet trial (S24, issue #45 item 5,
-// crates/hopbudget-cli/tests/fleet_trial.rs). It sits behind its own `hopbudget proxy` and is
+// crates/hopbudget-cli/tests/fleet/trial.rs). It sits behind its own `hopbudget proxy` and is
 // written as docs/guide/go.md says a Go service should be: its work runs under a context
 // bounded by the budget it was told, and a request whose budget ran out is answered 504,
 // never Go's implicit empty 200.

@@ -1,6 +1,6 @@
 // The recipes of docs/guide/java.md, as one runnable service on the JDK alone
 // (com.sun.net.httpserver and java.net.http.HttpClient, Java 17); the page quotes them from
-// this file and crates/hopbudget-cli/tests/proxy_recipes.rs runs them behind
+// this file and crates/hopbudget-cli/tests/fleet/recipes.rs runs them behind
 // `hopbudget proxy`.
 //
 // Serves on 127.0.0.1:0 and prints "port N" first. Routes:

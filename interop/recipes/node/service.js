@@ -1,5 +1,5 @@
 // The recipes of docs/guide/node.md, as one runnable Node.js `http` service (standard library
-// only); the page quotes them from this file and crates/hopbudget-cli/tests/proxy_recipes.rs
+// only); the page quotes them from this file and crates/hopbudget-cli/tests/fleet/recipes.rs
 // runs them behind `hopbudget proxy`.
 //
 // Serves on 127.0.0.1:0 and prints "port N" first. Routes:

@@ -1,6 +1,6 @@
 """The recipes of docs/guide/python.md, as one runnable service (the standard library's
 http.server, requests, the OpenTelemetry SDK and its OTLP/HTTP exporter); the page quotes them
-from this file and crates/hopbudget-cli/tests/proxy_recipes.rs runs them behind
+from this file and crates/hopbudget-cli/tests/fleet/recipes.rs runs them behind
 `hopbudget proxy`.
 
 Serves on 127.0.0.1:0 and prints "port N" first. Routes:

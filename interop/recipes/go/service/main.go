@@ -1,5 +1,5 @@
 // The recipes of docs/guide/go.md, as one runnable Go net/http service; the page quotes
-// them from this file and crates/hopbudget-cli/tests/proxy_recipes.rs runs them behind
+// them from this file and crates/hopbudget-cli/tests/fleet/recipes.rs runs them behind
 // `hopbudget proxy`.
 //
 // Serves on 127.0.0.1:0 and prints "port N" first. Routes:
