@@ -30,7 +30,7 @@
 # (go build, GO111MODULE=off, no download) unless --hopbudget / --node name built ones; honours
 # CARGO_TARGET_DIR. Needs go, curl and python3 (to pick free ports). Every process it starts is
 # stopped when it exits; --keep-logs keeps the services' and proxies' output and says where.
-# crates/hopbudget-cli/tests/proxy_checkout.rs runs it and checks what it prints.
+# crates/hopbudget-cli/tests/fleet/checkout.rs runs it and checks what it prints.
 set -euo pipefail
 
 forgetful="" budget=500 requests=3 leave=300 bin="" node="" keep=0

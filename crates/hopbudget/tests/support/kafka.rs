@@ -147,7 +147,7 @@ pub fn producer(brokers: &str) -> FutureProducer {
 /// mid-batch fetch offset"). A consumer restarted from a committed offset inside a batch then
 /// never sees the rest of that batch. Kafka returns the batch whole; with one record per batch
 /// every committed offset is a batch boundary, so the tests see what a Kafka broker would
-/// serve. `broker_serves_a_fetch_from_inside_a_batch` (`tests/kafka/queue.rs`) reproduces the bug.
+/// serve. `broker_serves_a_fetch_from_inside_a_batch` (`tests/services/kafka/queue.rs`) reproduces the bug.
 pub fn unbatched_producer(brokers: &str) -> FutureProducer {
     config(brokers)
         .set("linger.ms", "0")
