@@ -89,6 +89,7 @@
 pub mod admission;
 mod budget;
 pub mod cache;
+mod classify;
 pub mod clock;
 pub mod codec;
 pub mod config;
