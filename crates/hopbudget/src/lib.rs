@@ -108,6 +108,7 @@ pub mod hop;
 pub mod http;
 mod http_answer;
 pub mod learned;
+mod macros;
 pub mod observe;
 mod outcome;
 #[cfg(feature = "postgres")]

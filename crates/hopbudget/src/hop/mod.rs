@@ -52,6 +52,7 @@ mod guard;
 mod inbound;
 mod labels;
 pub(crate) mod outbound;
+pub(crate) mod server_layer;
 
 pub use guard::HopGuard;
 pub use inbound::{HopConfig, Verdict, strip_internal_markers};
