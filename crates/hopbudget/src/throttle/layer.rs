@@ -8,15 +8,15 @@ use super::{AdaptiveThrottle, Throttle};
 use crate::classify::BudgetErrors;
 
 /// Client-side adaptive throttling of every call through the wrapped service (Google SRE,
-/// `K = 2`): a call the throttle rejects is not sent and fails at once with [`Throttled`];
-/// every call that is sent is counted, accepted or not, as the classifier `C` reads its result
+/// `K = 2`): a call the throttle rejects is not sent and fails at once with
+/// [`Throttled`](super::Throttled); every call that is sent is counted, accepted or not, as the classifier `C` reads its result
 /// ([`BudgetErrors`] by default: an answer was accepted; a refusal, an expiry or a transport
 /// failure was not; a cancelled call says nothing about the callee and is not counted).
 ///
 /// Put it above the client layer (so it sees the callee's refusals as
 /// [`BudgetError`](crate::BudgetError)s) and below any retry or hedge layer (so each attempt
 /// is counted and throttled on its own). A retry policy reading [`BudgetErrors`] does not
-/// retry a [`Throttled`] call: the throttle already said the callee is full.
+/// retry a [`Throttled`](super::Throttled) call: the throttle already said the callee is full.
 ///
 /// # Examples
 ///
