@@ -82,7 +82,7 @@ impl BudgetMiddleware {
 
     define_trust_builders!(
         "middleware",
-        "the deadline header and the `x-deadline-*` markers",
+        "the deadline header",
         "crate::http::reqwest#example"
     );
 }

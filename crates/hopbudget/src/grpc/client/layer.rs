@@ -26,11 +26,7 @@ impl GrpcClientLayer {
         }
     }
 
-    define_trust_builders!(
-        "layer",
-        "`grpc-timeout` and the `x-deadline-*` metadata",
-        "super#example"
-    );
+    define_trust_builders!("layer", "`grpc-timeout`", "super#example");
 
     /// Name the destination every call of this layer reaches: the URI of the tonic
     /// `Endpoint` the channel connects to (`endpoint.uri()`), or the origin it was given with

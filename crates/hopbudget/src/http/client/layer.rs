@@ -26,11 +26,7 @@ impl ClientBudgetLayer {
         }
     }
 
-    define_trust_builders!(
-        "layer",
-        "the deadline header and the `x-deadline-*` markers",
-        "super#example"
-    );
+    define_trust_builders!("layer", "the deadline header", "super#example");
 
     /// Stamp the forward budget in `carrier`, under its default header, instead of the
     /// profile's outbound HTTP carrier: for a callee whose stack reads another carrier (a
