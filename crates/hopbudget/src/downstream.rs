@@ -5,7 +5,7 @@
 //! The type names no client: a downstream's own answer is kept as its code (an HTTP status,
 //! or a gRPC code as the number the gRPC spec gives it) with its text, and each adapter
 //! supplies its conversions beside its own code (`grpc/downstream.rs`, `http/reqwest.rs`,
-//! `http/answer.rs`); this module builds without any of them.
+//! `answer/http.rs`); this module builds without any of them.
 
 use std::error::Error as StdError;
 use std::fmt;
@@ -27,7 +27,7 @@ type BoxError = Box<dyn StdError + Send + Sync>;
 /// under this type's trait implementations): a tonic call's status and a tonic handler's
 /// answer (`grpc/downstream.rs`), a reqwest call's errors (`http/reqwest.rs`: a downstream
 /// HTTP answer that is not a success, through reqwest's `error_for_status()`, is a 404 below
-/// and a 404 above, not a 502), an axum handler's answer (`http/answer.rs`). Across the two
+/// and a 404 above, not a 502), an axum handler's answer (`answer/http.rs`). Across the two
 /// protocols a downstream's own answer keeps its meaning by the usual mapping (gRPC NOT_FOUND
 /// is HTTP 404, INVALID_ARGUMENT 400, UNAVAILABLE 503, ...), and a transport failure is 502
 /// Bad Gateway or UNAVAILABLE.

@@ -87,6 +87,7 @@
 )]
 
 pub mod admission;
+mod answer;
 mod budget;
 pub mod cache;
 mod classify;
@@ -106,7 +107,6 @@ pub mod hop;
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub mod http;
-mod http_answer;
 pub mod learned;
 mod macros;
 pub mod observe;

@@ -44,10 +44,15 @@
 //! A dropped HTTP request is answered like the server layer's refusal: the profile's
 //! `refused` status (503) with `Retry-After: 0`, `x-deadline-required-ms` and
 //! `x-deadline-remaining-ms` ([`HttpAnswer`]); a dropped gRPC call like the gRPC server
-//! layer's refusal, a trailers-only status (`grpc::server::GrpcAnswer`,
+//! layer's refusal, a trailers-only status (`GrpcAnswer`,
 //! feature `grpc`, made by `AdmissionLayer::grpc_from_profile`). For other services
 //! [`AdmissionLayer::with_errors`] returns the [`BudgetError`](crate::BudgetError) as the
 //! service's error ([`ErrorAnswer`]); any other spelling is a [`RefusalAnswer`].
+//!
+//! Admission's protocol glue is here too, behind the protocol's feature: an `http::Request`
+//! is an [`AdmissionRequest`] with feature `http` (`http.rs`), and the gRPC answer with
+//! `grpc_from_profile` come with feature `grpc` (`grpc.rs`). The profile's `admission:` section
+//! is the profile's own (`profile::AdmissionSpec`), resolved into an [`AdmissionConfig`].
 //!
 //! # Example
 //!
@@ -109,6 +114,10 @@
 //! Guide: *Admission under overload*, `docs/guide/admission.md` in the repository.
 
 mod future;
+#[cfg(feature = "grpc")]
+mod grpc;
+#[cfg(feature = "http")]
+mod http;
 mod layer;
 mod queue;
 mod refusal;
@@ -118,6 +127,9 @@ mod service;
 use std::time::Duration;
 
 pub use future::ResponseFuture;
+#[cfg(feature = "grpc")]
+#[cfg_attr(docsrs, doc(cfg(feature = "grpc")))]
+pub use grpc::GrpcAnswer;
 pub use layer::AdmissionLayer;
 pub use refusal::{ErrorAnswer, HttpAnswer, RefusalAnswer};
 pub use semaphore::{BudgetPermit, BudgetSemaphore};

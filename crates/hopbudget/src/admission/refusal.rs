@@ -1,6 +1,6 @@
 //! How [`Admission`](super::Admission) spells a waiter it drops: an HTTP refusal like the
 //! server layer's, or the [`BudgetError`] itself as the service's error. The gRPC spelling
-//! (`GrpcAnswer`) lives with the gRPC layers, which supply it.
+//! (`GrpcAnswer`, feature `grpc`) is in `grpc`, beside the rest of admission's tonic glue.
 
 use http::Response;
 
@@ -43,7 +43,7 @@ where
 {
     fn answer(&self, error: BudgetError) -> Result<Response<B>, E> {
         // Spelled as the server layer spells its own refusals.
-        Ok(crate::http_answer::http_answer(&error, &self.status))
+        Ok(crate::answer::http::http_answer(&error, &self.status))
     }
 }
 

@@ -341,7 +341,7 @@ async fn the_layer_refuses_waiters_without_running_them_and_leaks_no_slot() {
             async move {
                 ran.lock().unwrap().push(req.path.clone());
                 tokio::time::sleep(ms(50)).await;
-                Ok::<_, Infallible>(http::Response::new(String::from("ok")))
+                Ok::<_, Infallible>(::http::Response::new(String::from("ok")))
             }
         }
     });

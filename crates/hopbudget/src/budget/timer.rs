@@ -272,7 +272,7 @@ impl<W, K: Ord + Copy> TimerSlot<W, K> {
 #[cfg(all(test, not(loom)))]
 pub(super) use runtime::stats;
 #[cfg(not(all(loom, test)))]
-pub(super) use runtime::{Entry, Timers};
+pub(super) use runtime::{Entry, Timed, Timers};
 
 #[cfg(not(all(loom, test)))]
 mod runtime {
@@ -289,19 +289,32 @@ mod runtime {
     use tokio_util::sync::CancellationToken;
 
     use super::{Key, Wheel, WheelRef};
-    use crate::budget::RequestBudget;
-    use crate::budget::node::Inner;
+
+    /// What an armed budget does when its entry's instant comes. The timer holds each budget
+    /// through this trait and names no budget type: the budget's allocation (`node.rs`) holds
+    /// its slot in this timer, so naming it here would tie the two files in a loop. The one
+    /// implementation is the budget's (`token.rs`, which arms it).
+    pub(in crate::budget) trait Timed: Send + Sync {
+        /// `entry`'s instant came and the budget is still held somewhere: expire it, or put
+        /// `entry` back (at `key`'s place) when its deadline moved later.
+        fn fire(self: Arc<Self>, key: Key<Instant>, entry: Entry);
+    }
 
     /// One armed budget: a weak reference (the timer keeps no budget alive) and its token,
     /// which the timer cancels at the deadline if the budget is gone by then.
     pub(in crate::budget) struct Entry {
-        budget: Weak<Inner>,
+        budget: Weak<dyn Timed>,
         token: CancellationToken,
     }
 
     impl Entry {
-        pub(in crate::budget) fn new(budget: Weak<Inner>, token: CancellationToken) -> Self {
+        pub(in crate::budget) fn new(budget: Weak<dyn Timed>, token: CancellationToken) -> Self {
             Self { budget, token }
+        }
+
+        /// The token the entry cancels if its budget is gone at the deadline.
+        pub(in crate::budget) fn token(&self) -> &CancellationToken {
+            &self.token
         }
     }
 
@@ -377,27 +390,15 @@ mod runtime {
         Timers::current().map_or((0, 0), |t| (t.wheel.len(), t.wheel.earlier_moves()))
     }
 
-    /// An entry's instant came: expire its budget, or put it back at a deadline that moved.
+    /// An entry's instant came: cancel the token of a budget nobody holds any more, else let
+    /// the budget expire or put the entry back ([`Timed::fire`]).
     fn fire(key: Key<Instant>, entry: Entry) {
-        let Some(inner) = entry.budget.upgrade() else {
+        let Some(budget) = entry.budget.upgrade() else {
             // Nobody holds the budget any more, but the token may still be held (C7).
             entry.token.cancel();
             return;
         };
-        let budget = RequestBudget { inner };
-        if entry.token.is_cancelled() {
-            // Ended, here or above (a child keeps the cause it has, C4): nothing to fire.
-            budget.inner.timer.release();
-            return;
-        }
-        let due = budget.deadline();
-        if due.is_expired() {
-            // Records the end, cancels the tree and releases the slot.
-            budget.expire();
-            return;
-        }
-        // A stream route's deadline moved to the stream lifetime (C13).
-        budget.inner.timer.put_back(&key, due.instant(), entry);
+        budget.fire(key, entry);
     }
 
     pin_project! {

@@ -8,8 +8,9 @@ use std::sync::{Arc, OnceLock};
 use tokio_util::sync::CancellationToken;
 
 use super::RequestBudget;
+use super::node::Inner;
 use super::state::{LIVE, TokenSlot};
-use super::timer::{Entry, Timers};
+use super::timer::{Entry, Key, Timed, Timers};
 
 impl TokenSlot for OnceLock<CancellationToken> {
     type Token = CancellationToken;
@@ -138,7 +139,26 @@ impl RequestBudget {
             || self.inner.state.word() == LIVE,
             Timers::current,
             self.deadline().instant(),
-            || Entry::new(Arc::downgrade(&self.inner), token.clone()),
+            || Entry::new(Arc::downgrade(&self.inner) as _, token.clone()),
         )
+    }
+}
+
+impl Timed for Inner {
+    fn fire(self: Arc<Self>, key: Key<tokio::time::Instant>, entry: Entry) {
+        let budget = RequestBudget { inner: self };
+        if entry.token().is_cancelled() {
+            // Ended, here or above (a child keeps the cause it has, C4): nothing to fire.
+            budget.inner.timer.release();
+            return;
+        }
+        let due = budget.deadline();
+        if due.is_expired() {
+            // Records the end, cancels the tree and releases the slot.
+            budget.expire();
+            return;
+        }
+        // A stream route's deadline moved to the stream lifetime (C13).
+        budget.inner.timer.put_back(&key, due.instant(), entry);
     }
 }

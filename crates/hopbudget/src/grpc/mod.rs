@@ -59,93 +59,19 @@ mod convert;
 mod downstream;
 pub mod server;
 
-use std::time::Duration;
-
+// The spelling of a deadline answer as a `tonic::Status` is defined with the HTTP one
+// (`answer/grpc.rs`), where the admission layer spells with it too.
+pub use crate::answer::grpc::budget_status;
+pub(crate) use crate::answer::grpc::malformed_status;
 use crate::codec::answer::{grpc_code_outcome, grpc_status_of};
 use crate::codec::marker::{self, Field, Marker};
-use crate::error::{BudgetError, Refused};
-use crate::status::{GrpcCode, GrpcStatusMap, Outcome};
-
-/// The tonic code for a profile's [`GrpcCode`].
-pub(crate) fn tonic_code(code: GrpcCode) -> tonic::Code {
-    tonic::Code::from_i32(code.as_i32())
-}
-
-fn ms_metadata(d: Duration) -> tonic::metadata::AsciiMetadataValue {
-    let ms = marker::encode_ms(d);
-    // Decimal digits are always valid ASCII metadata.
-    tonic::metadata::AsciiMetadataValue::try_from(ms.as_bytes())
-        .unwrap_or_else(|_| tonic::metadata::AsciiMetadataValue::from_static("0"))
-}
+use crate::error::Refused;
+use crate::status::{GrpcStatusMap, Outcome};
 
 // A `tonic::Status`'s metadata carries the same marker fields as HTTP headers.
 impl marker::Fields for tonic::metadata::MetadataMap {
     fn field(&self, field: Field) -> Option<&[u8]> {
         self.get(field.name()).map(|v| v.as_encoded_bytes())
-    }
-}
-
-/// A `tonic::Status` for a budget outcome, spelled with `map` and marked with
-/// `x-deadline-outcome` (and, for a refusal, the required and remaining milliseconds).
-///
-/// # Examples
-///
-/// ```
-/// use std::time::Duration;
-/// use hopbudget::{BudgetError, Outcome, Refused, status::GrpcStatusMap};
-///
-/// let refused = BudgetError::Refused(Refused::new(Duration::from_millis(200), Duration::from_millis(120)));
-/// let status = hopbudget::grpc::budget_status(&refused, &GrpcStatusMap::default());
-/// assert_eq!(status.code(), tonic::Code::DeadlineExceeded);
-/// assert_eq!(hopbudget::grpc::outcome(&status), Some(Outcome::Refused));
-/// assert_eq!(hopbudget::grpc::refusal(&status).unwrap().required(), Duration::from_millis(200));
-/// ```
-pub fn budget_status(err: &BudgetError, map: &GrpcStatusMap) -> tonic::Status {
-    let outcome = err.outcome();
-    let code = map
-        .for_outcome(outcome)
-        .unwrap_or(GrpcCode::DeadlineExceeded);
-    let mut status = tonic::Status::new(tonic_code(code), err.to_string());
-    mark(&mut status, outcome, err_refused(err));
-    status
-}
-
-/// The answer to a deadline header that cannot be read ([C9](crate::contract#c9)): the profile's `malformed` code,
-/// a message naming the header and the problem, and `x-deadline-outcome: malformed`, as every
-/// answer hopbudget makes itself is marked (the contract's table, [C10](crate::contract#c10)).
-pub(crate) fn malformed_status(map: &GrpcStatusMap, message: String) -> tonic::Status {
-    let mut status = tonic::Status::new(tonic_code(map.malformed), message);
-    status.metadata_mut().insert(
-        marker::OUTCOME,
-        tonic::metadata::AsciiMetadataValue::from_static(Marker::Malformed.as_str()),
-    );
-    status
-}
-
-fn err_refused(err: &BudgetError) -> Option<Refused> {
-    match err {
-        BudgetError::Refused(r) => Some(*r),
-        _ => None,
-    }
-}
-
-fn mark(status: &mut tonic::Status, outcome: Outcome, refused: Option<Refused>) {
-    let md = status.metadata_mut();
-    md.insert(
-        marker::OUTCOME,
-        tonic::metadata::AsciiMetadataValue::from_static(Marker::Stated(outcome).as_str()),
-    );
-    if let Some(r) = refused {
-        md.insert(marker::REQUIRED_MS, ms_metadata(r.required()));
-        md.insert(marker::REMAINING_MS, ms_metadata(r.remaining()));
-    }
-}
-
-impl From<BudgetError> for tonic::Status {
-    /// The default spelling (DEADLINE_EXCEEDED for refused and expired, CANCELLED for
-    /// cancelled); use [`budget_status`] for a profile's own mapping.
-    fn from(err: BudgetError) -> Self {
-        budget_status(&err, &GrpcStatusMap::default())
     }
 }
 
@@ -191,7 +117,7 @@ pub(crate) fn note_answer(
     let Some(code) = grpc_status_of(headers) else {
         return;
     };
-    guard.answer_status(crate::observe::AnswerStatus::Grpc(code));
+    guard.answer_status(crate::hop::AnswerStatus::Grpc(code));
     if marker::read(headers) == Some(Marker::Stated(Outcome::Refused)) {
         if let Some(refused) = marker::refusal(headers) {
             guard.answered_refused(refused);

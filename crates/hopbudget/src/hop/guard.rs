@@ -5,8 +5,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::record::{AnswerStatus, Hop, Would};
 use crate::learned::LearnedThreshold;
-use crate::observe::Hop;
 use crate::{Outcome, Refused, RequestBudget};
 
 /// Owns one admitted request's budget and [`Hop`], and records exactly one outcome.
@@ -219,7 +219,7 @@ impl HopGuard {
     /// The status the caller is answered with, for the hop's span and log line (an HTTP
     /// status, or a gRPC code): `completed` also covers a 404 or a 500, and this tells them
     /// apart (issue #33).
-    pub(crate) fn answer_status(&mut self, status: crate::observe::AnswerStatus) {
+    pub(crate) fn answer_status(&mut self, status: AnswerStatus) {
         if let Some(hop) = self.state_mut().hop.as_mut() {
             hop.answer_status(status);
         }
@@ -277,7 +277,7 @@ impl HopGuard {
                     None if now >= deadline && !enforced => {
                         // Unenforced (C24): the answer went out, after the deadline; the
                         // hop says what enforcement would have made of it.
-                        hop.unenforced(crate::observe::Would::Expired);
+                        hop.unenforced(Would::Expired);
                         Outcome::Completed
                     }
                     None if now >= deadline => Outcome::Expired,

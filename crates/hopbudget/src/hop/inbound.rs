@@ -1,4 +1,7 @@
-//! Admission: from a request's carriers to a verdict, before any handler runs.
+//! The inbound verdict: from a request's carriers to a [`Verdict`] (malformed, expired,
+//! refused before work, or admitted with its [`HopGuard`]), before any handler runs. This is
+//! the hop's own refuse-before-start ([C3](crate::contract#c3)), not deadline-aware
+//! admission under overload ([C21](crate::contract#c21)), which is [`crate::admission`].
 
 #[cfg(feature = "grpc")]
 use std::collections::HashSet;
@@ -8,11 +11,14 @@ use std::sync::Arc;
 use http::HeaderMap;
 
 use super::guard::HopGuard;
-use super::labels::{MethodSet, OTHER_ROUTE, RouteLabel, is_method_path};
+use super::record::{Hop, Would};
 use crate::clock::{SystemClock, WallClock};
 use crate::codec::{Inbound, MalformedHeader, read_inbound};
 use crate::error::Refused;
-use crate::observe::{self, Hop, HopLabels, HopRoute, LayerMetrics, Protocol, Would};
+use crate::observe;
+use crate::observe::labels::{
+    HopLabels, HopRoute, LayerMetrics, MethodSet, OTHER_ROUTE, Protocol, RouteLabel, is_method_path,
+};
 use crate::profile::{RouteMode, RouteRule};
 use crate::{Profile, RequestBudget, SharedProfile};
 

@@ -1,5 +1,6 @@
-//! The server side of every hop, once, for every protocol: admission, one guard that owns
-//! the request's budget and its [`Hop`](crate::observe::Hop), and exactly one outcome.
+//! The server side of every hop, once, for every protocol: the inbound verdict (read the
+//! carriers, refuse before work, [C3](crate::contract#c3)), one guard that owns the request's
+//! budget and its [`Hop`](crate::observe::Hop) record (`record`), and exactly one outcome.
 //!
 //! The HTTP server layer, the gRPC server layer and the queue consumer are thin adapters over
 //! this module. An adapter owns bytes and spelling (an HTTP status, a `grpc-status`, an ack or
@@ -50,10 +51,13 @@
 
 mod guard;
 mod inbound;
-mod labels;
 pub(crate) mod outbound;
+pub(crate) mod record;
 pub(crate) mod server_layer;
 
 pub use guard::HopGuard;
 pub use inbound::{HopConfig, Verdict, strip_internal_markers};
-pub use labels::{OTHER_ROUTE, RouteLabel};
+pub(crate) use record::AnswerStatus;
+// Route labels are defined with the rest of a hop's labels (`observe/labels/`); their public
+// name is here, for the adapters that pass them to `HopConfig`.
+pub use crate::observe::labels::{OTHER_ROUTE, RouteLabel};

@@ -21,12 +21,12 @@
 //!
 //! Guide: *HTTP hops*, `docs/guide/http.md` in the repository.
 
-mod admission;
-mod answer;
 pub mod client;
 pub mod server;
 
-pub use answer::budget_response;
+// Defined with the rest of the HTTP answer's spelling, which the core's admission layer
+// shares (`answer/http.rs`, outside this feature).
+pub use crate::answer::http::budget_response;
 
 #[cfg(feature = "reqwest")]
 pub mod reqwest;

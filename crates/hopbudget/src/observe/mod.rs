@@ -33,14 +33,14 @@
 //! Guide: *Observability*, `docs/guide/observability.md` in the repository.
 
 #[cfg(feature = "metrics")]
-mod metrics_names;
+pub(crate) mod metrics_names;
 #[cfg(feature = "metrics")]
 pub use metrics_names::*;
 mod counter;
 pub(crate) use counter::Counter;
 pub use counter::{OTHER_CALLEE, outbound_missing, outbound_missing_to};
 pub mod fields;
-mod notice;
+pub(crate) mod notice;
 pub(crate) use notice::{missing as notice_missing, refused as notice_refused};
 #[cfg(feature = "otlp")]
 pub mod otlp;
@@ -48,14 +48,13 @@ pub mod otlp;
 pub mod prometheus;
 #[cfg(feature = "otel")]
 pub mod propagation;
-mod trace_context;
+pub(crate) mod trace_context;
 pub(crate) use trace_context::{TraceParent, add_link, current_position, follow_remote_parent};
-mod hop;
-pub use hop::Hop;
-pub(crate) use hop::{AnswerStatus, Would};
-mod labels;
+pub(crate) mod labels;
 pub use labels::{DEFAULT_LOW_BUDGET, HopLabels, Protocol};
-pub(crate) use labels::{HopRoute, LayerMetrics};
+// The hop's record lives beside the hop (`hop/record.rs`); its public name is here, with
+// the span fields, metric names and exporters it reports through.
+pub use crate::hop::record::Hop;
 
 /// Count a malformed deadline header (rule [C9](crate::contract#c9)).
 ///

@@ -1,4 +1,7 @@
-//! The `admission:` section: deadline-aware admission (rule [C21](crate::contract#c21)).
+//! The profile's `admission:` section (rule [C21](crate::contract#c21)): its part of the YAML
+//! schema and the checks that resolve it into an [`AdmissionConfig`]. Only the profile's side,
+//! like every other section here; admission itself (the layer, the semaphore, their queue) is
+//! [`crate::admission`].
 
 use std::time::Duration;
 
@@ -8,8 +11,9 @@ use super::issues::Issues;
 use super::routes::RouteRule;
 use crate::admission::{AdmissionConfig, QueuePolicy};
 
-/// Deadline-aware admission (rule [C21](crate::contract#c21)): how many requests do their work at
-/// once, how many may wait, in which order, and what each route costs.
+/// The profile's `admission:` section (rule [C21](crate::contract#c21)): how many requests do
+/// their work at once, how many may wait, in which order, and what each route costs. Resolved
+/// into [`Profile::admission`](crate::Profile::admission).
 ///
 /// See the [module example](crate::admission#example).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

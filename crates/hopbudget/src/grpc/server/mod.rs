@@ -111,7 +111,6 @@
 //! # assert_eq!(remaining_ms(&tonic::Request::new(())).unwrap_err().code(), tonic::Code::Internal);
 //! ```
 
-mod admission;
 mod body;
 mod declared;
 mod extract;
@@ -120,7 +119,9 @@ mod layer;
 mod method;
 mod service;
 
-pub use admission::GrpcAnswer;
+// The admission layer's gRPC answer is defined with admission (`admission/grpc.rs`); it is
+// named here too, beside the server layer it answers like.
+pub use crate::admission::GrpcAnswer;
 pub use body::ResponseBody;
 pub use declared::{DeclaredMethods, DescriptorSetError};
 pub use extract::BudgetExt;

@@ -14,9 +14,9 @@ use tokio::time::Sleep;
 use super::ResponseBody;
 use super::body::answer_length;
 use super::linger::LentBody;
+use crate::answer::http::http_answer;
 use crate::codec::marker::Marker;
 use crate::hop::HopGuard;
-use crate::http_answer::http_answer;
 use crate::status::{HttpStatusMap, Outcome};
 use crate::{Refused, RequestBudget};
 
@@ -138,7 +138,7 @@ impl<F, B> fmt::Debug for ResponseFuture<F, B> {
 /// profile's status codes).
 #[inline]
 fn note_answer(guard: &mut HopGuard, status: &HttpStatusMap, res: &http::response::Parts) {
-    guard.answer_status(crate::observe::AnswerStatus::Http(res.status.as_u16()));
+    guard.answer_status(crate::hop::AnswerStatus::Http(res.status.as_u16()));
     let headers = &res.headers;
     match crate::codec::answer::http_outcome(status, res.status.as_u16(), headers) {
         Outcome::Completed => {}

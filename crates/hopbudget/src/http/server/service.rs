@@ -9,8 +9,8 @@ use tower_service::Service;
 use super::{ResponseBody, ResponseFuture, ServerBudgetLayer, linger};
 use crate::BudgetError;
 use crate::SharedProfile;
+use crate::answer::http::{http_answer, malformed_answer};
 use crate::hop::{HopConfig, RouteLabel, Verdict, strip_internal_markers};
-use crate::http_answer::{http_answer, malformed_answer};
 use crate::macros::define_inner_service_accessors;
 
 /// Middleware that gives each inbound HTTP request its [`RequestBudget`](crate::RequestBudget).

@@ -8,29 +8,23 @@ use std::collections::HashMap;
 use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Duration;
 
-use metrics::{Counter, Histogram, Key, Label, Level, Metadata, Recorder};
+use metrics::{Counter, Histogram, Key, Label, Recorder};
 
 use super::held::{Held, RecorderId};
 use super::{
     ARRIVALS_TOTAL, BUDGET_USED_RATIO, CACHE_READS_TOTAL, DEADLINE_MISSING_TOTAL, DEGRADED_TOTAL,
     HOP_DURATION_MS, HOPS_TOTAL, LATE_WORK_OVERRUN_MS, LATE_WORK_TOTAL, LOW_BUDGET_ARRIVALS_TOTAL,
-    MALFORMED_HEADERS_TOTAL, QUEUE_EXPIRED_TOTAL, REFUSED_BEFORE_WORK_TOTAL,
+    MALFORMED_HEADERS_TOTAL, METADATA, QUEUE_EXPIRED_TOTAL, REFUSED_BEFORE_WORK_TOTAL,
     REMAINING_AT_ARRIVAL_MS, UNENFORCED_TOTAL,
 };
 use crate::budget::Source;
 use crate::observe::HopLabels;
 use crate::status::Outcome;
 
-pub(super) static METADATA: Metadata<'static> = Metadata::new(
-    "hopbudget::observe",
-    Level::INFO,
-    Some("hopbudget::observe"),
-);
-
 /// The keys of one service and route: shared for the life of the process (the common case:
 /// no reference counting per hop), or owned once the shared table is full.
 #[derive(Clone, Debug)]
-pub(in crate::observe) enum Keys {
+pub(crate) enum Keys {
     Shared(&'static KeyCache),
     Owned(Arc<KeyCache>),
 }
@@ -47,9 +41,9 @@ impl std::ops::Deref for Keys {
 }
 
 /// Metric keys for one service and route, built on first use, and, for a layer's own routes
-/// ([`LayerKeys`](super::held::LayerKeys)), the handles the recorder gave for them.
+/// ([`LayerKeys`](super::layer_keys::LayerKeys)), the handles the recorder gave for them.
 #[derive(Debug)]
-pub(in crate::observe) struct KeyCache {
+pub(crate) struct KeyCache {
     service: Arc<str>,
     route: Arc<str>,
     arrivals: OnceLock<Key>,
@@ -82,7 +76,7 @@ struct Handles {
 }
 
 impl KeyCache {
-    pub(in crate::observe) fn new(service: &Arc<str>, route: &Arc<str>) -> Self {
+    pub(crate) fn new(service: &Arc<str>, route: &Arc<str>) -> Self {
         Self {
             service: service.clone(),
             route: route.clone(),
@@ -102,7 +96,7 @@ impl KeyCache {
 
     /// Keys whose handles are held once resolved: a layer's own, never the process-wide
     /// table's (see `held`).
-    pub(in crate::observe) fn held(service: &Arc<str>, route: &Arc<str>) -> Self {
+    pub(crate) fn held(service: &Arc<str>, route: &Arc<str>) -> Self {
         Self {
             held: Some(Box::new(Handles {
                 arrivals: Held::new(),
@@ -120,16 +114,16 @@ impl KeyCache {
         }
     }
 
-    pub(in crate::observe) fn service(&self) -> &Arc<str> {
+    pub(crate) fn service(&self) -> &Arc<str> {
         &self.service
     }
 
-    pub(in crate::observe) fn route(&self) -> &Arc<str> {
+    pub(crate) fn route(&self) -> &Arc<str> {
         &self.route
     }
 
     /// The shared keys of `service` and `route`, allocating only for a pair not seen before.
-    pub(in crate::observe) fn lookup(service: &Arc<str>, route: &str) -> Keys {
+    pub(crate) fn lookup(service: &Arc<str>, route: &str) -> Keys {
         shared(service, Route::Borrowed(route))
     }
 
@@ -140,7 +134,7 @@ impl KeyCache {
 
     /// The keys of `labels`' service and route: the ones `labels` was built with
     /// ([`HopLabels::for_route`]), else the process-wide shared ones.
-    pub(in crate::observe) fn of(labels: &HopLabels) -> Keys {
+    pub(crate) fn of(labels: &HopLabels) -> Keys {
         match labels.keys.as_ref() {
             Some(keys) if keys.matches(labels) => keys.clone(),
             // The public `service` or `route` changed after the keys were remembered.
@@ -300,7 +294,7 @@ fn millis(d: Duration) -> f64 {
 
 // One `with_recorder` per event, not per metric: each call is a thread-local and a global
 // lookup, which is most of the cost when no recorder is installed.
-pub(in crate::observe) fn record_arrival(
+pub(crate) fn record_arrival(
     keys: &KeyCache,
     low_budget: Duration,
     remaining: Duration,
@@ -336,12 +330,7 @@ pub(in crate::observe) fn record_arrival(
 
 /// The end of a hop: its outcome, how long it took (`took`) and the budget it arrived with
 /// (`budget`), whose share used is recorded unless the hop arrived with none.
-pub(in crate::observe) fn record_end(
-    keys: &KeyCache,
-    outcome: Outcome,
-    took: Duration,
-    budget: Duration,
-) {
+pub(crate) fn record_end(keys: &KeyCache, outcome: Outcome, took: Duration, budget: Duration) {
     let used_ratio = (!budget.is_zero()).then(|| took.as_secs_f64() / budget.as_secs_f64());
     metrics::with_recorder(|r| {
         let refused = || keys.route_key(REFUSED_BEFORE_WORK_TOTAL, &keys.refused);
@@ -371,7 +360,7 @@ pub(in crate::observe) fn record_end(
     });
 }
 
-pub(in crate::observe) fn record_unenforced(keys: &KeyCache, would: &'static str) {
+pub(crate) fn record_unenforced(keys: &KeyCache, would: &'static str) {
     // Only while enforcement is off, so the key is built each time rather than cached.
     let key = Key::from_parts(
         UNENFORCED_TOTAL,
@@ -384,7 +373,7 @@ pub(in crate::observe) fn record_unenforced(keys: &KeyCache, would: &'static str
     metrics::with_recorder(|r| increment(r, &key));
 }
 
-pub(in crate::observe) fn record_late(keys: &KeyCache, overrun: Duration) {
+pub(crate) fn record_late(keys: &KeyCache, overrun: Duration) {
     metrics::with_recorder(|r| {
         let late = || keys.route_key(LATE_WORK_TOTAL, &keys.late);
         let by = || keys.route_key(LATE_WORK_OVERRUN_MS, &keys.overrun);
@@ -402,7 +391,7 @@ pub(in crate::observe) fn record_late(keys: &KeyCache, overrun: Duration) {
     });
 }
 
-pub(in crate::observe) fn record_malformed(labels: &HopLabels, header: &str) {
+pub(crate) fn record_malformed(labels: &HopLabels, header: &str) {
     let key = Key::from_parts(
         MALFORMED_HEADERS_TOTAL,
         vec![
@@ -414,7 +403,7 @@ pub(in crate::observe) fn record_malformed(labels: &HopLabels, header: &str) {
     metrics::with_recorder(|r| increment(r, &key));
 }
 
-pub(in crate::observe) fn record_queue_expired(service: &str, queue: &str) {
+pub(crate) fn record_queue_expired(service: &str, queue: &str) {
     let key = Key::from_parts(
         QUEUE_EXPIRED_TOTAL,
         vec![

@@ -1,18 +1,28 @@
 //! Metric names, the catalogue of every metric hopbudget records ([`METRICS`]), and their
 //! descriptions. Every name, type and label is listed in the guide's observability page
-//! (`docs/guide/observability.md`). Recording them is in `record`.
+//! (`docs/guide/observability.md`). Recording them is in `record`, with the handles a layer
+//! holds in `held` and its routes' table in `layer_keys`.
 
-use metrics::Unit;
+use metrics::{Level, Metadata, Unit};
 
 mod held;
+mod layer_keys;
 mod record;
 
-pub(super) use held::LayerKeys;
-pub(super) use record::{
+pub(super) use layer_keys::LayerKeys;
+pub(crate) use record::{
     KeyCache, Keys, record_arrival, record_end, record_late, record_malformed,
     record_queue_expired, record_unenforced,
 };
 pub(crate) use record::{cache_read_key, count, degraded_key};
+
+/// What every hopbudget metric is registered with: recorded per call (`record`) or through a
+/// held handle (`held`).
+static METADATA: Metadata<'static> = Metadata::new(
+    "hopbudget::observe",
+    Level::INFO,
+    Some("hopbudget::observe"),
+);
 
 /// Counter: hops by terminal status. Labels: `service`, `route`, `outcome`.
 ///

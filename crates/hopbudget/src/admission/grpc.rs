@@ -1,12 +1,13 @@
-//! The admission layer's answer over gRPC ([C10](crate::contract#c10), [C21](crate::contract#c21)): a dropped call is a trailers-only
-//! status spelled as the gRPC server layer spells its own refusals ([`budget_status`](crate::grpc::budget_status)).
+//! Admission for tonic servers (feature `grpc`): a dropped call is a trailers-only status
+//! spelled as the gRPC server layer spells its own refusals ([`budget_status`](crate::grpc::budget_status),
+//! [C10](crate::contract#c10), [C21](crate::contract#c21)).
 
 use http::Response;
 
+use super::{AdmissionLayer, RefusalAnswer};
 use crate::BudgetError;
 use crate::Profile;
-use crate::admission::{AdmissionLayer, RefusalAnswer};
-use crate::grpc::budget_status;
+use crate::answer::grpc::budget_status;
 use crate::status::GrpcStatusMap;
 
 /// Answers like the gRPC server layer (`GrpcServerLayer`, feature `grpc`) does ([C10](crate::contract#c10)): a
@@ -20,7 +21,7 @@ use crate::status::GrpcStatusMap;
 /// ```
 /// use std::time::Duration;
 /// use hopbudget::admission::RefusalAnswer;
-/// use hopbudget::grpc::server::GrpcAnswer;
+/// use hopbudget::admission::GrpcAnswer;
 /// use hopbudget::status::GrpcStatusMap;
 /// use hopbudget::{BudgetError, Outcome, Refused};
 ///

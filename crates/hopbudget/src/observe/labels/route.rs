@@ -9,7 +9,7 @@ use std::sync::{Arc, RwLock};
 /// The route label every request shares when its route is not known: a path no router
 /// matched, a path no profile rule names, a gRPC method past the cap of distinct methods.
 ///
-/// See the [example](super#example-a-custom-protocol-adapter).
+/// See the [example](crate::hop#example-a-custom-protocol-adapter).
 pub const OTHER_ROUTE: &str = "other";
 
 /// How many distinct gRPC method paths one server labels before the rest share
@@ -19,7 +19,7 @@ pub(crate) const MAX_METHODS: usize = 512;
 
 /// What the adapter knows about the request's route.
 ///
-/// See the [example](super#example-a-custom-protocol-adapter).
+/// See the [example](crate::hop#example-a-custom-protocol-adapter).
 #[derive(Clone, Copy, Debug)]
 pub enum RouteLabel<'a> {
     /// A pattern a router matched (axum's `MatchedPath`), bounded by the router's routes,

@@ -1,5 +1,7 @@
 //! [`Hop`]: one hop's record, opened when a request arrives and finished with its terminal
 //! status: its `tracing` span, its metrics and, when asked for, its one log line ([C14](crate::contract#c14)).
+//! It lives beside the hop it records; users name it `observe::Hop`, where the span fields,
+//! metric names and exporters it reports through are.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -7,10 +9,13 @@ use std::time::Duration;
 use tracing::Span;
 use tracing::field::Empty;
 
-#[cfg(feature = "metrics")]
-use super::metrics_names;
-use super::{HopLabels, HopRoute, Protocol, fields, notice};
 use crate::budget::{RequestBudget, Source};
+use crate::observe::fields;
+use crate::observe::labels::{HopLabels, HopRoute, Protocol};
+#[cfg(feature = "metrics")]
+use crate::observe::metrics_names;
+use crate::observe::notice;
+use crate::observe::trace_context::TraceParent;
 use crate::status::Outcome;
 
 /// The status a hop's caller was answered with: an HTTP status or a gRPC code. Recorded on
@@ -268,7 +273,7 @@ impl Hop {
         if let Some(line) = self.line.as_mut() {
             line.trace_id = headers
                 .get("traceparent")
-                .and_then(|v| super::TraceParent::parse(v.as_bytes()))
+                .and_then(|v| TraceParent::parse(v.as_bytes()))
                 .map(|parent| parent.trace_id);
         }
     }
@@ -450,7 +455,7 @@ fn span_ms(d: Duration) -> i64 {
 mod tests {
     use super::*;
     use crate::HopPolicy;
-    use crate::observe::LayerMetrics;
+    use crate::observe::labels::LayerMetrics;
 
     fn open(line: bool) -> Hop {
         let service: Arc<str> = "line-test".into();

@@ -1,19 +1,72 @@
-//! A [`BudgetError`] spelled as an HTTP answer, the same way the server layer spells the
-//! answers it makes itself, so that an upstream hopbudget client classifies a handler's own
-//! refusal or expiry exactly as it would the layer's (rules [C3](crate::contract#c3), [C4](crate::contract#c4), [C10](crate::contract#c10), [C17](crate::contract#c17)).
+//! The HTTP answer: the one spelling of a deadline outcome over HTTP, shared by everything
+//! that makes one: the server layer's own refusals, expiries and malformed-header answers, the
+//! admission layer's refusals ([`HttpAnswer`](crate::admission::HttpAnswer)) and, for
+//! handlers, `http::budget_response` (feature `http`) and axum's `IntoResponse` for
+//! [`BudgetError`] (feature `axum`). An upstream hopbudget client then classifies all of them
+//! alike, a handler's own refusal or expiry exactly as the layer's (rules [C3](crate::contract#c3),
+//! [C4](crate::contract#c4), [C9](crate::contract#c9), [C10](crate::contract#c10), [C17](crate::contract#c17)).
+//! Protocol-neutral in its dependencies (the `http` crate only) and outside the `http` feature,
+//! so the core's admission layer spells with it too; only the handler-facing parts need their
+//! features.
 //!
 //! The status code comes from an [`HttpStatusMap`]. A `BudgetError` carries no profile and
 //! axum's `IntoResponse` sees no request, so `impl IntoResponse for BudgetError` (feature
 //! `axum`) uses the contract's default map (503, 504, 499); every answer also names its
 //! outcome in `x-deadline-outcome`, which hopbudget clients read before the code, so callers
 //! classify it correctly whatever codes their own profiles use. A service whose profile
-//! changes the codes answers with [`budget_response`] and `profile.http_status()` instead.
+//! changes the codes answers with `http::budget_response` and `profile.http_status()` instead.
 
-use bytes::Bytes;
-use http::Response;
+use http::{HeaderValue, Response, StatusCode};
 
 use crate::BudgetError;
-use crate::status::HttpStatusMap;
+use crate::codec::MalformedHeader;
+use crate::codec::marker::{self, Marker};
+use crate::status::{HttpStatusMap, Outcome};
+
+/// The answer for `err`: the status `map` gives its outcome, a one-line plain-text body, the
+/// outcome header; a refusal adds `Retry-After: 0` and the required and remaining budget.
+pub(crate) fn http_answer<B: From<String>>(err: &BudgetError, map: &HttpStatusMap) -> Response<B> {
+    let outcome = err.outcome();
+    debug_assert_ne!(outcome, Outcome::Completed);
+    // A profile validates its codes; the fallback only guards a hand-built invalid map.
+    let code = map
+        .for_outcome(outcome)
+        .and_then(|c| StatusCode::from_u16(c).ok())
+        .unwrap_or(StatusCode::GATEWAY_TIMEOUT);
+    let mut res = Response::new(B::from(format!("{err}\n")));
+    *res.status_mut() = code;
+    let headers = res.headers_mut();
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    if let BudgetError::Refused(r) = err {
+        headers.insert(http::header::RETRY_AFTER, HeaderValue::from_static("0"));
+        marker::mark_refusal(headers, r);
+    } else {
+        marker::mark(headers, Marker::Stated(outcome));
+    }
+    res
+}
+
+/// The 400 (or the profile's code) for a deadline header that does not parse ([C9](crate::contract#c9)): a clear
+/// client error naming the header, never "no deadline".
+pub(crate) fn malformed_answer<B: From<String>>(
+    map: &HttpStatusMap,
+    malformed: &MalformedHeader,
+) -> Response<B> {
+    // The profile validates its codes; the fallback only guards a hand-built invalid map.
+    let code = StatusCode::from_u16(map.malformed).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut res = Response::new(B::from(malformed.to_string()));
+    *res.status_mut() = code;
+    let headers = res.headers_mut();
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    marker::mark(headers, Marker::Malformed);
+    res
+}
 
 /// The HTTP answer for `err`: the status `map` gives its outcome, a one-line plain-text body,
 /// and the `x-deadline-outcome` header; a refusal adds `Retry-After: 0`,
@@ -42,8 +95,9 @@ use crate::status::HttpStatusMap;
 /// let res = hopbudget::http::budget_response(&BudgetError::Expired, &HttpStatusMap::default());
 /// assert_eq!(res.status(), 504);
 /// ```
-pub fn budget_response(err: &BudgetError, map: &HttpStatusMap) -> Response<Bytes> {
-    crate::http_answer::http_answer(err, map)
+#[cfg(feature = "http")]
+pub fn budget_response(err: &BudgetError, map: &HttpStatusMap) -> Response<bytes::Bytes> {
+    http_answer(err, map)
 }
 
 #[cfg(feature = "axum")]
@@ -73,16 +127,19 @@ impl axum::response::IntoResponse for crate::DownstreamError {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "http"))]
 mod tests {
     use std::time::Duration;
 
-    use super::*;
-    use crate::hop::outbound::classify;
-    use crate::{Outcome, Refused};
+    use bytes::Bytes;
 
+    use super::*;
+    use crate::Refused;
+    use crate::codec::answer::http_outcome;
+
+    /// Read back as the client layers read every answer (`hop::outbound::classify`).
     fn read_back(res: &Response<Bytes>, map: &HttpStatusMap) -> Outcome {
-        classify(map, res.status().as_u16(), res.headers())
+        http_outcome(map, res.status().as_u16(), res.headers())
     }
 
     #[test]

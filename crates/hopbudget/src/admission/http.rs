@@ -1,8 +1,8 @@
-//! An HTTP request as the admission layer sees it ([C21](crate::contract#c21)): its deadline from the request's
+//! An HTTP request as the admission layer sees it (feature `http`, [C21](crate::contract#c21)): its deadline from the request's
 //! budget (the server layer's, outside), its route from the router's matched pattern (axum's
 //! `MatchedPath`, feature `axum`) or else the path.
 
-use crate::admission::AdmissionRequest;
+use super::AdmissionRequest;
 use crate::{Deadline, RequestBudget};
 
 impl<B> AdmissionRequest for http::Request<B> {

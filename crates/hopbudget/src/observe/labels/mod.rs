@@ -1,11 +1,17 @@
 //! What a hop is labelled with: the protocol it speaks, its service and its route (a bounded
-//! set, rule [C20](crate::contract#c20)), and the metric keys built once per label set.
+//! set, rule [C20](crate::contract#c20)), and the metric keys built once per label set. The
+//! route labels themselves (what an adapter knows of a route, `other`, the bounded set of gRPC
+//! methods) are in `route`; `hop` names them for adapters ([`hop::RouteLabel`](crate::hop::RouteLabel)).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 #[cfg(feature = "metrics")]
 use super::metrics_names;
+
+mod route;
+pub(crate) use route::{MethodSet, is_method_path};
+pub use route::{OTHER_ROUTE, RouteLabel};
 
 /// The protocol a hop speaks, for the span's `rpc.system` / `network.protocol.name`.
 ///
@@ -63,11 +69,11 @@ pub struct HopLabels {
     pub route: Arc<str>,
     /// The protocol.
     pub protocol: Protocol,
-    pub(super) low_budget: Duration,
+    pub(crate) low_budget: Duration,
     #[cfg(feature = "metrics")]
     // Set once, at construction, by `for_route`; `new` leaves it empty. (A `OnceLock` here
     // cost a `Once` initialisation per request in the layers.)
-    pub(super) keys: Option<metrics_names::Keys>,
+    pub(crate) keys: Option<metrics_names::Keys>,
 }
 
 impl HopLabels {
@@ -137,13 +143,13 @@ pub const DEFAULT_LOW_BUDGET: Duration = Duration::from_millis(50);
 
 /// What [`Hop::open`] reads of a hop's labels, borrowed.
 pub(crate) struct HopRoute<'a> {
-    pub(super) service: &'a str,
-    pub(super) route: &'a str,
-    pub(super) protocol: Protocol,
-    pub(super) low_budget: Duration,
-    pub(super) line: bool,
+    pub(crate) service: &'a str,
+    pub(crate) route: &'a str,
+    pub(crate) protocol: Protocol,
+    pub(crate) low_budget: Duration,
+    pub(crate) line: bool,
     #[cfg(feature = "metrics")]
-    pub(super) keys: metrics_names::Keys,
+    pub(crate) keys: metrics_names::Keys,
 }
 
 /// One layer's metric series, per route, with the handles the recorder gave for them held
@@ -193,7 +199,7 @@ impl<'a> HopRoute<'a> {
 
     /// The service and route as shared strings, for a hop's line: the ones the metric keys
     /// hold when there are keys, else new ones.
-    pub(super) fn shared_strings(&self) -> (Arc<str>, Arc<str>) {
+    pub(crate) fn shared_strings(&self) -> (Arc<str>, Arc<str>) {
         #[cfg(feature = "metrics")]
         if **self.keys.service() == *self.service && **self.keys.route() == *self.route {
             return (self.keys.service().clone(), self.keys.route().clone());
