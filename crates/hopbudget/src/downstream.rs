@@ -3,9 +3,9 @@
 //! is private and the type is re-exported at the crate root.
 //!
 //! The type names no client: a downstream's own answer is kept as its code (an HTTP status,
-//! or a gRPC code as the number the gRPC spec gives it) with its text, and each integration
-//! supplies its conversions beside its own code (`grpc::downstream`, `http::reqwest`,
-//! `http::answer` for axum).
+//! or a gRPC code as the number the gRPC spec gives it) with its text, and each adapter
+//! supplies its conversions beside its own code (`grpc/downstream.rs`, `http/reqwest.rs`,
+//! `answer/http.rs`); this module builds without any of them.
 
 use std::error::Error as StdError;
 use std::fmt;
@@ -19,22 +19,18 @@ type BoxError = Box<dyn StdError + Send + Sync>;
 /// keeps its meaning across a protocol shim (rules [C4](crate::contract#c4), [C10](crate::contract#c10), [C11](crate::contract#c11)), so an HTTP handler calling
 /// gRPC, or a gRPC handler calling HTTP, needs no hand-written error mapping.
 ///
-/// - From a tonic call: `From<tonic::Status>` (feature `grpc`).
-/// - From a reqwest call through `BudgetMiddleware`: `From<reqwest_middleware::Error>`, and
-///   `From<reqwest::Error>` for reading the answer's body (feature `reqwest`).
-/// - From a tower client such as `ClientBudgetLayer`: `From<tower::BoxError>`.
-/// - As an axum answer (feature `axum`): a deadline outcome is answered as [`BudgetError`]'s
-///   own response (504, 503 + `Retry-After: 0`, 499, with `x-deadline-outcome`); a
-///   downstream's own answer keeps its meaning (an HTTP status as it was, a gRPC status by
-///   the usual mapping: NOT_FOUND is 404, INVALID_ARGUMENT 400, UNAVAILABLE 503, ...); a
-///   transport failure is 502 Bad Gateway with the error's message.
-/// - As a gRPC answer (feature `grpc`): `From<DownstreamError> for tonic::Status` spells a
-///   deadline outcome as `From<BudgetError>` does, passes a downstream's own status through
-///   unchanged (an HTTP status by the same mapping: 404 is NOT_FOUND), and reports a
-///   transport failure as UNAVAILABLE.
+/// - From a deadline outcome: `From<BudgetError>`.
+/// - From a tower client such as `ClientBudgetLayer`: `From<tower::BoxError>`, the
+///   [`BudgetError`] in its chain if there is one, else a transport failure.
 ///
-/// A downstream HTTP answer that is not a success becomes a `DownstreamError` through
-/// reqwest's `error_for_status()`: a 404 below is a 404 above, not a 502.
+/// Each protocol adapter adds its own conversions beside its code, with their docs (listed
+/// under this type's trait implementations): a tonic call's status and a tonic handler's
+/// answer (`grpc/downstream.rs`), a reqwest call's errors (`http/reqwest.rs`: a downstream
+/// HTTP answer that is not a success, through reqwest's `error_for_status()`, is a 404 below
+/// and a 404 above, not a 502), an axum handler's answer (`answer/http.rs`). Across the two
+/// protocols a downstream's own answer keeps its meaning by the usual mapping (gRPC NOT_FOUND
+/// is HTTP 404, INVALID_ARGUMENT 400, UNAVAILABLE 503, ...), and a transport failure is 502
+/// Bad Gateway or UNAVAILABLE.
 ///
 /// The runnable `examples/shim.rs` uses it in both directions.
 ///
@@ -47,25 +43,21 @@ type BoxError = Box<dyn StdError + Send + Sync>;
 /// assert_eq!(err.budget_error(), Some(&BudgetError::Expired));
 /// assert_eq!(err.to_string(), "deadline expired");
 ///
-///
-/// // A tonic call's status (feature `grpc`): a deadline outcome keeps its meaning, others
-/// // stay as they are.
-/// # #[cfg(feature = "grpc")] {
-/// let err = DownstreamError::from(tonic::Status::deadline_exceeded("late"));
-/// assert_eq!(err.budget_error(), Some(&BudgetError::Expired));
-/// let err = DownstreamError::from(tonic::Status::not_found("no such order"));
-/// assert_eq!(err.grpc_status().map(|s| s.code()), Some(tonic::Code::NotFound));
-/// assert_eq!(tonic::Status::from(err).code(), tonic::Code::NotFound);
-/// # }
+/// // From a tower client: the deadline outcome in the error's chain, else a transport failure.
+/// let err = DownstreamError::from(tower::BoxError::from("connection refused"));
+/// assert_eq!(err.budget_error(), None);
+/// assert_eq!(err.to_string(), "downstream call failed: connection refused");
 /// ```
+///
+/// A tonic call's status is shown on [`grpc_status`](Self::grpc_status), in the gRPC adapter.
 #[derive(Debug)]
 pub struct DownstreamError {
     pub(crate) kind: Kind,
 }
 
-// Each client integration makes the kinds it can see (behind its own feature), so a build
-// with only some of them leaves the others unmade.
-#[allow(dead_code)]
+/// What the failure is. The core makes the deadline and transport kinds; each adapter makes
+/// the downstream answers it can see (a build without it leaves them unmade, which the
+/// crate's partial-build allowance covers).
 #[derive(Debug)]
 pub(crate) enum Kind {
     Budget(BudgetError),
@@ -104,16 +96,14 @@ impl DownstreamError {
         }
     }
 
-    /// A downstream's own HTTP answer that is not a success.
-    #[allow(dead_code)] // made by the reqwest integration
+    /// A downstream's own HTTP answer that is not a success, for the adapter that reads one.
     pub(crate) fn http_answer(code: http::StatusCode, message: String) -> Self {
         Self {
             kind: Kind::Http(code, message),
         }
     }
 
-    /// A call that failed without an answer.
-    #[allow(dead_code)] // made by the reqwest integration
+    /// A call that failed without an answer, for an adapter whose error is not a `BoxError`.
     pub(crate) fn transport(error: BoxError) -> Self {
         Self {
             kind: Kind::Other(error),
@@ -123,7 +113,6 @@ impl DownstreamError {
     /// The HTTP status that answers this failure from a handler: a downstream's own status
     /// keeps its meaning (a gRPC code by the usual mapping), a transport failure is 502 Bad
     /// Gateway; `None` for a deadline outcome, which is answered as [`BudgetError`] is.
-    #[allow(dead_code)] // read by the axum integration
     pub(crate) fn http_answer_status(&self) -> Option<http::StatusCode> {
         match &self.kind {
             Kind::Budget(_) => None,
@@ -136,7 +125,6 @@ impl DownstreamError {
 
 /// The HTTP status for a downstream's gRPC code (numbered as the gRPC spec does), as Google's
 /// API design and grpc-gateway map them (a shim answers what the service below meant, not 502).
-#[allow(dead_code)] // read by the axum integration
 pub(crate) fn http_of_grpc(code: i32) -> http::StatusCode {
     use http::StatusCode as H;
     match code {
@@ -157,7 +145,6 @@ pub(crate) fn http_of_grpc(code: i32) -> http::StatusCode {
 
 /// The gRPC code (numbered as the gRPC spec does) for a downstream's HTTP status, the same
 /// mapping read the other way.
-#[allow(dead_code)] // read by the gRPC integration
 pub(crate) fn grpc_of_http(status: http::StatusCode) -> i32 {
     match status.as_u16() {
         400 => 3,

@@ -1,4 +1,8 @@
-//! The ways a budget stops work, as one error type.
+//! The ways a budget stops work, as one error type, and the way a call stops before it is
+//! sent: [`Throttled`], the adaptive throttle's local rejection (public as
+//! [`throttle::Throttled`](crate::throttle::Throttled)). It lives here, beside the other
+//! errors, because the result classification every retry, hedge and throttle shares reads it
+//! (a throttled call is not retried) and sits below all three.
 //!
 //! Layers box these into `tower::BoxError`; callers recognise them with
 //! [`BudgetError::find`], which looks through the error's source chain.
@@ -197,3 +201,27 @@ impl From<EndCause> for Outcome {
         }
     }
 }
+
+/// A call the adaptive throttle rejected locally: it was not sent. The callee has been
+/// refusing: it accepted `accepts` of the last `requests` attempts in the window.
+///
+/// See the [example](crate::throttle::ThrottleLayer#examples).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Throttled {
+    /// Attempts counted in the window when the call was rejected, this one included.
+    pub requests: u64,
+    /// How many of them the callee accepted.
+    pub accepts: u64,
+}
+
+impl fmt::Display for Throttled {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "not sent: the adaptive throttle rejected the call locally (the callee accepted {} of the last {} attempts)",
+            self.accepts, self.requests
+        )
+    }
+}
+
+impl StdError for Throttled {}

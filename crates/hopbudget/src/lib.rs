@@ -90,6 +90,7 @@ pub mod admission;
 mod answer;
 mod budget;
 pub mod cache;
+mod classify;
 pub mod clock;
 pub mod codec;
 pub mod config;
@@ -107,6 +108,7 @@ pub mod hop;
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub mod http;
 pub mod learned;
+mod macros;
 pub mod observe;
 mod outcome;
 #[cfg(feature = "postgres")]

@@ -14,101 +14,15 @@
 
 use std::future::{Ready, ready};
 use std::sync::Arc;
-use std::time::Duration;
 
 use tower::retry::Policy;
 
 use crate::budget::RequestBudget;
-use crate::error::BudgetError;
-use crate::throttle::{AdaptiveThrottle, Throttled};
+use crate::throttle::AdaptiveThrottle;
 
-/// What one attempt amounted to, for the retry decision.
-///
-/// See the [example](DeadlineRetry#examples).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Attempt {
-    /// It worked (or failed in a way no retry can fix).
-    Done,
-    /// The callee refused before start; it may say what it needed.
-    Refused {
-        /// The budget the callee said it needs, if it said.
-        required: Option<Duration>,
-    },
-    /// The budget ran out. Never retried.
-    Expired,
-    /// The caller went away. Never retried.
-    Cancelled,
-    /// A failure a retry might fix (connection reset, 502, UNAVAILABLE...).
-    Retryable,
-}
-
-impl Attempt {
-    /// Whether the callee accepted the attempt, for [`AdaptiveThrottle::record`]: an answer
-    /// was accepted; a refusal, a retryable failure and an expiry (an overloaded callee looks
-    /// like this too) were not; a cancelled attempt says nothing about the callee (`None`).
-    ///
-    /// See the [example](DeadlineRetry#examples).
-    pub fn accepted(self) -> Option<bool> {
-        match self {
-            Attempt::Done => Some(true),
-            Attempt::Refused { .. } | Attempt::Expired | Attempt::Retryable => Some(false),
-            Attempt::Cancelled => None,
-        }
-    }
-}
-
-/// Decides what a result amounted to.
-///
-/// See the [example](DeadlineRetry#examples).
-pub trait Classify<Res, E> {
-    /// Classify one attempt's result.
-    ///
-    /// See the [example](DeadlineRetry#examples).
-    fn classify(&self, result: &Result<Res, E>) -> Attempt;
-}
-
-impl<Res, E, F> Classify<Res, E> for F
-where
-    F: Fn(&Result<Res, E>) -> Attempt,
-{
-    fn classify(&self, result: &Result<Res, E>) -> Attempt {
-        self(result)
-    }
-}
-
-/// Classifies errors that carry a [`BudgetError`] (as hopbudget's client layers return) and
-/// treats every other error as retryable and every response as done; a call rejected locally
-/// by a [`ThrottleLayer`](crate::throttle::ThrottleLayer) is done (not retried).
-///
-/// See the [example](DeadlineRetry#examples).
-#[derive(Clone, Copy, Debug, Default)]
-pub struct BudgetErrors;
-
-impl<Res> Classify<Res, tower::BoxError> for BudgetErrors {
-    fn classify(&self, result: &Result<Res, tower::BoxError>) -> Attempt {
-        match result {
-            Ok(_) => Attempt::Done,
-            Err(e) => error_attempt(e),
-        }
-    }
-}
-
-/// What a failed call amounted to: its [`BudgetError`], else a failure a retry may fix. A
-/// call the adaptive throttle rejected locally ([`Throttled`]) is done: its callee is full,
-/// and a retry now would only be rejected again.
-pub(crate) fn error_attempt(e: &tower::BoxError) -> Attempt {
-    if e.is::<Throttled>() {
-        return Attempt::Done;
-    }
-    match BudgetError::find(e.as_ref()) {
-        Some(BudgetError::Refused(r)) => Attempt::Refused {
-            required: Some(r.required()),
-        },
-        Some(BudgetError::Expired) => Attempt::Expired,
-        Some(BudgetError::Cancelled) => Attempt::Cancelled,
-        None => Attempt::Retryable,
-    }
-}
+// The reading of a result is shared with the throttle and the hedge; its public names stay
+// here, where users reach them (`hopbudget::retry::Classify`).
+pub use crate::classify::{Attempt, BudgetErrors, Classify};
 
 /// A retry policy bounded by the request's budget (rule [C6](crate::contract#c6)).
 ///
@@ -239,11 +153,13 @@ where
 mod tests {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
 
     use tower::{BoxError, Service, ServiceBuilder, ServiceExt};
 
     use super::*;
-    use crate::{HopPolicy, Refused};
+    use crate::throttle::{ThrottleLayer, Throttled};
+    use crate::{BudgetError, HopPolicy, Refused};
 
     fn budget(ms: u64) -> RequestBudget {
         RequestBudget::local(Duration::from_millis(ms), HopPolicy::DEFAULT)
@@ -364,5 +280,42 @@ mod tests {
             .scope(async move { p.allows(Attempt::Retryable) })
             .await;
         assert!(inside, "the ambient budget is used when none is given");
+    }
+
+    /// Under a retry policy, a call the throttle rejected is not sent and not retried: the
+    /// throttle already said the callee is full.
+    #[tokio::test(start_paused = true)]
+    async fn a_throttled_call_is_not_sent_and_not_retried() {
+        let throttle = Arc::new(AdaptiveThrottle::new());
+        // The callee has refused everything lately: the next draw rejects.
+        for _ in 0..100 {
+            throttle.record(false);
+        }
+        let sent = Arc::new(AtomicUsize::new(0));
+        let count = sent.clone();
+        let callee = tower::service_fn(move |_req: u32| {
+            count.fetch_add(1, Ordering::SeqCst);
+            async { Ok::<(), BoxError>(()) }
+        });
+        let client = ServiceBuilder::new()
+            .retry(DeadlineRetry::new(BudgetErrors, 2))
+            .layer(ThrottleLayer::new(throttle.clone()))
+            .service(callee);
+        let mut results = Vec::new();
+        for n in 0..10 {
+            results.push(budget(500).scope(client.clone().oneshot(n)).await);
+        }
+        let throttled = results
+            .iter()
+            .filter(|r| matches!(r, Err(e) if e.is::<Throttled>()))
+            .count();
+        assert!(throttled >= 8, "{throttled} of 10 throttled");
+        // Every call that went out was sent once: a throttled one was not retried.
+        assert_eq!(sent.load(Ordering::SeqCst), 10 - throttled);
+        assert_eq!(
+            throttle.counts().0,
+            100 + 10,
+            "each call counted once, sent or rejected here"
+        );
     }
 }

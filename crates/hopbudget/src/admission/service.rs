@@ -6,6 +6,7 @@ use tower::Service;
 use super::layer::Shared;
 use super::queue::Admit;
 use super::{AdmissionRequest, HttpAnswer, RefusalAnswer, ResponseFuture};
+use crate::macros::define_inner_service_accessors;
 
 /// Middleware that lets at most `limit` requests do their work at once and queues the rest
 /// by deadline, dropping each waiter the moment its budget can no longer cover its route's
@@ -30,26 +31,7 @@ impl<S: Clone, A> Clone for Admission<S, A> {
 }
 
 impl<S, A> Admission<S, A> {
-    /// The wrapped service.
-    ///
-    /// See the [module example](crate::admission#example).
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The wrapped service, mutably.
-    ///
-    /// See the [module example](crate::admission#example).
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// Unwrap the inner service.
-    ///
-    /// See the [module example](crate::admission#example).
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
+    define_inner_service_accessors!("service", "crate::admission#example");
 }
 
 impl<S, A, Req> Service<Req> for Admission<S, A>

@@ -10,7 +10,20 @@ impl DownstreamError {
     /// The downstream's own gRPC status, when it answered one that is not a deadline outcome
     /// (feature `grpc`).
     ///
-    /// See the [example](DownstreamError#examples).
+    /// # Examples
+    ///
+    /// A tonic call's status: a deadline outcome keeps its meaning, others stay as they are,
+    /// and a tonic handler answers them unchanged.
+    ///
+    /// ```
+    /// use hopbudget::{BudgetError, DownstreamError};
+    ///
+    /// let err = DownstreamError::from(tonic::Status::deadline_exceeded("late"));
+    /// assert_eq!(err.budget_error(), Some(&BudgetError::Expired));
+    /// let err = DownstreamError::from(tonic::Status::not_found("no such order"));
+    /// assert_eq!(err.grpc_status().map(|s| s.code()), Some(tonic::Code::NotFound));
+    /// assert_eq!(tonic::Status::from(err).code(), tonic::Code::NotFound);
+    /// ```
     pub fn grpc_status(&self) -> Option<&tonic::Status> {
         match &self.kind {
             Kind::Grpc { status, .. } => status.downcast_ref::<tonic::Status>(),

@@ -8,8 +8,8 @@ use std::time::Duration;
 use tower::BoxError;
 
 use super::HedgeThrottle;
+use crate::classify::error_attempt;
 use crate::learned::LearnedThreshold;
-use crate::retry::error_attempt;
 use crate::throttle::AdaptiveThrottle;
 
 /// What the layer's services have done, summed: read as [`HedgeStats`](super::HedgeStats).

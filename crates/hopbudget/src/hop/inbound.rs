@@ -108,7 +108,6 @@ impl HopConfig {
 
     /// A configuration like this one (profile, protocol, wall clock, declared methods) with
     /// none of its methods learned yet: for a builder whose configuration is already shared.
-    #[cfg(feature = "grpc")]
     pub(crate) fn rebuilt(&self) -> Self {
         Self {
             metrics: LayerMetrics::new(&self.service),
@@ -116,7 +115,11 @@ impl HopConfig {
             profile: self.profile.clone(),
             protocol: self.protocol,
             wall_clock: self.wall_clock.clone(),
+            #[cfg(feature = "grpc")]
             methods: MethodSet::with_declared(self.methods.declared().clone()),
+            // Only a gRPC server declares methods: without it there are none to keep.
+            #[cfg(not(feature = "grpc"))]
+            methods: MethodSet::default(),
         }
     }
 

@@ -53,6 +53,7 @@ mod guard;
 mod inbound;
 pub(crate) mod outbound;
 pub(crate) mod record;
+pub(crate) mod server_layer;
 
 pub use guard::HopGuard;
 pub use inbound::{HopConfig, Verdict, strip_internal_markers};

@@ -58,8 +58,9 @@ use reqwest::ResponseBuilderExt;
 use reqwest_middleware::{Error, Middleware, Next, Result};
 
 use super::client::ResponseBody;
-use crate::hop::outbound::{Bound, Shared, Trust, host_header, reply_error};
-use crate::{BudgetError, DownstreamError, Profile, RequestBudget, SharedProfile};
+use crate::hop::outbound::{Bound, Shared, host_header, reply_error};
+use crate::macros::define_trust_builders;
+use crate::{BudgetError, DownstreamError, RequestBudget, SharedProfile};
 
 /// reqwest-middleware [`Middleware`] that carries the request budget onto outbound calls.
 ///
@@ -79,32 +80,11 @@ impl BudgetMiddleware {
         }
     }
 
-    /// The profile this middleware follows.
-    ///
-    /// See the [module example](crate::http::reqwest#example).
-    pub fn profile(&self) -> std::sync::Arc<Profile> {
-        self.shared.profile.current()
-    }
-
-    /// Send deadline headers to every host this client calls, whatever the profile's
-    /// `outbound.trusted_hosts` says.
-    ///
-    /// See the [module example](crate::http::reqwest#example).
-    pub fn trust_all(self) -> Self {
-        Self {
-            shared: Shared::with_trust(&self.shared, Trust::All),
-        }
-    }
-
-    /// Send no deadline header from this client ([C19](crate::contract#c19), [S16](crate::contract#s16): a third-party API client). The wait
-    /// is still bounded by the budget.
-    ///
-    /// See the [module example](crate::http::reqwest#example).
-    pub fn untrusted(self) -> Self {
-        Self {
-            shared: Shared::with_trust(&self.shared, Trust::Nobody),
-        }
-    }
+    define_trust_builders!(
+        "middleware",
+        "the deadline header",
+        "crate::http::reqwest#example"
+    );
 }
 
 /// The deadline outcome inside a reqwest-middleware error, if that is what it is.
@@ -267,6 +247,7 @@ fn bounded(res: reqwest::Response, bound: Bound) -> reqwest::Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Profile;
 
     #[test]
     fn a_plain_walk_of_the_chain_finds_the_outcome_the_middleware_reported() {

@@ -11,7 +11,7 @@ use pin_project_lite::pin_project;
 use tower::BoxError;
 
 use super::{AdaptiveThrottle, Throttled};
-use crate::retry::Classify;
+use crate::classify::Classify;
 
 pin_project! {
     /// The future [`Throttle`](super::Throttle) returns.

@@ -1,23 +1,22 @@
-//! The layer that throttles every call, and the error a locally rejected call returns.
+//! The layer that throttles every call.
 
-use std::fmt;
 use std::sync::Arc;
 
 use tower::Layer;
 
 use super::{AdaptiveThrottle, Throttle};
-use crate::retry::BudgetErrors;
+use crate::classify::BudgetErrors;
 
 /// Client-side adaptive throttling of every call through the wrapped service (Google SRE,
-/// `K = 2`): a call the throttle rejects is not sent and fails at once with [`Throttled`];
-/// every call that is sent is counted, accepted or not, as the classifier `C` reads its result
+/// `K = 2`): a call the throttle rejects is not sent and fails at once with
+/// [`Throttled`](super::Throttled); every call that is sent is counted, accepted or not, as the classifier `C` reads its result
 /// ([`BudgetErrors`] by default: an answer was accepted; a refusal, an expiry or a transport
 /// failure was not; a cancelled call says nothing about the callee and is not counted).
 ///
 /// Put it above the client layer (so it sees the callee's refusals as
 /// [`BudgetError`](crate::BudgetError)s) and below any retry or hedge layer (so each attempt
 /// is counted and throttled on its own). A retry policy reading [`BudgetErrors`] does not
-/// retry a [`Throttled`] call: the throttle already said the callee is full.
+/// retry a [`Throttled`](super::Throttled) call: the throttle already said the callee is full.
 ///
 /// # Examples
 ///
@@ -109,27 +108,3 @@ impl<S, C: Clone> Layer<S> for ThrottleLayer<C> {
         Throttle::new(inner, self.throttle.clone(), self.classify.clone())
     }
 }
-
-/// A call the adaptive throttle rejected locally: it was not sent. The callee has been
-/// refusing: it accepted `accepts` of the last `requests` attempts in the window.
-///
-/// See the [example](ThrottleLayer#examples).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Throttled {
-    /// Attempts counted in the window when the call was rejected, this one included.
-    pub requests: u64,
-    /// How many of them the callee accepted.
-    pub accepts: u64,
-}
-
-impl fmt::Display for Throttled {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "not sent: the adaptive throttle rejected the call locally (the callee accepted {} of the last {} attempts)",
-            self.accepts, self.requests
-        )
-    }
-}
-
-impl std::error::Error for Throttled {}

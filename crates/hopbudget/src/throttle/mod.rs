@@ -35,7 +35,10 @@ mod service;
 #[cfg(test)]
 mod tests;
 
+/// The error a call this throttle rejected returns: defined with the crate's other errors,
+/// below the result classification that reads it.
+pub use crate::error::Throttled;
 pub use adaptive::AdaptiveThrottle;
 pub use future::ThrottleFuture;
-pub use layer::{ThrottleLayer, Throttled};
+pub use layer::ThrottleLayer;
 pub use service::Throttle;

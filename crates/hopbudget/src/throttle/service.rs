@@ -6,7 +6,7 @@ use std::task::{Context, Poll};
 use tower::{BoxError, Service};
 
 use super::{AdaptiveThrottle, ThrottleFuture, Throttled};
-use crate::retry::Classify;
+use crate::classify::Classify;
 
 /// The service [`ThrottleLayer`](super::ThrottleLayer) makes.
 ///

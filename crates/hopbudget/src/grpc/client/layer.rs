@@ -3,8 +3,9 @@ use std::sync::Arc;
 use tower_layer::Layer;
 
 use super::GrpcClient;
-use crate::hop::outbound::{Shared, Trust};
-use crate::{Profile, SharedProfile};
+use crate::SharedProfile;
+use crate::hop::outbound::Shared;
+use crate::macros::define_trust_builders;
 
 /// Applies [`GrpcClient`] to a tonic `Channel` or any tower gRPC client service. See the
 /// [module docs](super).
@@ -25,12 +26,7 @@ impl GrpcClientLayer {
         }
     }
 
-    /// The profile this layer applies.
-    ///
-    /// See the [module example](super#example).
-    pub fn profile(&self) -> std::sync::Arc<Profile> {
-        self.shared.profile.current()
-    }
+    define_trust_builders!("layer", "`grpc-timeout`", "super#example");
 
     /// Name the destination every call of this layer reaches: the URI of the tonic
     /// `Endpoint` the channel connects to (`endpoint.uri()`), or the origin it was given with
@@ -49,28 +45,6 @@ impl GrpcClientLayer {
     pub fn destination(self, uri: &http::Uri) -> Self {
         Self {
             shared: Shared::with_destination(&self.shared, uri.host()),
-        }
-    }
-
-    /// Send `grpc-timeout` on every call of this channel, whatever the profile's
-    /// `outbound.trusted_hosts` says about its destination.
-    ///
-    /// See the [module example](super#example).
-    pub fn trust_all(self) -> Self {
-        Self {
-            shared: Shared::with_trust(&self.shared, Trust::All),
-        }
-    }
-
-    /// Mark this channel as leading to a third party (rule [C19](crate::contract#c19), [S16](crate::contract#s16)): no `grpc-timeout` and no
-    /// `x-deadline-*` metadata go out, not even a per-call timeout the application set, but
-    /// the wait is still bounded by the budget (and by that per-call timeout), and a call is
-    /// still refused locally when too little is left ([C2](crate::contract#c2), [C3](crate::contract#c3), [C16](crate::contract#c16)).
-    ///
-    /// See the [module example](super#example).
-    pub fn untrusted(self) -> Self {
-        Self {
-            shared: Shared::with_trust(&self.shared, Trust::Nobody),
         }
     }
 }

@@ -1,9 +1,9 @@
 //! Reading a gRPC answer for a retry policy ([C6](crate::contract#c6)): a refusal arrives as a successful HTTP
 //! response whose status is in its headers, so it is classified from those.
 
+use crate::classify::{self, Attempt, Classify};
 use crate::codec::answer::{grpc_outcome, grpc_status_of};
 use crate::codec::marker;
-use crate::retry::{self, Attempt, Classify};
 use crate::status::{GrpcCode, Outcome};
 
 /// Classifies gRPC answers, as they come back through
@@ -69,7 +69,7 @@ impl<B> Classify<http::Response<B>, tower::BoxError> for GrpcReplies {
     fn classify(&self, result: &Result<http::Response<B>, tower::BoxError>) -> Attempt {
         let response = match result {
             Ok(response) => response,
-            Err(e) => return retry::error_attempt(e),
+            Err(e) => return classify::error_attempt(e),
         };
         let headers = response.headers();
         match grpc_outcome(headers) {

@@ -12,6 +12,7 @@ use crate::budget::RequestBudget;
 use crate::codec::Carrier;
 use crate::grpc::{budget_status, status_parts};
 use crate::hop::outbound::{Bound, Shared, host_header};
+use crate::macros::define_inner_service_accessors;
 use tower::BoxError;
 
 const GRPC_TIMEOUT: HeaderName = HeaderName::from_static(crate::codec::GRPC_TIMEOUT);
@@ -44,26 +45,7 @@ impl<S> GrpcClient<S> {
         GrpcClientLayer::new(profile)
     }
 
-    /// The wrapped service.
-    ///
-    /// See the [module example](super#example).
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The wrapped service, mutably.
-    ///
-    /// See the [module example](super#example).
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// Unwrap the inner service.
-    ///
-    /// See the [module example](super#example).
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
+    define_inner_service_accessors!("service", "super#example");
 }
 
 impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for GrpcClient<S>

@@ -1,19 +1,17 @@
-use std::sync::Arc;
-
 use tower_layer::Layer;
 
 use super::{DeclaredMethods, GrpcServer};
-use crate::clock::WallClock;
-use crate::hop::HopConfig;
+use crate::SharedProfile;
+use crate::hop::server_layer::ServerLayer;
+use crate::macros::define_server_layer_builders;
 use crate::observe::Protocol;
-use crate::{Profile, SharedProfile};
 
 /// Applies [`GrpcServer`] to a tonic server's services. See the [module docs](super).
 ///
 /// See the [module example](super#example).
 #[derive(Clone, Debug)]
 pub struct GrpcServerLayer {
-    pub(super) config: Arc<HopConfig>,
+    pub(super) core: ServerLayer,
 }
 
 impl GrpcServerLayer {
@@ -24,19 +22,11 @@ impl GrpcServerLayer {
     /// See the [module example](super#example).
     pub fn new(profile: impl Into<SharedProfile>) -> Self {
         Self {
-            config: Arc::new(HopConfig::new(profile, Protocol::Grpc)),
+            core: ServerLayer::new(profile, Protocol::Grpc),
         }
     }
 
-    /// Convert epoch carriers with `clock` instead of the machine's wall clock: a host whose
-    /// clock is skewed ([S3](crate::contract#s3)) or stepped ([S5](crate::contract#s5)).
-    ///
-    /// See the [module example](super#example).
-    pub fn with_wall_clock(self, clock: Arc<dyn WallClock>) -> Self {
-        Self {
-            config: Arc::new(self.into_config().with_wall_clock(clock)),
-        }
-    }
+    define_server_layer_builders!("super#example");
 
     /// Label each of `methods` as itself from its first call, whatever its outcome: a call
     /// cancelled or expired before the service answered is counted under its method, not
@@ -45,29 +35,12 @@ impl GrpcServerLayer {
     ///
     /// See the [example](DeclaredMethods#examples).
     pub fn with_methods(self, methods: &DeclaredMethods) -> Self {
+        let declared = methods.shared();
         Self {
-            config: Arc::new(self.into_config().with_declared_methods(methods.shared())),
+            core: self
+                .core
+                .map(|config| config.with_declared_methods(declared)),
         }
-    }
-
-    /// This layer's configuration to build on: its own, or a copy when a clone shares it.
-    fn into_config(self) -> HopConfig {
-        Arc::try_unwrap(self.config).unwrap_or_else(|shared| shared.rebuilt())
-    }
-
-    /// The profile this layer applies.
-    ///
-    /// See the [module example](super#example).
-    pub fn profile(&self) -> Arc<Profile> {
-        self.config.profile()
-    }
-
-    /// The handle the layer reads its profile from: replace the profile, or turn enforcement
-    /// off, through it while the service runs (rule [C24](crate::contract#c24)).
-    ///
-    /// See the [example](crate::SharedProfile#examples).
-    pub fn shared_profile(&self) -> &SharedProfile {
-        self.config.shared_profile()
     }
 }
 
@@ -77,7 +50,7 @@ impl<S> Layer<S> for GrpcServerLayer {
     fn layer(&self, inner: S) -> Self::Service {
         GrpcServer {
             inner,
-            config: self.config.clone(),
+            config: self.core.config().clone(),
         }
     }
 }

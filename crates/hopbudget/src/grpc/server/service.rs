@@ -10,6 +10,7 @@ use crate::SharedProfile;
 use crate::error::BudgetError;
 use crate::grpc::{budget_status, malformed_status, status_parts};
 use crate::hop::{HopConfig, RouteLabel, Verdict, strip_internal_markers};
+use crate::macros::define_inner_service_accessors;
 
 /// Middleware that gives each gRPC call its [`RequestBudget`](crate::RequestBudget). See the
 /// [module docs](super).
@@ -28,7 +29,7 @@ impl<S> GrpcServer<S> {
     pub fn new(inner: S, profile: impl Into<SharedProfile>) -> Self {
         Self {
             inner,
-            config: GrpcServerLayer::new(profile).config,
+            config: GrpcServerLayer::new(profile).core.config().clone(),
         }
     }
 
@@ -39,26 +40,7 @@ impl<S> GrpcServer<S> {
         GrpcServerLayer::new(profile)
     }
 
-    /// The wrapped service.
-    ///
-    /// See the [module example](super#example).
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The wrapped service, mutably.
-    ///
-    /// See the [module example](super#example).
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// Unwrap the inner service.
-    ///
-    /// See the [module example](super#example).
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
+    define_inner_service_accessors!("service", "super#example");
 }
 
 impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for GrpcServer<S>

@@ -3,8 +3,9 @@ use std::sync::Arc;
 use tower_layer::Layer;
 
 use super::ClientBudget;
-use crate::hop::outbound::{Shared, Trust};
-use crate::{Profile, SharedProfile};
+use crate::SharedProfile;
+use crate::hop::outbound::Shared;
+use crate::macros::define_trust_builders;
 
 /// Applies [`ClientBudget`] to an HTTP client service.
 ///
@@ -25,22 +26,7 @@ impl ClientBudgetLayer {
         }
     }
 
-    /// The profile this layer follows.
-    ///
-    /// See the [module example](super#example).
-    pub fn profile(&self) -> std::sync::Arc<Profile> {
-        self.shared.profile.current()
-    }
-
-    /// Send deadline headers to every destination of this client, whatever the profile's
-    /// `outbound.trusted_hosts` says (for a client that only ever calls internal services).
-    ///
-    /// See the [module example](super#example).
-    pub fn trust_all(self) -> Self {
-        Self {
-            shared: Shared::with_trust(&self.shared, Trust::All),
-        }
-    }
+    define_trust_builders!("layer", "the deadline header", "super#example");
 
     /// Stamp the forward budget in `carrier`, under its default header, instead of the
     /// profile's outbound HTTP carrier: for a callee whose stack reads another carrier (a
@@ -76,17 +62,6 @@ impl ClientBudgetLayer {
     pub fn stamp_in(self, carrier: crate::codec::Carrier) -> Self {
         Self {
             shared: Shared::with_carrier(&self.shared, carrier),
-        }
-    }
-
-    /// Send no deadline header from this client (rule [C19](crate::contract#c19), [S16](crate::contract#s16)): a third-party API client.
-    /// The wait is still bounded by the budget, and a call is still refused locally when too
-    /// little is left ([C2](crate::contract#c2), [C3](crate::contract#c3)).
-    ///
-    /// See the [module example](super#example).
-    pub fn untrusted(self) -> Self {
-        Self {
-            shared: Shared::with_trust(&self.shared, Trust::Nobody),
         }
     }
 }

@@ -8,6 +8,7 @@ use super::{CallTimeout, ClientBudgetLayer, ResponseBody, ResponseFuture};
 use crate::hop::outbound::{Bound, Shared, host_header};
 use tower::BoxError;
 
+use crate::macros::define_inner_service_accessors;
 use crate::{RequestBudget, SharedProfile};
 
 /// Middleware that carries the request budget onto outbound HTTP calls.
@@ -39,26 +40,7 @@ impl<S> ClientBudget<S> {
         ClientBudgetLayer::new(profile)
     }
 
-    /// The wrapped client.
-    ///
-    /// See the [module example](super#example).
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The wrapped client, mutably.
-    ///
-    /// See the [module example](super#example).
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// Unwrap the inner client.
-    ///
-    /// See the [module example](super#example).
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
+    define_inner_service_accessors!("client", "super#example");
 }
 
 impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for ClientBudget<S>

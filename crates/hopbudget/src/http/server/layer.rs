@@ -1,19 +1,17 @@
-use std::sync::Arc;
-
 use tower_layer::Layer;
 
 use super::ServerBudget;
-use crate::clock::WallClock;
-use crate::hop::HopConfig;
+use crate::SharedProfile;
+use crate::hop::server_layer::ServerLayer;
+use crate::macros::define_server_layer_builders;
 use crate::observe::Protocol;
-use crate::{Profile, SharedProfile};
 
 /// Applies [`ServerBudget`] to a service: one budget per inbound request.
 ///
 /// See the [module docs](super) for what it does and an example.
 #[derive(Clone, Debug)]
 pub struct ServerBudgetLayer {
-    pub(super) config: Arc<HopConfig>,
+    pub(super) core: ServerLayer,
 }
 
 impl ServerBudgetLayer {
@@ -24,38 +22,11 @@ impl ServerBudgetLayer {
     /// See the [module example](super#example).
     pub fn new(profile: impl Into<SharedProfile>) -> Self {
         Self {
-            config: Arc::new(HopConfig::new(profile, Protocol::Http)),
+            core: ServerLayer::new(profile, Protocol::Http),
         }
     }
 
-    /// Convert epoch carriers (`x-request-deadline`) with `clock` instead of the machine's
-    /// wall clock: a host whose clock is skewed ([S3](crate::contract#s3)) or stepped ([S5](crate::contract#s5)).
-    ///
-    /// See the [module example](super#example).
-    pub fn with_wall_clock(self, clock: Arc<dyn WallClock>) -> Self {
-        let config = match Arc::try_unwrap(self.config) {
-            Ok(config) => config,
-            Err(shared) => HopConfig::new(shared.shared_profile().clone(), Protocol::Http),
-        };
-        Self {
-            config: Arc::new(config.with_wall_clock(clock)),
-        }
-    }
-
-    /// The profile this layer follows.
-    ///
-    /// See the [module example](super#example).
-    pub fn profile(&self) -> Arc<Profile> {
-        self.config.profile()
-    }
-
-    /// The handle the layer reads its profile from: replace the profile, or turn enforcement
-    /// off, through it while the service runs (rule [C24](crate::contract#c24)).
-    ///
-    /// See the [example](crate::SharedProfile#examples).
-    pub fn shared_profile(&self) -> &SharedProfile {
-        self.config.shared_profile()
-    }
+    define_server_layer_builders!("super#example");
 }
 
 impl<S> Layer<S> for ServerBudgetLayer {
@@ -64,7 +35,7 @@ impl<S> Layer<S> for ServerBudgetLayer {
     fn layer(&self, inner: S) -> Self::Service {
         ServerBudget {
             inner,
-            layer: self.clone(),
+            config: self.core.config().clone(),
         }
     }
 }

@@ -1,3 +1,4 @@
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
@@ -9,7 +10,8 @@ use super::{ResponseBody, ResponseFuture, ServerBudgetLayer, linger};
 use crate::BudgetError;
 use crate::SharedProfile;
 use crate::answer::http::{http_answer, malformed_answer};
-use crate::hop::{RouteLabel, Verdict, strip_internal_markers};
+use crate::hop::{HopConfig, RouteLabel, Verdict, strip_internal_markers};
+use crate::macros::define_inner_service_accessors;
 
 /// Middleware that gives each inbound HTTP request its [`RequestBudget`](crate::RequestBudget).
 ///
@@ -19,7 +21,7 @@ use crate::hop::{RouteLabel, Verdict, strip_internal_markers};
 #[derive(Clone, Debug)]
 pub struct ServerBudget<S> {
     pub(super) inner: S,
-    pub(super) layer: ServerBudgetLayer,
+    pub(super) config: Arc<HopConfig>,
 }
 
 impl<S> ServerBudget<S> {
@@ -29,7 +31,7 @@ impl<S> ServerBudget<S> {
     pub fn new(inner: S, profile: impl Into<SharedProfile>) -> Self {
         ServerBudget {
             inner,
-            layer: ServerBudgetLayer::new(profile),
+            config: ServerBudgetLayer::new(profile).core.config().clone(),
         }
     }
 
@@ -40,26 +42,7 @@ impl<S> ServerBudget<S> {
         ServerBudgetLayer::new(profile)
     }
 
-    /// The wrapped service.
-    ///
-    /// See the [module example](super#example).
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The wrapped service, mutably.
-    ///
-    /// See the [module example](super#example).
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// Unwrap the inner service.
-    ///
-    /// See the [module example](super#example).
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
+    define_inner_service_accessors!("service", "super#example");
 }
 
 impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for ServerBudget<S>
@@ -79,7 +62,7 @@ where
 
     fn call(&mut self, mut req: Request<ReqBody>) -> Self::Future {
         // The profile in force as the request arrives serves it to its end (C24).
-        let profile = self.layer.config.profile();
+        let profile = self.config.profile();
         let status = profile.http_status();
         // The route as the router knows it (`/users/{id}`) keeps labels bounded (C20); a
         // plain hyper service has only the concrete path, labelled by the profile's rules.
@@ -88,7 +71,7 @@ where
             Some(pattern) => RouteLabel::Matched { pattern, path },
             None => RouteLabel::Path(path),
         };
-        match self.layer.config.admit_in(&profile, req.headers(), route) {
+        match self.config.admit_in(&profile, req.headers(), route) {
             // Early answers, before the body was read: on HTTP/1.1 the unread body is drained
             // so the client reads the answer instead of a reset (C18, S14).
             Verdict::Malformed(malformed) => ResponseFuture::answer(linger::answer_early(
