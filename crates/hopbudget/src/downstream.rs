@@ -10,7 +10,7 @@
 use std::error::Error as StdError;
 use std::fmt;
 
-use crate::BudgetError;
+use crate::error::BudgetError;
 
 type BoxError = Box<dyn StdError + Send + Sync>;
 

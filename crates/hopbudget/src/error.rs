@@ -11,7 +11,7 @@ use std::error::Error as StdError;
 use std::fmt;
 use std::time::Duration;
 
-use crate::status::Outcome;
+use crate::outcome::Outcome;
 
 /// A refusal before start (rule [C3](crate::contract#c3)): the budget needed and the budget there was.
 ///

@@ -222,7 +222,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::HopPolicy;
+    use crate::budget::HopPolicy;
 
     fn budget(ms: u64) -> RequestBudget {
         RequestBudget::local(Duration::from_millis(ms), HopPolicy::DEFAULT)

@@ -50,7 +50,7 @@ macro_rules! define_trust_builders {
         #[doc = concat!("The profile this ", $builder, " follows.")]
         ///
         #[doc = concat!("See the [module example](", $example, ").")]
-        pub fn profile(&self) -> ::std::sync::Arc<$crate::Profile> {
+        pub fn profile(&self) -> ::std::sync::Arc<$crate::profile::Profile> {
             self.shared.profile.current()
         }
 
@@ -104,7 +104,7 @@ macro_rules! define_server_layer_builders {
         /// The profile this layer follows.
         ///
         #[doc = concat!("See the [module example](", $example, ").")]
-        pub fn profile(&self) -> ::std::sync::Arc<$crate::Profile> {
+        pub fn profile(&self) -> ::std::sync::Arc<$crate::profile::Profile> {
             self.core.profile()
         }
 

@@ -159,7 +159,7 @@ mod tests {
 
     use super::*;
     use crate::throttle::{ThrottleLayer, Throttled};
-    use crate::{BudgetError, HopPolicy, Refused};
+    use crate::{budget::HopPolicy, error::BudgetError, error::Refused};
 
     fn budget(ms: u64) -> RequestBudget {
         RequestBudget::local(Duration::from_millis(ms), HopPolicy::DEFAULT)

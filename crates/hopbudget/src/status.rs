@@ -10,7 +10,7 @@
 
 use serde::{Deserialize, Serialize};
 
-pub(crate) use crate::Outcome;
+use crate::outcome::Outcome;
 
 /// gRPC status codes, as the gRPC spec numbers them. Defined here so the core needs no tonic.
 ///
@@ -149,23 +149,26 @@ impl GrpcStatusMap {
     }
 }
 
+// The three marker names are spelled here, at the bottom of the crate, and `codec::marker`
+// (which reads and writes them) names these constants, so the import runs one way.
+
 /// Response header / gRPC metadata naming the budget a refuser needed, in ms: the same as
 /// [`codec::marker::REQUIRED_MS`](crate::codec::marker::REQUIRED_MS), where the markers are
 /// read and written.
 ///
 /// See the [example](crate::codec::marker#examples).
-pub const REQUIRED_MS_HEADER: &str = crate::codec::marker::REQUIRED_MS;
+pub const REQUIRED_MS_HEADER: &str = "x-deadline-required-ms";
 /// Response header / gRPC metadata naming the budget a refuser was given, in ms: the same as
 /// [`codec::marker::REMAINING_MS`](crate::codec::marker::REMAINING_MS).
 ///
 /// See the [example](crate::codec::marker#examples).
-pub const REMAINING_MS_HEADER: &str = crate::codec::marker::REMAINING_MS;
+pub const REMAINING_MS_HEADER: &str = "x-deadline-remaining-ms";
 /// Response header / gRPC metadata naming how the hop ended, on every answer a hopbudget
 /// layer makes itself (`refused`, `expired`, `cancelled`, `malformed`): the same as
 /// [`codec::marker::OUTCOME`](crate::codec::marker::OUTCOME).
 ///
 /// See the [example](crate::codec::marker#examples).
-pub const OUTCOME_METADATA: &str = crate::codec::marker::OUTCOME;
+pub const OUTCOME_METADATA: &str = "x-deadline-outcome";
 
 #[cfg(test)]
 mod tests {

@@ -5,9 +5,9 @@
 use http::Response;
 
 use super::{AdmissionLayer, RefusalAnswer};
-use crate::BudgetError;
-use crate::Profile;
 use crate::answer::grpc::budget_status;
+use crate::error::BudgetError;
+use crate::profile::Profile;
 use crate::status::GrpcStatusMap;
 
 /// Answers like the gRPC server layer (`GrpcServerLayer`, feature `grpc`) does ([C10](crate::contract#c10)): a

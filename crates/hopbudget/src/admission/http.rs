@@ -3,7 +3,7 @@
 //! `MatchedPath`, feature `axum`) or else the path.
 
 use super::AdmissionRequest;
-use crate::{Deadline, RequestBudget};
+use crate::{budget::Deadline, budget::RequestBudget};
 
 impl<B> AdmissionRequest for http::Request<B> {
     #[inline]
@@ -29,7 +29,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::HopPolicy;
+    use crate::budget::HopPolicy;
 
     #[test]
     fn the_budget_comes_from_the_extensions_and_the_route_from_the_path() {

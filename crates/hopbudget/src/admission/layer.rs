@@ -4,7 +4,7 @@ use tower::Layer;
 
 use super::queue::WaitQueue;
 use super::{Admission, AdmissionConfig, ErrorAnswer, HttpAnswer};
-use crate::Profile;
+use crate::profile::Profile;
 
 /// Applies [`Admission`] to a service: at most `limit` requests do their work at once, and
 /// the rest wait by deadline ([C21](crate::contract#c21)).

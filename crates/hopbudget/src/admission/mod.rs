@@ -135,7 +135,7 @@ pub use refusal::{ErrorAnswer, HttpAnswer, RefusalAnswer};
 pub use semaphore::{BudgetPermit, BudgetSemaphore};
 pub use service::Admission;
 
-use crate::{Deadline, RequestBudget};
+use crate::{budget::Deadline, budget::RequestBudget};
 
 #[cfg(test)]
 mod tests;

@@ -21,7 +21,7 @@ use std::time::Duration;
 use tokio::time::{Instant, Sleep};
 
 use super::QueuePolicy;
-use crate::Deadline;
+use crate::budget::Deadline;
 use crate::error::{BudgetError, Refused};
 
 /// The slots and the waiters, shared by every clone of a layer or semaphore.

@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::QueuePolicy;
 use super::queue::{Admit, Slot, WaitQueue};
 use crate::error::BudgetError;
-use crate::{Deadline, EndCause, RequestBudget};
+use crate::{budget::Deadline, budget::RequestBudget, error::EndCause};
 
 /// A semaphore whose waiters are ordered and dropped by their budgets ([C21](crate::contract#c21)).
 ///

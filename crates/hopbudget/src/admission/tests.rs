@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use tower::{Layer, Service, ServiceExt};
 
 use super::*;
-use crate::{BudgetError, HopPolicy};
+use crate::{budget::HopPolicy, error::BudgetError};
 
 fn ms(v: u64) -> Duration {
     Duration::from_millis(v)

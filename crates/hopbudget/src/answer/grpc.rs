@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use crate::codec::marker::{self, Marker};
 use crate::error::{BudgetError, Refused};
-use crate::status::{GrpcCode, GrpcStatusMap, Outcome};
+use crate::outcome::Outcome;
+use crate::status::{GrpcCode, GrpcStatusMap};
 
 /// The tonic code for a profile's [`GrpcCode`].
 fn tonic_code(code: GrpcCode) -> tonic::Code {

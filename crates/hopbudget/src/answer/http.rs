@@ -18,10 +18,11 @@
 
 use http::{HeaderValue, Response, StatusCode};
 
-use crate::BudgetError;
 use crate::codec::MalformedHeader;
 use crate::codec::marker::{self, Marker};
-use crate::status::{HttpStatusMap, Outcome};
+use crate::error::BudgetError;
+use crate::outcome::Outcome;
+use crate::status::HttpStatusMap;
 
 /// The answer for `err`: the status `map` gives its outcome, a one-line plain-text body, the
 /// outcome header; a refusal adds `Retry-After: 0` and the required and remaining budget.
@@ -134,8 +135,8 @@ mod tests {
     use bytes::Bytes;
 
     use super::*;
-    use crate::Refused;
     use crate::codec::answer::http_outcome;
+    use crate::error::Refused;
 
     /// Read back as the client layers read every answer (`hop::outbound::classify`).
     fn read_back(res: &Response<Bytes>, map: &HttpStatusMap) -> Outcome {
@@ -173,7 +174,7 @@ mod tests {
     #[cfg(all(feature = "grpc", feature = "axum"))]
     #[test]
     fn a_downstreams_own_status_keeps_its_meaning_in_either_spelling() {
-        use crate::DownstreamError;
+        use crate::downstream::DownstreamError;
         use axum::response::IntoResponse;
         let res = DownstreamError::from(tonic::Status::not_found("no such order")).into_response();
         assert_eq!(res.status(), 404);
@@ -187,7 +188,7 @@ mod tests {
     #[cfg(feature = "axum")]
     #[test]
     fn as_an_http_answer_a_deadline_outcome_keeps_its_code_and_others_are_502() {
-        use crate::DownstreamError;
+        use crate::downstream::DownstreamError;
         use axum::response::IntoResponse;
         let res = DownstreamError::from(BudgetError::Expired).into_response();
         assert_eq!(res.status(), 504);

@@ -509,8 +509,8 @@ impl RequestBudget {
     /// Make this budget the ambient one while `fut` runs.
     ///
     /// See the [example](Self#examples).
-    pub fn scope<F: Future>(&self, fut: F) -> crate::Scoped<F> {
-        crate::Scoped::new(self.clone(), fut)
+    pub fn scope<F: Future>(&self, fut: F) -> crate::budget::Scoped<F> {
+        crate::budget::Scoped::new(self.clone(), fut)
     }
 
     /// Make this budget the ambient one while `f` runs (synchronous code, blocking threads).

@@ -176,7 +176,7 @@ mod tests {
     use std::time::Duration;
 
     fn budget() -> RequestBudget {
-        RequestBudget::local(Duration::from_secs(1), crate::HopPolicy::DEFAULT)
+        RequestBudget::local(Duration::from_secs(1), crate::budget::HopPolicy::DEFAULT)
     }
 
     #[test]

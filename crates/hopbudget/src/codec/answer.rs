@@ -21,7 +21,8 @@
 use http::{HeaderMap, HeaderName};
 
 use super::marker::{self, Marker};
-use crate::status::{GrpcCode, HttpStatusMap, Outcome};
+use crate::outcome::Outcome;
+use crate::status::{GrpcCode, HttpStatusMap};
 
 /// Steps 1 and 2 for an HTTP answer.
 pub(crate) fn http_outcome(map: &HttpStatusMap, status: u16, headers: &HeaderMap) -> Outcome {

@@ -34,21 +34,21 @@ use std::time::Duration;
 use http::{HeaderMap, HeaderName, HeaderValue};
 
 use super::{Encoded, millis};
-use crate::{Outcome, Refused};
+use crate::{error::Refused, outcome::Outcome};
 
 /// Header (or gRPC metadata key, or NATS header) naming how the hop ended, on every answer a
 /// hopbudget layer makes itself: `refused`, `expired`, `cancelled` or `malformed`.
 ///
 /// See the [module example](self#examples).
-pub const OUTCOME: &str = "x-deadline-outcome";
+pub const OUTCOME: &str = crate::status::OUTCOME_METADATA;
 /// On a refusal: the budget the refuser needed, in milliseconds.
 ///
 /// See the [module example](self#examples).
-pub const REQUIRED_MS: &str = "x-deadline-required-ms";
+pub const REQUIRED_MS: &str = crate::status::REQUIRED_MS_HEADER;
 /// On a refusal: the budget the refuser was given, in milliseconds.
 ///
 /// See the [module example](self#examples).
-pub const REMAINING_MS: &str = "x-deadline-remaining-ms";
+pub const REMAINING_MS: &str = crate::status::REMAINING_MS_HEADER;
 
 // Names made once: a lookup by `&str` parses and validates the name on every call, and these
 // are read on every answer of every hop.

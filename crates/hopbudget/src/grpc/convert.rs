@@ -6,8 +6,8 @@
 use std::time::Duration;
 
 use super::{outcome, refusal};
-use crate::status::Outcome;
-use crate::{BudgetError, Refused};
+use crate::outcome::Outcome;
+use crate::{error::BudgetError, error::Refused};
 
 impl BudgetError {
     /// The deadline outcome a `tonic::Status` stands for, if it stands for one:

@@ -4,7 +4,7 @@
 //! status its caller reads.
 
 use crate::downstream::{Kind, grpc_of_http};
-use crate::{BudgetError, DownstreamError};
+use crate::{downstream::DownstreamError, error::BudgetError};
 
 impl DownstreamError {
     /// The downstream's own gRPC status, when it answered one that is not a deadline outcome
@@ -79,7 +79,7 @@ impl From<DownstreamError> for tonic::Status {
 
 #[cfg(test)]
 mod tests {
-    use crate::{BudgetError, DownstreamError};
+    use crate::{downstream::DownstreamError, error::BudgetError};
 
     #[test]
     fn grpc_statuses_pass_through_and_deadline_statuses_keep_their_meaning() {

@@ -66,7 +66,8 @@ pub(crate) use crate::answer::grpc::malformed_status;
 use crate::codec::answer::{grpc_code_outcome, grpc_status_of};
 use crate::codec::marker::{self, Field, Marker};
 use crate::error::Refused;
-use crate::status::{GrpcStatusMap, Outcome};
+use crate::outcome::Outcome;
+use crate::status::GrpcStatusMap;
 
 // A `tonic::Status`'s metadata carries the same marker fields as HTTP headers.
 impl marker::Fields for tonic::metadata::MetadataMap {

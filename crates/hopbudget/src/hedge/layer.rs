@@ -14,7 +14,7 @@ use tower::Service;
 use super::HedgeThrottle;
 use super::race::race;
 use super::settings::{Counters, Settings};
-use crate::RequestBudget;
+use crate::budget::RequestBudget;
 use crate::learned::LearnedThreshold;
 use crate::throttle::AdaptiveThrottle;
 

@@ -11,7 +11,7 @@ use tower::{BoxError, Service, ServiceExt};
 
 use super::AttemptRoute;
 use super::settings::Settings;
-use crate::{BudgetError, RequestBudget};
+use crate::{budget::RequestBudget, error::BudgetError};
 
 type Reply<R> = Pin<Box<dyn Future<Output = Result<R, BoxError>> + Send>>;
 

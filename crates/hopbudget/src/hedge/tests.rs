@@ -5,7 +5,7 @@ use tokio::time::Instant;
 use tower::{BoxError, Layer, ServiceExt};
 
 use super::*;
-use crate::{BudgetError, EndCause, HopPolicy, RequestBudget};
+use crate::{budget::HopPolicy, budget::RequestBudget, error::BudgetError, error::EndCause};
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -251,7 +251,7 @@ async fn the_delay_is_learned_from_the_callee() {
 
 #[tokio::test(start_paused = true)]
 async fn an_adaptive_throttle_holds_hedges_back_from_a_refusing_callee() {
-    use crate::Refused;
+    use crate::error::Refused;
     use crate::throttle::AdaptiveThrottle;
     // The first 50 calls are refused at once; the next ones are slow (a hedge would be due).
     let callee = || {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::record::{AnswerStatus, Hop, Would};
 use crate::learned::LearnedThreshold;
-use crate::{Outcome, Refused, RequestBudget};
+use crate::{budget::RequestBudget, error::Refused, outcome::Outcome};
 
 /// Owns one admitted request's budget and [`Hop`], and records exactly one outcome.
 ///
@@ -368,7 +368,7 @@ fn record_abandoned(budget: Option<&RequestBudget>, hop: Hop) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::EndCause;
+    use crate::error::EndCause;
     use crate::observe::{HopLabels, Protocol};
 
     fn guard(budget: &RequestBudget, stream: Option<Duration>) -> HopGuard {

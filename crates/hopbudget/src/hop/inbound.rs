@@ -20,7 +20,7 @@ use crate::observe::labels::{
     HopLabels, HopRoute, LayerMetrics, MethodSet, OTHER_ROUTE, Protocol, RouteLabel, is_method_path,
 };
 use crate::profile::{RouteMode, RouteRule};
-use crate::{Profile, RequestBudget, SharedProfile};
+use crate::{budget::RequestBudget, profile::Profile, profile::shared::SharedProfile};
 
 /// Everything a server hop reads on every request: the profile, the service name, the wall
 /// clock used to convert epoch carriers, and the bounded set of route labels. One per layer,
@@ -307,7 +307,7 @@ impl HopConfig {
             Some(required) => hop.refuse(required),
             None => {
                 budget.expire();
-                hop.finish(crate::Outcome::Expired);
+                hop.finish(crate::outcome::Outcome::Expired);
             }
         }
     }
@@ -386,7 +386,7 @@ impl HopConfig {
             if enforce {
                 // C9: zero or negative budgets are already expired.
                 budget.expire();
-                hop.finish(crate::Outcome::Expired);
+                hop.finish(crate::outcome::Outcome::Expired);
                 return Verdict::Expired;
             }
             would = would.or(Some(Would::Expired));

@@ -16,7 +16,7 @@ use crate::observe::labels::{HopLabels, HopRoute, Protocol};
 use crate::observe::metrics_names;
 use crate::observe::notice;
 use crate::observe::trace_context::TraceParent;
-use crate::status::Outcome;
+use crate::outcome::Outcome;
 
 /// The status a hop's caller was answered with: an HTTP status or a gRPC code. Recorded on
 /// the hop's span as `http.response.status_code` or `rpc.grpc.status_code` (OpenTelemetry's
@@ -454,7 +454,7 @@ fn span_ms(d: Duration) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::HopPolicy;
+    use crate::budget::HopPolicy;
     use crate::observe::labels::LayerMetrics;
 
     fn open(line: bool) -> Hop {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use super::HopConfig;
 use crate::clock::WallClock;
 use crate::observe::Protocol;
-use crate::{Profile, SharedProfile};
+use crate::{profile::Profile, profile::shared::SharedProfile};
 
 /// A server layer's configuration, shared by every service it makes and every request they
 /// serve. A builder method takes the configuration back when no service shares it yet, or

@@ -8,7 +8,7 @@ use axum::response::{IntoResponse, Response};
 use http::StatusCode;
 use http::request::Parts;
 
-use crate::RequestBudget;
+use crate::budget::RequestBudget;
 
 /// Rejection of the [`RequestBudget`] extractor: the request carries no budget, which means
 /// the server layer is not installed in front of this handler.
@@ -50,7 +50,7 @@ impl<S: Send + Sync> FromRequestParts<S> for RequestBudget {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{HopPolicy, RequestBudget};
+    use crate::{budget::HopPolicy, budget::RequestBudget};
     use std::time::Duration;
 
     #[tokio::test]

@@ -60,7 +60,10 @@ use reqwest_middleware::{Error, Middleware, Next, Result};
 use super::client::ResponseBody;
 use crate::hop::outbound::{Bound, Shared, host_header, reply_error};
 use crate::macros::define_trust_builders;
-use crate::{BudgetError, DownstreamError, RequestBudget, SharedProfile};
+use crate::{
+    budget::RequestBudget, downstream::DownstreamError, error::BudgetError,
+    profile::shared::SharedProfile,
+};
 
 /// reqwest-middleware [`Middleware`] that carries the request budget onto outbound calls.
 ///
@@ -247,7 +250,7 @@ fn bounded(res: reqwest::Response, bound: Bound) -> reqwest::Response {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Profile;
+    use crate::profile::Profile;
 
     #[test]
     fn a_plain_walk_of_the_chain_finds_the_outcome_the_middleware_reported() {

@@ -102,7 +102,7 @@ mod tests {
     #[test]
     fn an_outbound_call_outside_any_request_is_counted_as_missing() {
         let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
-        let trusted = crate::Profile::default().trusted_hosts().clone();
+        let trusted = crate::profile::Profile::default().trusted_hosts().clone();
         metrics::with_local_recorder(&recorder, || {
             super::outbound_missing("cron");
             super::outbound_missing_to("cron", &trusted, Some("api.stripe.com"));

@@ -101,7 +101,7 @@ pub const HOP_FIELDS: [&str; 13] = [
 mod tests {
     use super::*;
     use crate::observe::{Hop, HopLabels, Protocol};
-    use crate::{HopPolicy, RequestBudget};
+    use crate::{budget::HopPolicy, budget::RequestBudget};
 
     /// The span the layers open is named and shaped as this module says: a field renamed on
     /// either side fails here, not silently in `hopbudget audit` or a dashboard.

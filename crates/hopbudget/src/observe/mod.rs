@@ -28,6 +28,9 @@
 //! hopbudget's histogram buckets and carries the recording rules; [`otlp`] (feature `otlp`)
 //! writes spans to a file as OTLP JSON.
 //!
+//! [`Hop`] is defined beside the hop it records (`src/hop/record.rs`) and named here, where users
+//! have always named it; that re-export is this module's one import that runs up.
+//!
 //! See the example on [`Hop`].
 //!
 //! Guide: *Observability*, `docs/guide/observability.md` in the repository.
@@ -54,6 +57,8 @@ pub(crate) mod labels;
 pub use labels::{DEFAULT_LOW_BUDGET, HopLabels, Protocol};
 // The hop's record lives beside the hop (`hop/record.rs`); its public name is here, with
 // the span fields, metric names and exporters it reports through.
+// The one import here that runs up: the hop's record lives beside the hop (`hop/record.rs`),
+// and `observe::Hop` is where the README, the guides and users' code have always named it.
 pub use crate::hop::record::Hop;
 
 /// Count a malformed deadline header (rule [C9](crate::contract#c9)).

@@ -15,7 +15,7 @@
 //! (the error's `Display`), not in an answer to a caller.
 
 use super::QueryError;
-use crate::BudgetError;
+use crate::error::BudgetError;
 
 /// What a caller is told about a failure that is not a budget outcome.
 enum Failure {

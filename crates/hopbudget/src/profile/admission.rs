@@ -2,6 +2,11 @@
 //! schema and the checks that resolve it into an [`AdmissionConfig`]. Only the profile's side,
 //! like every other section here; admission itself (the layer, the semaphore, their queue) is
 //! [`crate::admission`].
+//!
+//! The import of `admission::{AdmissionConfig, QueuePolicy}` runs up, on purpose: the profile
+//! resolves each section into its layer's own settings type, and those types belong to
+//! admission, which reads no profile file (a user builds an `AdmissionConfig` in code without
+//! one). The same holds for `profile/mod.rs`, which keeps the resolved `AdmissionConfig`.
 
 use std::time::Duration;
 

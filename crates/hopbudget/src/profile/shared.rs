@@ -15,8 +15,8 @@ use std::fmt;
 use std::path::Path;
 use std::sync::{Arc, RwLock};
 
-use crate::Profile;
 use crate::config::ConfigError;
+use crate::profile::Profile;
 
 /// A cloneable handle on the profile the layers follow, which can be replaced at run time (rule
 /// [C24](crate::contract#c24)). Every clone sees the same profile; hand one to each layer and keep

@@ -10,7 +10,7 @@ use std::fmt;
 use std::time::Duration;
 
 use super::HeaderCarrier;
-use crate::Refused;
+use crate::error::Refused;
 
 /// Header on a dead-lettered copy: why it was not processed (`expired`, `refused`, `malformed`).
 ///

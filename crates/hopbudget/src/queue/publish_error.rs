@@ -15,7 +15,7 @@ macro_rules! publish_error_conversions {
             /// why (rule [C3](crate::contract#c3): refused, or the budget had ended).
             ///
             /// See the [example](Self#examples).
-            pub fn budget_error(&self) -> Option<&$crate::BudgetError> {
+            pub fn budget_error(&self) -> Option<&$crate::error::BudgetError> {
                 match self {
                     Self::Budget { source, .. } => Some(source),
                     _ => None,
@@ -27,8 +27,8 @@ macro_rules! publish_error_conversions {
             /// A deadline outcome stays one; a broker failure is a failed downstream call.
             fn from(e: $ty) -> Self {
                 match e.budget_error() {
-                    Some(budget) => $crate::DownstreamError::from(*budget),
-                    None => $crate::DownstreamError::from(
+                    Some(budget) => $crate::downstream::DownstreamError::from(*budget),
+                    None => $crate::downstream::DownstreamError::from(
                         Box::new(e) as Box<dyn std::error::Error + Send + Sync>
                     ),
                 }
@@ -40,7 +40,7 @@ macro_rules! publish_error_conversions {
             /// A deadline outcome as `From<BudgetError>` spells it; a broker failure as
             /// UNAVAILABLE with its message.
             fn from(e: $ty) -> Self {
-                tonic::Status::from($crate::DownstreamError::from(e))
+                tonic::Status::from($crate::downstream::DownstreamError::from(e))
             }
         }
 
@@ -49,7 +49,7 @@ macro_rules! publish_error_conversions {
             /// A deadline outcome as `BudgetError`'s response; a broker failure as 502 Bad
             /// Gateway with its message.
             fn into_response(self) -> axum::response::Response {
-                $crate::DownstreamError::from(self).into_response()
+                $crate::downstream::DownstreamError::from(self).into_response()
             }
         }
     };

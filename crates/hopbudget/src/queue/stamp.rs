@@ -15,7 +15,7 @@ use super::HeaderCarrier;
 use super::trace_link;
 use crate::clock::{SystemClock, WallClock};
 use crate::codec::Carrier;
-use crate::{BudgetError, Profile, RequestBudget, Source};
+use crate::{budget::RequestBudget, budget::Source, error::BudgetError, profile::Profile};
 
 /// What a [`Stamper`] wrote on a message.
 ///

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::clock::ManualClock;
-use crate::{Profile, RequestBudget, Source};
+use crate::{budget::RequestBudget, budget::Source, profile::Profile};
 
 const NOW: u64 = 1_800_000_000_000;
 
@@ -285,7 +285,7 @@ async fn dropping_the_work_cancels_its_budget() {
     tokio::time::advance(Duration::from_millis(10)).await;
     run.abort();
     let _ = run.await;
-    assert_eq!(child.end_cause(), Some(crate::EndCause::Cancelled));
+    assert_eq!(child.end_cause(), Some(crate::error::EndCause::Cancelled));
 }
 
 #[test]

@@ -279,7 +279,7 @@ pin_project! {
     // Private so the two ways of carrying are not part of the API.
     #[project = CarriedProj]
     enum Carried<F: Future> {
-        Scoped { #[pin] fut: crate::Scoped<F> },
+        Scoped { #[pin] fut: crate::budget::Scoped<F> },
         Plain { #[pin] fut: F },
     }
 }

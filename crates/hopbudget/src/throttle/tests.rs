@@ -10,7 +10,7 @@ use tokio::sync::Semaphore;
 use tower::{BoxError, Service, ServiceBuilder, ServiceExt};
 
 use super::{AdaptiveThrottle, ThrottleLayer, Throttled};
-use crate::{BudgetError, Refused};
+use crate::{error::BudgetError, error::Refused};
 
 /// A callee with 2 slots of 10 ms (200 calls/s) that refuses at once when both are busy;
 /// counts the calls that reached it and those it accepted.

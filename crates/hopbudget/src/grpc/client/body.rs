@@ -54,7 +54,7 @@ impl<B> ResponseBody<B> {
 impl<B> ResponseBodyProj<'_, B> {
     /// End the body now: drop the downstream's (which resets its stream) and finish with
     /// trailers naming why.
-    fn cut_off<D, E>(&mut self, err: &crate::BudgetError) -> Option<Result<Frame<D>, E>> {
+    fn cut_off<D, E>(&mut self, err: &crate::error::BudgetError) -> Option<Result<Frame<D>, E>> {
         *self.bound = None;
         self.inner.set(None);
         let watch = self.watch.as_ref()?;

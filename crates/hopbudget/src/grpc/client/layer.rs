@@ -3,9 +3,9 @@ use std::sync::Arc;
 use tower_layer::Layer;
 
 use super::GrpcClient;
-use crate::SharedProfile;
 use crate::hop::outbound::Shared;
 use crate::macros::define_trust_builders;
+use crate::profile::shared::SharedProfile;
 
 /// Applies [`GrpcClient`] to a tonic `Channel` or any tower gRPC client service. See the
 /// [module docs](super).

@@ -4,7 +4,8 @@
 use crate::classify::{self, Attempt, Classify};
 use crate::codec::answer::{grpc_outcome, grpc_status_of};
 use crate::codec::marker;
-use crate::status::{GrpcCode, Outcome};
+use crate::outcome::Outcome;
+use crate::status::GrpcCode;
 
 /// Classifies gRPC answers, as they come back through
 /// [`GrpcClientLayer`](crate::grpc::client::GrpcClientLayer), for [`DeadlineRetry`](crate::retry::DeadlineRetry) ([C6](crate::contract#c6)).

@@ -7,12 +7,12 @@ use tower_service::Service;
 
 use super::future::ResponseFuture;
 use super::{GrpcClientLayer, ResponseBody};
-use crate::SharedProfile;
 use crate::budget::RequestBudget;
 use crate::codec::Carrier;
 use crate::grpc::{budget_status, status_parts};
 use crate::hop::outbound::{Bound, Shared, host_header};
 use crate::macros::define_inner_service_accessors;
+use crate::profile::shared::SharedProfile;
 use tower::BoxError;
 
 const GRPC_TIMEOUT: HeaderName = HeaderName::from_static(crate::codec::GRPC_TIMEOUT);

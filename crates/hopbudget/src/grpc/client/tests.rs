@@ -9,7 +9,7 @@ use http_body_util::{BodyExt, Empty, Full};
 use tower::{ServiceBuilder, ServiceExt, service_fn};
 
 use super::GrpcClientLayer;
-use crate::{Profile, RequestBudget};
+use crate::{budget::RequestBudget, profile::Profile};
 
 fn budget(ms: u64) -> RequestBudget {
     RequestBudget::local(Duration::from_millis(ms), Profile::default().policy())
@@ -178,7 +178,7 @@ async fn a_late_cancel_spelled_with_another_code_is_read_by_its_marker() {
     let peer = service_fn(|_req: http::Request<()>| async move {
         tokio::time::sleep(Duration::from_millis(94)).await;
         let status = crate::grpc::budget_status(
-            &crate::BudgetError::Cancelled,
+            &crate::error::BudgetError::Cancelled,
             &crate::status::GrpcStatusMap {
                 cancelled: crate::status::GrpcCode::Aborted,
                 ..Default::default()

@@ -13,7 +13,7 @@ use crate::error::BudgetError;
 use crate::grpc::{budget_status, status_parts};
 use crate::hop::outbound::Shared;
 use crate::hop::outbound::reply::settle;
-use crate::status::Outcome;
+use crate::outcome::Outcome;
 
 /// What the response needs to tell a late CANCELLED from a real one.
 #[derive(Clone, Debug)]

@@ -1,7 +1,7 @@
 //! The request's budget in one call from a tonic handler, as axum's extractor gives it to an
 //! axum handler.
 
-use crate::RequestBudget;
+use crate::budget::RequestBudget;
 
 /// The budget of a tonic request, as [`GrpcServerLayer`](super::GrpcServerLayer) put it in
 /// the request's extensions (or, failing that, the ambient budget of the task).

@@ -6,11 +6,11 @@ use tower_service::Service;
 
 use super::future::ResponseFuture;
 use super::{GrpcServerLayer, ResponseBody};
-use crate::SharedProfile;
 use crate::error::BudgetError;
 use crate::grpc::{budget_status, malformed_status, status_parts};
 use crate::hop::{HopConfig, RouteLabel, Verdict, strip_internal_markers};
 use crate::macros::define_inner_service_accessors;
+use crate::profile::shared::SharedProfile;
 
 /// Middleware that gives each gRPC call its [`RequestBudget`](crate::RequestBudget). See the
 /// [module docs](super).

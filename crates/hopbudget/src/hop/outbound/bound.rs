@@ -13,7 +13,7 @@ use tokio::time::Sleep;
 use tokio_util::sync::WaitForCancellationFutureOwned;
 
 use super::{Call, ended};
-use crate::{BudgetError, Deadline, RequestBudget};
+use crate::{budget::Deadline, budget::RequestBudget, error::BudgetError};
 
 /// Watches one call's wait; the timer and the cancellation future are made on the first
 /// `Pending`, so a body that is already complete pays for neither.
@@ -155,7 +155,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::HopPolicy;
+    use crate::budget::HopPolicy;
 
     fn bound_for(budget: &RequestBudget) -> Bound {
         let until = budget.deadline().saturating_sub(budget.policy().hop_margin);

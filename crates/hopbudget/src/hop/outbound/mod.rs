@@ -13,9 +13,13 @@ pub(crate) mod reply;
 
 use crate::clock::{SystemClock, WallClock};
 use crate::codec::{self, Carrier, marker};
+use crate::outcome::Outcome;
 use crate::profile::UnknownDestination;
-use crate::status::{HttpStatusMap, Outcome};
-use crate::{BudgetError, Deadline, Refused, RequestBudget, SharedProfile};
+use crate::status::HttpStatusMap;
+use crate::{
+    budget::Deadline, budget::RequestBudget, error::BudgetError, error::Refused,
+    profile::shared::SharedProfile,
+};
 pub(crate) use bound::Bound;
 
 /// Which destinations a client layer sends deadline headers to ([C19](crate::contract#c19)).
@@ -85,7 +89,7 @@ impl Shared {
 
     /// The carrier this layer stamps and reads a hand-set timeout from, and its header name.
     #[inline]
-    fn carrier<'a>(&'a self, profile: &'a crate::Profile) -> (Carrier, &'a HeaderName) {
+    fn carrier<'a>(&'a self, profile: &'a crate::profile::Profile) -> (Carrier, &'a HeaderName) {
         match &self.carrier {
             Some((carrier, name)) => (*carrier, name),
             None => profile.outbound_http(),
@@ -338,7 +342,7 @@ pub(crate) fn ended(budget: &RequestBudget) -> BudgetError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Profile;
+    use crate::profile::Profile;
 
     /// A callee deadline that has not passed.
     fn later() -> Deadline {
@@ -434,7 +438,7 @@ mod tests {
         let shared = Shared::new(Profile::default().with_service("cron"));
         let (budget, outside) = shared.budget_for(None);
         assert!(outside);
-        assert_eq!(budget.source(), crate::Source::Fallback);
+        assert_eq!(budget.source(), crate::budget::Source::Fallback);
         assert_eq!(
             budget.remaining(),
             shared.profile.current().edge_total(),

@@ -7,8 +7,8 @@
 //! `cancelled`. What the answer itself states is read by [`codec::answer`](crate::codec::answer).
 
 use crate::error::EndCause;
-use crate::status::Outcome;
-use crate::{Deadline, RequestBudget};
+use crate::outcome::Outcome;
+use crate::{budget::Deadline, budget::RequestBudget};
 
 /// Step 3, the late cancel: `stated` as this hop reports it, for a call whose callee was told
 /// `told` and which runs under `budget`.
@@ -28,7 +28,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::HopPolicy;
+    use crate::budget::HopPolicy;
 
     #[tokio::test(start_paused = true)]
     async fn a_cancel_after_the_callees_deadline_is_expiry() {

@@ -8,7 +8,7 @@ use pin_project_lite::pin_project;
 use tower::BoxError;
 
 use super::ResponseBody;
-use crate::BudgetError;
+use crate::error::BudgetError;
 use crate::hop::outbound::{Bound, reply_error};
 use crate::status::HttpStatusMap;
 

@@ -3,9 +3,9 @@ use std::sync::Arc;
 use tower_layer::Layer;
 
 use super::ClientBudget;
-use crate::SharedProfile;
 use crate::hop::outbound::Shared;
 use crate::macros::define_trust_builders;
+use crate::profile::shared::SharedProfile;
 
 /// Applies [`ClientBudget`] to an HTTP client service.
 ///

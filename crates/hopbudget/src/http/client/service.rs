@@ -9,7 +9,7 @@ use crate::hop::outbound::{Bound, Shared, host_header};
 use tower::BoxError;
 
 use crate::macros::define_inner_service_accessors;
-use crate::{RequestBudget, SharedProfile};
+use crate::{budget::RequestBudget, profile::shared::SharedProfile};
 
 /// Middleware that carries the request budget onto outbound HTTP calls.
 ///

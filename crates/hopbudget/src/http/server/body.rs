@@ -304,14 +304,19 @@ mod tests {
         let (tx, rx) =
             tokio::sync::mpsc::channel::<Result<Frame<Bytes>, std::convert::Infallible>>(4);
         let inner = StreamBody::new(tokio_stream_from(rx));
-        let budget =
-            crate::RequestBudget::local(Duration::from_millis(50), crate::HopPolicy::DEFAULT)
-                .for_stream();
+        let budget = crate::budget::RequestBudget::local(
+            Duration::from_millis(50),
+            crate::budget::HopPolicy::DEFAULT,
+        )
+        .for_stream();
         let mut guard = crate::hop::HopGuard::new(
             budget,
             crate::observe::Hop::start(
                 &crate::observe::HopLabels::new("svc", "/events", crate::observe::Protocol::Http),
-                &crate::RequestBudget::local(Duration::from_millis(50), crate::HopPolicy::DEFAULT),
+                &crate::budget::RequestBudget::local(
+                    Duration::from_millis(50),
+                    crate::budget::HopPolicy::DEFAULT,
+                ),
             ),
             Some(Duration::from_secs(10)),
         );

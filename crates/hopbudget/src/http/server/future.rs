@@ -17,8 +17,9 @@ use super::linger::LentBody;
 use crate::answer::http::http_answer;
 use crate::codec::marker::Marker;
 use crate::hop::HopGuard;
-use crate::status::{HttpStatusMap, Outcome};
-use crate::{Refused, RequestBudget};
+use crate::outcome::Outcome;
+use crate::status::HttpStatusMap;
+use crate::{budget::RequestBudget, error::Refused};
 
 pin_project! {
     /// Response future of [`ServerBudget`](super::ServerBudget).
@@ -297,7 +298,7 @@ where
         let budget: RequestBudget = guard.budget().clone();
         this.guard.take();
         budget.sync_scope(|| this.state.set(State::Done));
-        let mut answer = http_answer(&crate::BudgetError::Expired, this.status);
+        let mut answer = http_answer(&crate::error::BudgetError::Expired, this.status);
         if let Some(lent) = this.lent.take() {
             // The handler may have been waiting for the body: drain the rest so an HTTP/1.1
             // client still writing it reads this answer instead of a reset (C18).

@@ -1,10 +1,10 @@
 use tower_layer::Layer;
 
 use super::ServerBudget;
-use crate::SharedProfile;
 use crate::hop::server_layer::ServerLayer;
 use crate::macros::define_server_layer_builders;
 use crate::observe::Protocol;
+use crate::profile::shared::SharedProfile;
 
 /// Applies [`ServerBudget`] to a service: one budget per inbound request.
 ///

@@ -7,11 +7,11 @@ use http_body::Body;
 use tower_service::Service;
 
 use super::{ResponseBody, ResponseFuture, ServerBudgetLayer, linger};
-use crate::BudgetError;
-use crate::SharedProfile;
 use crate::answer::http::{http_answer, malformed_answer};
+use crate::error::BudgetError;
 use crate::hop::{HopConfig, RouteLabel, Verdict, strip_internal_markers};
 use crate::macros::define_inner_service_accessors;
+use crate::profile::shared::SharedProfile;
 
 /// Middleware that gives each inbound HTTP request its [`RequestBudget`](crate::RequestBudget).
 ///

@@ -10,7 +10,7 @@ use http_body_util::{BodyExt, Full};
 use tower::{Service, ServiceBuilder, ServiceExt};
 
 use super::ServerBudgetLayer;
-use crate::{EndCause, Profile, RequestBudget, Source};
+use crate::{budget::RequestBudget, budget::Source, error::EndCause, profile::Profile};
 
 type Seen = Arc<Mutex<Option<RequestBudget>>>;
 

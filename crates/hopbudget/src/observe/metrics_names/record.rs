@@ -19,7 +19,7 @@ use super::{
 };
 use crate::budget::Source;
 use crate::observe::HopLabels;
-use crate::status::Outcome;
+use crate::outcome::Outcome;
 
 /// The keys of one service and route: shared for the life of the process (the common case:
 /// no reference counting per hop), or owned once the shared table is full.

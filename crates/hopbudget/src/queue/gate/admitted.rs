@@ -6,7 +6,7 @@ use std::pin::pin;
 use std::task::Poll;
 
 use super::DeadLetter;
-use crate::EndCause;
+use crate::error::EndCause;
 use crate::hop::HopGuard;
 
 /// A message the gate let through: the lifecycle's guard over its budget and hop, until the

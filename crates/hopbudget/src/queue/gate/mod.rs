@@ -24,7 +24,7 @@ use crate::observe::{self, Protocol};
 
 mod admitted;
 
-use crate::{Refused, SharedProfile};
+use crate::{error::Refused, profile::shared::SharedProfile};
 pub(super) use admitted::run_guarded;
 pub use admitted::{Admitted, Processed};
 
@@ -223,8 +223,11 @@ impl Gate {
             Read::InSkew { late_by } => {
                 let required = self.least_budget();
                 let policy = self.config.profile().policy();
-                let nothing_left =
-                    crate::RequestBudget::from_carrier(Carrier::Queue, Duration::ZERO, policy);
+                let nothing_left = crate::budget::RequestBudget::from_carrier(
+                    Carrier::Queue,
+                    Duration::ZERO,
+                    policy,
+                );
                 if !policy.enforce {
                     // Unenforced (C24): the work runs, and its hop says it would have expired.
                     let verdict = self
@@ -294,9 +297,9 @@ impl Gate {
     pub fn check_retry<C: HeaderCarrier + ?Sized>(
         &self,
         headers: &C,
-        first: &crate::RequestBudget,
+        first: &crate::budget::RequestBudget,
     ) -> Decision {
-        let budget = crate::RequestBudget::new(
+        let budget = crate::budget::RequestBudget::new(
             first.deadline(),
             first.source(),
             self.config.profile().policy(),

@@ -6,7 +6,7 @@ use rdkafka::producer::future_producer::Delivery;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 
 use crate::queue::{Stamp, Stamper};
-use crate::{BudgetError, Profile};
+use crate::{error::BudgetError, profile::Profile};
 
 /// Produces Kafka records stamped with the current request's deadline.
 ///

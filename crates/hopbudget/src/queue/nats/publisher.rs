@@ -4,7 +4,7 @@ use async_nats::subject::ToSubject;
 use bytes::Bytes;
 
 use crate::queue::{Stamp, Stamper};
-use crate::{BudgetError, Profile};
+use crate::{error::BudgetError, profile::Profile};
 
 /// Publishes JetStream messages stamped with the current request's deadline.
 ///

@@ -11,10 +11,12 @@ use crate::codec::marker::{self, Field, Marker};
 use crate::codec::{Carrier, Inbound, MalformedHeader};
 use crate::hop::{HopConfig, RouteLabel, Verdict};
 use crate::observe::Protocol;
+use crate::outcome::Outcome;
 use crate::queue::HeaderCarrier;
 use crate::queue::gate::run_guarded;
-use crate::status::Outcome;
-use crate::{BudgetError, EndCause, Profile, Refused, RequestBudget};
+use crate::{
+    budget::RequestBudget, error::BudgetError, error::EndCause, error::Refused, profile::Profile,
+};
 
 /// Core NATS requests carrying the caller's budget, like an outbound HTTP call.
 ///
