@@ -1,6 +1,9 @@
 //! `hopbudget audit` on plain OpenTelemetry traces (issue #36): spans written by the real
 //! OpenTelemetry Python SDK with no hopbudget anywhere (`tests/fixtures/otel-python/`, see
 //! its README), and the honest answer when there is nothing to judge.
+//!
+//! One file on purpose, over 500 lines: the tests share the Python SDK fixtures and the helpers
+//! that read them.
 
 use std::path::PathBuf;
 

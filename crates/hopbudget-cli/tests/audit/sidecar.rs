@@ -13,6 +13,9 @@
 //! orders (told 772) calls stock at t=150, its egress tells stock 639 - 12 = 627; stock is
 //! told 617. So every service is told what its caller had left less the margin, and the
 //! deepest hop's deadline fires first: 10-20 ms before its callers' own.
+//!
+//! One file on purpose, over 500 lines: the verdict tests share the fleet's trace builder defined
+//! here.
 
 use crate::support::command;
 use hopbudget_cli::audit::{self, AuditOptions, FindingKind, Forwards, Report, Severity};

@@ -3,6 +3,8 @@
 //! layers passes every rule; a forgetful one (a fresh 5 s timeout of its own, no
 //! `grpc-timeout` forwarded) fails C2 and C8 and the scorecard names its 5 s; a home-made
 //! middleware fails each rule it was written to break; a target that is not gRPC exits 2.
+//!
+//! One file on purpose, over 500 lines: the tests share the tonic services built here.
 
 use std::net::SocketAddr;
 use std::time::{Duration, SystemTime};

@@ -3,6 +3,9 @@
 //! forwarded) fails C2 and C8 and the scorecard names the timeout it made up; bad input
 //! (an unreachable target, a downstream address in use, a service that never calls the
 //! downstream, a target that is not HTTP) exits 2.
+//!
+//! One file on purpose, over 500 lines: the tests share the services built here (the library's, the
+//! forgetful one, the home-made middleware).
 
 use crate::support::proxy;
 use crate::support::proxy::serve;

@@ -9,6 +9,9 @@
 //! `HOPBUDGET_JAVAC` / `HOPBUDGET_JAVA`). Without one, its tests say so and pass, unless
 //! `HOPBUDGET_REQUIRE_SERVICES=1`, where they fail. By hand:
 //! `cargo test -p hopbudget-cli --test fleet recipes::`.
+//!
+//! One file on purpose, over 500 lines: four languages' recipes run through the one harness defined
+//! here.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

@@ -3,6 +3,9 @@
 //! callers are raw HTTP/1.1 sockets, so nothing in between hides a reset.
 //!
 //! Each test starts its own service and proxy, so the counts it reads are its own.
+//!
+//! One file on purpose, over 500 lines: 23 tests of one thing, the proxy's front door (hygiene,
+//! slow and hostile callers, limits), each self-contained.
 
 use std::net::SocketAddr;
 use std::sync::Arc;

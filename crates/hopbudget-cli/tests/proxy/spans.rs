@@ -7,6 +7,9 @@
 //! destination it calls and the collector are servers in this process. The collector decodes
 //! the protobuf bodies with the OTLP messages (`opentelemetry-proto`), so what is checked is what
 //! went over the wire; `hopbudget audit --listen` reads the same spans.
+//!
+//! One file on purpose, over 500 lines: the span tests share the OTLP collector and the trace
+//! readers defined here.
 
 use crate::support::proxy;
 use crate::support::proxy::serve;

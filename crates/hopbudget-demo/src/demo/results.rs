@@ -1,6 +1,9 @@
 //! Turning one run's records into the figures the report shows and the JSON holds, and the
 //! figures themselves: everything the demo measured ([`DemoResults`]), one mode's
 //! ([`ModeResult`]) and one point of the load sweep ([`SweepPoint`]).
+//!
+//! One file on purpose, over 500 lines: the figures and the code that computes them change
+//! together.
 
 use std::time::Duration;
 

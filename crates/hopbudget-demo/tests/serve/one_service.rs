@@ -2,6 +2,9 @@
 //! real sockets, with its behaviour from the topology file (min budget, latency, peers), and
 //! what an operator needs: `--profile`, `/metrics`, a log line per hop, `--help` naming the
 //! wire, and a clean stop on SIGTERM.
+//!
+//! One file on purpose, over 500 lines: every test here runs the same one-service process and
+//! shares its start-up helpers.
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;

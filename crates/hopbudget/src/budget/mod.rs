@@ -19,6 +19,9 @@
 //! (the runtime's shared deadline timer that a token handed out joins; its slot and map
 //! model-checked by loom too) and `scope` (the ambient budget, rule [C11](crate::contract#c11)). Long because every public method carries
 //! its docs.
+//!
+//! One file on purpose, over 500 lines: `RequestBudget`'s methods are the type's whole public face;
+//! its parts (state, node, timer, scope, token) are the sibling files.
 
 use std::future::Future;
 use std::sync::Arc;

@@ -1,3 +1,6 @@
+//! Unit tests of `RequestBudget`'s API. One file on purpose, over 500 lines: the tests of one
+//! type, read beside the type's one file of methods (`budget/mod.rs`).
+
 use std::cell::Cell;
 
 use super::node::SPARE;

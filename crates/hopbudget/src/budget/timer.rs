@@ -46,6 +46,9 @@
 //!
 //! Like `state.rs`, keep the part above the `#[cfg(not(all(loom, test)))]` items free of
 //! `crate::` and `super::` paths.
+//!
+//! One file on purpose, over 500 lines: the timer's slots and its task keep one set of invariants,
+//! read best side by side, and its paused-clock tests are a good part of it.
 
 use std::collections::BTreeMap;
 use std::task::Waker;

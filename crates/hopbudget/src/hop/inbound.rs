@@ -2,6 +2,9 @@
 //! refused before work, or admitted with its [`HopGuard`]), before any handler runs. This is
 //! the hop's own refuse-before-start ([C3](crate::contract#c3)), not deadline-aware
 //! admission under overload ([C21](crate::contract#c21)), which is [`crate::admission`].
+//!
+//! One file on purpose, over 500 lines: the verdict is one decision, from carriers to `Verdict`,
+//! with its unit tests.
 
 #[cfg(feature = "grpc")]
 use std::collections::HashSet;

@@ -2,6 +2,8 @@
 //! only the head (C4, C5); a per-call timeout combines with the budget as the tighter of the
 //! two (C16); deadline headers go only to trusted hosts (C19, S16). For the tower layer on
 //! hyper-util's `Client` and for the reqwest middleware.
+//!
+//! One file on purpose, over 500 lines: the client side's tests share the servers built here.
 #![cfg(all(feature = "axum", feature = "reqwest"))]
 
 use std::sync::{Arc, Mutex};

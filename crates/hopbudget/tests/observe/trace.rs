@@ -1,6 +1,9 @@
 //! Rule C14: every hop's span carries the `deadline.*` fields of the table, as
 //! `tracing` fields and, through tracing-opentelemetry, as OpenTelemetry span attributes
 //! under the same names.
+//!
+//! One file on purpose, over 500 lines: the tests of one rule, C14, sharing the span capture
+//! defined here.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

@@ -2,6 +2,9 @@
 //! (a reset is reported as one), and `/metrics` reading; with the services put behind it
 //! (in Go and other languages, [`service`], [`go`]) and the certificate for TLS. Shared by the
 //! `proxy`, `check`, `operators` and `fleet` test binaries.
+//!
+//! One file on purpose, over 500 lines: the proxy process handle, the raw client and the metric
+//! reader are used together by every proxy test.
 
 pub mod certificate;
 pub mod go;

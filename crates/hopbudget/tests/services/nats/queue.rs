@@ -1,5 +1,8 @@
 //! The queue boundary on a real NATS JetStream server (C11, S10): stamping, the gate before
 //! any work, the dead-letter stream, and core NATS request/reply carrying the budget.
+//!
+//! One file on purpose, over 500 lines: the tests share one JetStream setup (streams, consumers,
+//! dead letters) defined here.
 #![cfg(feature = "nats")]
 
 use std::sync::{Arc, Mutex};
