@@ -11,7 +11,7 @@
 //! 256 KiB, at most 1.5 MiB of them in flight (`batch.rs`), so memory stays bounded by a few
 //! batches, or by twice the longest line when it is longer.
 //!
-//! Reading (files, gzip, lines and their cap) is here; decoding a line is `otlp_json.rs`;
+//! Reading (files, gzip, lines and their cap) is here; decoding a line is `otlp_json/`;
 //! batching lines for a decoding thread is `batch.rs`; what decoded spans are handed to is
 //! `sink.rs`. An OTLP/HTTP export request's body
 //! (`--listen`) is decoded whole by `read_request`, as JSON or protobuf (`otlp_proto.rs`).

@@ -1,6 +1,6 @@
 //! One OTLP protobuf `ExportTraceServiceRequest` (what an OpenTelemetry SDK's or Collector's
 //! `otlphttp` exporter posts as `application/x-protobuf`) into spans: the same fields and the
-//! same checks as the JSON decoder (`otlp_json.rs`), read from the prost messages of
+//! same checks as the JSON decoder (`otlp_json/`), read from the prost messages of
 //! `opentelemetry-proto`. A span that cannot be used is reported and skipped.
 
 use hopbudget::observe::fields;
