@@ -21,7 +21,7 @@ use crate::status::GrpcStatusMap;
 /// ```
 /// use std::time::Duration;
 /// use hopbudget::admission::RefusalAnswer;
-/// use hopbudget::admission::GrpcAnswer;
+/// use hopbudget::grpc::server::GrpcAnswer;
 /// use hopbudget::status::GrpcStatusMap;
 /// use hopbudget::{BudgetError, Outcome, Refused};
 ///

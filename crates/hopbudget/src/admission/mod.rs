@@ -115,7 +115,7 @@
 
 mod future;
 #[cfg(feature = "grpc")]
-mod grpc;
+pub(crate) mod grpc;
 #[cfg(feature = "http")]
 mod http;
 mod layer;
@@ -127,9 +127,6 @@ mod service;
 use std::time::Duration;
 
 pub use future::ResponseFuture;
-#[cfg(feature = "grpc")]
-#[cfg_attr(docsrs, doc(cfg(feature = "grpc")))]
-pub use grpc::GrpcAnswer;
 pub use layer::AdmissionLayer;
 pub use refusal::{ErrorAnswer, HttpAnswer, RefusalAnswer};
 pub use semaphore::{BudgetPermit, BudgetSemaphore};

@@ -1,7 +1,7 @@
 //! The gRPC answer (feature `grpc`): a deadline outcome spelled as a `tonic::Status`, the
 //! profile's code marked with `x-deadline-outcome` (and, for a refusal, the required and
 //! remaining budget), by the gRPC layers and by the admission layer's
-//! [`GrpcAnswer`](crate::admission::GrpcAnswer) alike ([C3](crate::contract#c3),
+//! [`GrpcAnswer`](crate::grpc::server::GrpcAnswer) alike ([C3](crate::contract#c3),
 //! [C9](crate::contract#c9), [C10](crate::contract#c10)). Reading a status back is
 //! [`grpc::outcome`](crate::grpc::outcome) and [`grpc::refusal`](crate::grpc::refusal).
 

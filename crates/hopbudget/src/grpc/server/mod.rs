@@ -119,9 +119,9 @@ mod layer;
 mod method;
 mod service;
 
-// The admission layer's gRPC answer is defined with admission (`admission/grpc.rs`); it is
-// named here too, beside the server layer it answers like.
-pub use crate::admission::GrpcAnswer;
+// The admission layer's gRPC answer is defined with admission (`admission/grpc.rs`) and named
+// only here, beside the server layer it answers like: one public path per item.
+pub use crate::admission::grpc::GrpcAnswer;
 pub use body::ResponseBody;
 pub use declared::{DeclaredMethods, DescriptorSetError};
 pub use extract::BudgetExt;
