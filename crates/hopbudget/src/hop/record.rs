@@ -52,6 +52,11 @@ struct HopLine {
 /// The target of a hop's line (`log.hops`): a subscriber filters it by this name.
 const LINE_TARGET: &str = "hopbudget::hop";
 
+/// The target of a hop's span and its debug events: the one they had while this file was
+/// `observe/hop.rs`. Subscribers' filters and the sidecar (which keeps the span out of its log
+/// lines and turns it into its OTLP hop span) name it, so the move beside the hop leaves it.
+const SPAN_TARGET: &str = "hopbudget::observe::hop";
+
 /// A trace id as W3C and OpenTelemetry write it: 32 lowercase hex digits.
 struct TraceHex(u128);
 
@@ -206,6 +211,7 @@ impl Hop {
         let source = budget.source();
         // The names are `fields`' constants, in `fields::HOP_FIELDS`' order (a test checks).
         let span = tracing::info_span!(
+            target: SPAN_TARGET,
             fields::HOP_SPAN,
             { fields::ROUTE } = %route.route,
             { fields::KIND } = route.protocol.span_kind(),
@@ -222,7 +228,11 @@ impl Hop {
             { fields::GRPC_STATUS } = Empty,
         );
         if source == Source::Fallback {
-            tracing::debug!(parent: &span, "deadline received: none; using the edge total");
+            tracing::debug!(
+                target: SPAN_TARGET,
+                parent: &span,
+                "deadline received: none; using the edge total"
+            );
         }
         #[cfg(feature = "metrics")]
         let arrival = Arrival {
