@@ -122,6 +122,7 @@ fn assert_forgetful(card: &Scorecard, who: &str, also: &[&str]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_go_http_service_fails_what_it_breaks_and_passes_behind_the_sidecar() {
+    let _module = crate::support::serial::module(module_path!());
     static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     let Some(program) = skip_unless_built(BUILT.get_or_init(|| build("go_http_service", "")))
     else {
@@ -137,6 +138,7 @@ async fn a_go_http_service_fails_what_it_breaks_and_passes_behind_the_sidecar() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_python_http_service_fails_what_it_breaks_and_passes_behind_the_sidecar() {
+    let _module = crate::support::serial::module(module_path!());
     let Some(python) = program(
         "HOPBUDGET_PYTHON",
         "python3",
@@ -157,6 +159,7 @@ async fn a_python_http_service_fails_what_it_breaks_and_passes_behind_the_sideca
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_http_service_fails_what_it_breaks_and_passes_behind_the_sidecar() {
+    let _module = crate::support::serial::module(module_path!());
     let Some(node) = program("HOPBUDGET_NODE", "node", &["--version"], "install node") else {
         return;
     };
@@ -172,6 +175,7 @@ async fn a_node_http_service_fails_what_it_breaks_and_passes_behind_the_sidecar(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_grpc_go_service_fails_what_it_breaks_and_passes_the_grpc_cases_behind_the_sidecar() {
+    let _module = crate::support::serial::module(module_path!());
     static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     let Some(program) =
         skip_unless_built(BUILT.get_or_init(|| build("grpcgo_service", "golang-google-grpc-dev")))

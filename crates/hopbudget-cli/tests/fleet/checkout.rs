@@ -174,6 +174,7 @@ fn path_ended(request: &Request, outcome: &str, ended: impl Fn(&str, &str) -> bo
 
 #[test]
 fn the_checkout_graph_behind_proxies_shrinks_the_budget_hop_by_hop_and_ends_it_everywhere() {
+    let _module = crate::support::serial::module(module_path!());
     let Some(node) = node() else {
         return;
     };

@@ -30,6 +30,7 @@ fn grpc_service() -> Option<PathBuf> {
 
 #[tokio::test]
 async fn a_go_handlers_request_context_is_cancelled_at_the_deadline() {
+    let _module = crate::support::serial::module(module_path!());
     let Some(program) = http_service() else {
         return;
     };
@@ -42,6 +43,7 @@ async fn a_go_handlers_request_context_is_cancelled_at_the_deadline() {
 
 #[tokio::test]
 async fn a_go_handlers_request_context_is_cancelled_when_the_caller_leaves() {
+    let _module = crate::support::serial::module(module_path!());
     let Some(program) = http_service() else {
         return;
     };
@@ -53,6 +55,7 @@ async fn a_go_handlers_request_context_is_cancelled_when_the_caller_leaves() {
 
 #[tokio::test]
 async fn grpc_go_gets_the_forwarded_deadline_and_its_context_ends_at_it() {
+    let _module = crate::support::serial::module(module_path!());
     let Some(program) = grpc_service() else {
         return;
     };
@@ -69,6 +72,7 @@ async fn grpc_go_gets_the_forwarded_deadline_and_its_context_ends_at_it() {
 
 #[tokio::test]
 async fn grpc_go_is_answered_by_the_proxy_for_malformed_and_refused_calls() {
+    let _module = crate::support::serial::module(module_path!());
     let Some(program) = grpc_service() else {
         return;
     };
@@ -98,6 +102,7 @@ async fn grpc_go_is_answered_by_the_proxy_for_malformed_and_refused_calls() {
 
 #[tokio::test]
 async fn grpc_gos_context_is_cancelled_when_the_caller_leaves() {
+    let _module = crate::support::serial::module(module_path!());
     let Some(program) = grpc_service() else {
         return;
     };
@@ -113,6 +118,7 @@ async fn grpc_gos_context_is_cancelled_when_the_caller_leaves() {
 /// service's work is stopped at its deadline.
 #[tokio::test]
 async fn s23_a_chain_of_go_services_with_a_forgetful_hop_shrinks_and_stops_at_the_deadline() {
+    let _module = crate::support::serial::module(module_path!());
     let Some(program) = http_service() else {
         return;
     };
@@ -164,6 +170,7 @@ fn tls_client() -> Option<PathBuf> {
 /// ingress, negotiates HTTP/2 by ALPN, and its budget reaches the service restated.
 #[tokio::test]
 async fn a_go_client_reaches_the_proxy_over_tls_with_its_budget() {
+    let _module = crate::support::serial::module(module_path!());
     let Some(client) = tls_client() else {
         return;
     };

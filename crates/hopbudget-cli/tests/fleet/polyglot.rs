@@ -70,6 +70,7 @@ async fn node_service(node: &str) -> Service {
 /// connection: the proxy closed it at the deadline.
 #[tokio::test]
 async fn a_python_http_service_is_told_the_budget_and_its_work_stops_at_the_deadline() {
+    let _module = crate::support::serial::module(module_path!());
     let Some(python) = python() else {
         return;
     };
@@ -82,6 +83,7 @@ async fn a_python_http_service_is_told_the_budget_and_its_work_stops_at_the_dead
 
 #[tokio::test]
 async fn a_python_http_services_work_stops_when_the_caller_leaves() {
+    let _module = crate::support::serial::module(module_path!());
     let Some(python) = python() else {
         return;
     };
@@ -96,6 +98,7 @@ async fn a_python_http_services_work_stops_when_the_caller_leaves() {
 /// `context.is_active()` turns false at the deadline.
 #[tokio::test]
 async fn grpcio_gets_the_forwarded_deadline_and_is_active_turns_false_at_it() {
+    let _module = crate::support::serial::module(module_path!());
     let Some(python) = python_with_grpcio() else {
         return;
     };
@@ -110,6 +113,7 @@ async fn grpcio_gets_the_forwarded_deadline_and_is_active_turns_false_at_it() {
 /// `is_active()` turns false when the caller leaves.
 #[tokio::test]
 async fn grpcios_call_stops_being_active_when_the_caller_leaves() {
+    let _module = crate::support::serial::module(module_path!());
     let Some(python) = python_with_grpcio() else {
         return;
     };
@@ -123,6 +127,7 @@ async fn grpcios_call_stops_being_active_when_the_caller_leaves() {
 /// the connection at the deadline.
 #[tokio::test]
 async fn a_node_http_service_is_told_the_budget_and_its_response_closes_at_the_deadline() {
+    let _module = crate::support::serial::module(module_path!());
     let Some(node) = node() else {
         return;
     };
@@ -134,6 +139,7 @@ async fn a_node_http_service_is_told_the_budget_and_its_response_closes_at_the_d
 
 #[tokio::test]
 async fn a_node_http_services_response_closes_when_the_caller_leaves() {
+    let _module = crate::support::serial::module(module_path!());
     let Some(node) = node() else {
         return;
     };
@@ -151,6 +157,7 @@ async fn a_node_http_services_response_closes_when_the_caller_leaves() {
 /// next ingress's, C2), B's fresh 30 s does not win (C16), and C's work stops at its deadline.
 #[tokio::test]
 async fn s23_go_python_node_chain_with_a_forgetful_hop_shrinks_and_stops_at_the_deadline() {
+    let _module = crate::support::serial::module(module_path!());
     let (Some(go), Some(python), Some(node)) = (go_http_service(), python(), node()) else {
         return;
     };

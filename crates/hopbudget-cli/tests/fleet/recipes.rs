@@ -158,6 +158,7 @@ fn go_recipes() -> Option<PathBuf> {
 
 #[test]
 fn the_go_pages_code_is_the_go_recipes() {
+    let _module = crate::support::serial::module(module_path!());
     page_blocks_are_recipes("go.md", "go", "go");
 }
 
@@ -165,6 +166,7 @@ fn the_go_pages_code_is_the_go_recipes() {
 /// without writing would send Go's implicit empty 200, recorded `completed 200`.
 #[tokio::test]
 async fn a_go_handler_answers_504_at_its_deadline_and_the_hop_is_expired() {
+    let _module = crate::support::serial::module(module_path!());
     let Some(program) = go_recipes() else {
         return;
     };
@@ -177,6 +179,7 @@ async fn a_go_handler_answers_504_at_its_deadline_and_the_hop_is_expired() {
 /// explicit `Transport.Proxy` sends the call through the egress, which matches it.
 #[tokio::test]
 async fn a_go_call_to_a_loopback_destination_goes_through_the_egress_with_its_budget() {
+    let _module = crate::support::serial::module(module_path!());
     let Some(program) = go_recipes() else {
         return;
     };
@@ -224,6 +227,7 @@ async fn python_recipes(python: &str, collector: SocketAddr, env: &[(&str, &str)
 
 #[test]
 fn the_python_pages_code_is_the_python_recipes() {
+    let _module = crate::support::serial::module(module_path!());
     page_blocks_are_recipes("python.md", "python", "python");
 }
 
@@ -231,6 +235,7 @@ fn the_python_pages_code_is_the_python_recipes() {
 /// proxy's own deadline: the hop is `expired`, not a late `completed 200`.
 #[tokio::test]
 async fn a_python_handler_answers_504_at_its_deadline_and_the_hop_is_expired() {
+    let _module = crate::support::serial::module(module_path!());
     let Some(python) = python() else {
         return;
     };
@@ -311,12 +316,14 @@ async fn python_exporter_stays_off_the_egress(env: &[(&str, &str)]) {
 /// `127.0.0.1:4318` there would not keep the exporter out.
 #[tokio::test]
 async fn a_python_exporter_with_no_proxy_stays_off_the_egress() {
+    let _module = crate::support::serial::module(module_path!());
     python_exporter_stays_off_the_egress(&[("NO_PROXY", "127.0.0.1")]).await;
 }
 
 /// The exporter's own session with `trust_env = False`: no `NO_PROXY` needed.
 #[tokio::test]
 async fn a_python_exporter_with_its_own_session_stays_off_the_egress() {
+    let _module = crate::support::serial::module(module_path!());
     python_exporter_stays_off_the_egress(&[("RECIPE_EXPORTER", "own-session")]).await;
 }
 
@@ -325,6 +332,7 @@ async fn a_python_exporter_with_its_own_session_stays_off_the_egress() {
 /// call gets its request's budget in `grpc-timeout`.
 #[tokio::test]
 async fn a_grpcio_call_to_an_egress_to_listener_gets_its_requests_budget() {
+    let _module = crate::support::serial::module(module_path!());
     let Some(python) = python() else {
         return;
     };
@@ -384,6 +392,7 @@ async fn node_recipes(node: &str, env: &[(&str, &str)]) -> Service {
 
 #[test]
 fn the_node_pages_code_is_the_node_recipes() {
+    let _module = crate::support::serial::module(module_path!());
     page_blocks_are_recipes("node.md", "js", "node");
 }
 
@@ -391,6 +400,7 @@ fn the_node_pages_code_is_the_node_recipes() {
 /// itself, recorded `expired`.
 #[tokio::test]
 async fn a_node_handler_answers_504_at_its_deadline_and_the_hop_is_expired() {
+    let _module = crate::support::serial::module(module_path!());
     let Some(node) = node() else {
         return;
     };
@@ -403,6 +413,7 @@ async fn a_node_handler_answers_504_at_its_deadline_and_the_hop_is_expired() {
 /// destination, past the egress, with no deadline. What the recipes below are for.
 #[tokio::test]
 async fn node_fetch_ignores_http_proxy() {
+    let _module = crate::support::serial::module(module_path!());
     let Some(node) = node() else {
         return;
     };
@@ -428,6 +439,7 @@ async fn node_fetch_ignores_http_proxy() {
 /// its request's budget.
 #[tokio::test]
 async fn a_node_fetch_to_an_egress_to_listener_gets_its_requests_budget() {
+    let _module = crate::support::serial::module(module_path!());
     let Some(node) = node() else {
         return;
     };
@@ -442,6 +454,7 @@ async fn a_node_fetch_to_an_egress_to_listener_gets_its_requests_budget() {
 /// `http` with the egress named as its proxy (absolute form): the same.
 #[tokio::test]
 async fn a_node_http_call_through_the_egress_as_its_proxy_gets_its_requests_budget() {
+    let _module = crate::support::serial::module(module_path!());
     let Some(node) = node() else {
         return;
     };
@@ -506,12 +519,14 @@ async fn java_service(java: &str, classes: &Path, egress: &str) -> Service {
 
 #[test]
 fn the_java_pages_code_is_the_java_recipes() {
+    let _module = crate::support::serial::module(module_path!());
     page_blocks_are_recipes("java.md", "java", "java");
 }
 
 /// The handler checks its budget between steps and answers 504 when it is spent: `expired`.
 #[tokio::test]
 async fn a_java_handler_answers_504_at_its_deadline_and_the_hop_is_expired() {
+    let _module = crate::support::serial::module(module_path!());
     let Some((java, classes)) = java_recipes() else {
         return;
     };
@@ -531,6 +546,7 @@ async fn a_java_handler_answers_504_at_its_deadline_and_the_hop_is_expired() {
 /// budget.
 #[tokio::test]
 async fn a_java_httpclient_with_the_egress_as_its_proxy_gets_its_requests_budget() {
+    let _module = crate::support::serial::module(module_path!());
     let Some((java, classes)) = java_recipes() else {
         return;
     };

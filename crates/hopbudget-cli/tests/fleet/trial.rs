@@ -384,16 +384,19 @@ async fn the_fleet_keeps_the_contract(mode: Orders) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_healthy_fleet_shrinks_the_budget_at_every_hop_and_the_audit_passes_it() {
+    let _module = crate::support::serial::module(module_path!());
     the_fleet_keeps_the_contract(Orders::Healthy).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn behind_a_forgetful_orders_the_budget_still_shrinks_and_the_audit_passes_it() {
+    let _module = crate::support::serial::module(module_path!());
     the_fleet_keeps_the_contract(Orders::Forgetful).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_orders_that_carries_no_trace_context_is_a_break_the_audit_names() {
+    let _module = crate::support::serial::module(module_path!());
     let Some(mut fleet) = Fleet::start(Orders::Untraced).await else {
         return;
     };

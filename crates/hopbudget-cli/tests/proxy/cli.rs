@@ -39,6 +39,7 @@ fn proxy_ending_within(limit: std::time::Duration, args: &[&str]) -> std::proces
 
 #[test]
 fn help_says_what_the_proxy_reads_and_writes() {
+    let _module = crate::support::serial::module(module_path!());
     let out = proxy(&["--help"]);
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
@@ -58,6 +59,7 @@ fn help_says_what_the_proxy_reads_and_writes() {
 
 #[test]
 fn a_bad_profile_is_refused_at_start_naming_the_file_and_field() {
+    let _module = crate::support::serial::module(module_path!());
     let path =
         std::env::temp_dir().join(format!("hopbudget-proxy-bad-{}.yaml", std::process::id()));
     std::fs::write(&path, "hop_margin_ms: lots\n").unwrap();
@@ -80,6 +82,7 @@ fn a_bad_profile_is_refused_at_start_naming_the_file_and_field() {
 
 #[test]
 fn a_bad_upstream_address_is_named() {
+    let _module = crate::support::serial::module(module_path!());
     let out = proxy(&["--listen", "127.0.0.1:0", "--upstream", "ftp://svc:443"]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8(out.stderr).unwrap();
@@ -90,6 +93,7 @@ fn a_bad_upstream_address_is_named() {
 /// refused at start, naming the flag and the file (#46 item 7).
 #[test]
 fn a_bad_upstream_ca_file_is_named() {
+    let _module = crate::support::serial::module(module_path!());
     let empty = std::env::temp_dir().join(format!("hopbudget-empty-ca-{}.pem", std::process::id()));
     std::fs::write(&empty, "not a certificate\n").unwrap();
     let missing = "/nonexistent/ca.pem";
@@ -112,6 +116,7 @@ fn a_bad_upstream_ca_file_is_named() {
 
 #[test]
 fn a_bad_otlp_endpoint_is_named() {
+    let _module = crate::support::serial::module(module_path!());
     for (endpoint, needle) in [
         ("https://collector:4318/v1/traces", "https"),
         ("collector:4318", "scheme"),
@@ -137,6 +142,7 @@ fn a_bad_otlp_endpoint_is_named() {
 /// an empty file) or no file at all is refused at start, naming the file (#50 item 7).
 #[test]
 fn a_bad_descriptor_set_is_refused_at_start_naming_the_file() {
+    let _module = crate::support::serial::module(module_path!());
     let dir = std::env::temp_dir();
     let yaml = dir.join(format!("hopbudget-not-fds-{}.yaml", std::process::id()));
     std::fs::write(&yaml, "service: checkout\nroutes: []\n").unwrap();

@@ -140,6 +140,7 @@ async fn get(sender: &mut SendRequest<Empty<Bytes>>, path: &str, budget_ms: u32)
 
 #[tokio::test]
 async fn an_http1_callers_requests_share_one_connection_to_the_service() {
+    let _module = crate::support::serial::module(module_path!());
     let (service, seen) = service(true).await;
     let proxy = Proxy::start(service, None, &["--no-hop-log"]).await;
     let mut a = caller(proxy.addr).await;
@@ -161,6 +162,7 @@ async fn an_http1_callers_requests_share_one_connection_to_the_service() {
 
 #[tokio::test]
 async fn an_idle_connection_passes_to_the_next_caller() {
+    let _module = crate::support::serial::module(module_path!());
     let (service, seen) = service(true).await;
     let proxy = Proxy::start(service, None, &["--no-hop-log"]).await;
     // A raw caller that says goodbye (`connection: close`) and reads until the proxy has
@@ -190,6 +192,7 @@ async fn an_idle_connection_passes_to_the_next_caller() {
 
 #[tokio::test]
 async fn a_request_ended_at_its_deadline_closes_its_connection_and_the_next_opens_another() {
+    let _module = crate::support::serial::module(module_path!());
     let (service, seen) = service(true).await;
     let proxy = Proxy::start(service, None, &["--no-hop-log"]).await;
     let mut a = caller(proxy.addr).await;
@@ -205,6 +208,7 @@ async fn a_request_ended_at_its_deadline_closes_its_connection_and_the_next_open
 
 #[tokio::test]
 async fn a_connection_the_service_closes_is_replaced() {
+    let _module = crate::support::serial::module(module_path!());
     let (service, seen) = service(false).await;
     let proxy = Proxy::start(service, None, &["--no-hop-log"]).await;
     let mut a = caller(proxy.addr).await;
@@ -218,6 +222,7 @@ async fn a_connection_the_service_closes_is_replaced() {
 
 #[tokio::test]
 async fn a_caller_who_leaves_mid_answer_does_not_hold_up_the_next_caller() {
+    let _module = crate::support::serial::module(module_path!());
     let (service, seen) = service(true).await;
     let proxy = Proxy::start(service, None, &["--no-hop-log"]).await;
     // The service sends a head and a first chunk, then stalls; the caller reads the head and
@@ -249,6 +254,7 @@ async fn a_caller_who_leaves_mid_answer_does_not_hold_up_the_next_caller() {
 /// in hyper-util's pool they stayed open for ever.
 #[tokio::test]
 async fn pooled_connections_to_the_service_close_when_idle() {
+    let _module = crate::support::serial::module(module_path!());
     let (service, seen) = service(true).await;
     let running = Proxy::start(service, None, &["--upstream-idle-timeout", "0.5"]).await;
     let proxy = running.addr;

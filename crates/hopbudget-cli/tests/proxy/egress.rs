@@ -170,6 +170,7 @@ fn ms(body: &str, prefix: &str) -> u64 {
 
 #[tokio::test]
 async fn an_outbound_call_gets_the_remaining_budget_of_its_request_by_trace_context() {
+    let _module = crate::support::serial::module(module_path!());
     let (proxy, calls) = setup(None).await;
     for via in ["proxy", "to"] {
         let path = format!("/call?via={via}");
@@ -192,6 +193,7 @@ async fn an_outbound_call_gets_the_remaining_budget_of_its_request_by_trace_cont
 
 #[tokio::test]
 async fn a_call_matching_no_request_gets_the_edge_total_and_is_counted_missing() {
+    let _module = crate::support::serial::module(module_path!());
     let (proxy, _) = setup(None).await;
     let caller = [("x-request-timeout-ms", "20000"), ("traceparent", TRACE)];
     let answer = http_get(proxy.addr, "/call?trace=no", &caller)
@@ -217,6 +219,7 @@ async fn a_call_matching_no_request_gets_the_edge_total_and_is_counted_missing()
 
 #[tokio::test]
 async fn a_call_with_too_little_left_is_refused_before_it_leaves() {
+    let _module = crate::support::serial::module(module_path!());
     // The service spends 1000 ms of a 1200 ms budget before calling out: what is left cannot
     // cover the 500 ms threshold, and the proxy refuses without calling the destination (C3).
     let (proxy, calls) = setup(Some("refuse_below_ms: 500")).await;
@@ -236,6 +239,7 @@ async fn a_call_with_too_little_left_is_refused_before_it_leaves() {
 
 #[tokio::test]
 async fn the_services_own_tighter_deadline_on_a_call_wins() {
+    let _module = crate::support::serial::module(module_path!());
     let (proxy, _) = setup(None).await;
     let caller = [("x-request-timeout-ms", "5000"), ("traceparent", TRACE)];
     let answer = http_get(proxy.addr, "/call?own=300", &caller)
@@ -247,6 +251,7 @@ async fn the_services_own_tighter_deadline_on_a_call_wins() {
 
 #[tokio::test]
 async fn an_untrusted_destination_gets_no_deadline_header() {
+    let _module = crate::support::serial::module(module_path!());
     // Only `*.internal` is trusted: the destination on 127.0.0.1 is a third party (C19).
     let (proxy, calls) = setup(Some("outbound: {trusted_hosts: ['*.internal']}")).await;
     let caller = [("x-request-timeout-ms", "2000"), ("traceparent", TRACE)];
@@ -268,6 +273,7 @@ async fn an_untrusted_destination_gets_no_deadline_header() {
 /// the 1000 ms edge total (issue #45: 986 ms for an 800 ms request).
 #[tokio::test]
 async fn without_a_traceparent_from_the_client_the_call_still_gets_its_requests_budget() {
+    let _module = crate::support::serial::module(module_path!());
     let (proxy, calls) = setup(None).await;
     for via in ["proxy", "to"] {
         let path = format!("/call?via={via}");
@@ -302,6 +308,7 @@ async fn without_a_traceparent_from_the_client_the_call_still_gets_its_requests_
 /// connection, with an answer that says what to do, and counted (C26).
 #[tokio::test]
 async fn an_unmatched_call_can_be_refused_and_is_counted() {
+    let _module = crate::support::serial::module(module_path!());
     let (proxy, calls) = setup(Some("sidecar: {unmatched: refuse}")).await;
     let caller = [("x-request-timeout-ms", "5000"), ("traceparent", TRACE)];
     let answer = http_get(proxy.addr, "/call?trace=no", &caller)
@@ -334,6 +341,7 @@ async fn an_unmatched_call_can_be_refused_and_is_counted() {
 /// `sidecar.unmatched: no-deadline`: sent on with no deadline header at all.
 #[tokio::test]
 async fn an_unmatched_call_can_be_sent_without_a_deadline() {
+    let _module = crate::support::serial::module(module_path!());
     let (proxy, calls) = setup(Some("sidecar: {unmatched: no-deadline}")).await;
     let caller = [("x-request-timeout-ms", "5000"), ("traceparent", TRACE)];
     let answer = http_get(proxy.addr, "/call?trace=no&own=700", &caller)
@@ -351,6 +359,7 @@ async fn an_unmatched_call_can_be_sent_without_a_deadline() {
 /// the service and the destination (C26).
 #[tokio::test]
 async fn an_unmatched_call_is_logged_at_warn_with_its_destination() {
+    let _module = crate::support::serial::module(module_path!());
     let (mut proxy, _) = setup(None).await;
     let caller = [("x-request-timeout-ms", "5000"), ("traceparent", TRACE)];
     let answer = http_get(proxy.addr, "/call?trace=no", &caller)
@@ -372,6 +381,7 @@ async fn an_unmatched_call_is_logged_at_warn_with_its_destination() {
 /// `egress call ended` line, as `cancelled` (issue #45 item 7).
 #[tokio::test]
 async fn an_abandoned_egress_call_leaves_its_line_as_cancelled() {
+    let _module = crate::support::serial::module(module_path!());
     let (mut proxy, calls) = setup(None).await;
     let destination = {
         // The destination is the one `setup` started: find it through a matched call.
@@ -406,6 +416,7 @@ async fn an_abandoned_egress_call_leaves_its_line_as_cancelled() {
 /// `--egress-to` destination is the operator's own choice and needs no listing.
 #[tokio::test]
 async fn with_an_allow_list_the_egress_calls_nothing_else() {
+    let _module = crate::support::serial::module(module_path!());
     let caller = [("x-request-timeout-ms", "2000"), ("traceparent", TRACE)];
     let (proxy, calls) = setup_with(
         None,

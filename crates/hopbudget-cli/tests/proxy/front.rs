@@ -150,6 +150,7 @@ fn seen<'a>(body: &'a str, name: &str) -> Option<&'a str> {
 
 #[tokio::test]
 async fn the_budget_reaches_the_service_minus_the_margin_in_the_carrier_it_reads() {
+    let _module = crate::support::serial::module(module_path!());
     let (service, _, _) = upstream().await;
     // The caller's looser carriers are read (the tightest, 2000 ms, wins, C9) and removed.
     let caller = [
@@ -200,6 +201,7 @@ async fn the_budget_reaches_the_service_minus_the_margin_in_the_carrier_it_reads
 
 #[tokio::test]
 async fn a_malformed_header_is_a_400_naming_it_and_the_service_is_never_called() {
+    let _module = crate::support::serial::module(module_path!());
     let (service, calls, _) = upstream().await;
     let proxy = Proxy::start(service, None, &[]).await;
     let answer = http_get(proxy.addr, "/tax", &[("x-request-timeout-ms", "soon")])
@@ -225,6 +227,7 @@ async fn a_malformed_header_is_a_400_naming_it_and_the_service_is_never_called()
 /// WSGI service cannot read a forged budget. Each is counted by reason, none as refused.
 #[tokio::test]
 async fn requests_the_service_must_not_see_are_answered_or_cleaned_at_the_door() {
+    let _module = crate::support::serial::module(module_path!());
     let (service, calls, _) = upstream().await;
     let proxy = Proxy::start(service, None, &[]).await;
     let answer = http_get(proxy.addr, "/echo", &[("host", "other.example")])
@@ -322,6 +325,7 @@ async fn closed_by_the_proxy(stream: &mut tokio::net::TcpStream) {
 /// and a normal caller is served throughout.
 #[tokio::test]
 async fn slow_and_idle_callers_are_closed_and_others_still_served() {
+    let _module = crate::support::serial::module(module_path!());
     let _serial = FLOOD.lock().await;
     let (service, _, mut events) = upstream().await;
     let proxy = Proxy::start(
@@ -373,6 +377,7 @@ async fn slow_and_idle_callers_are_closed_and_others_still_served() {
 #[cfg(unix)]
 #[tokio::test]
 async fn at_the_file_descriptor_limit_the_proxy_stops_accepting_and_serves_again() {
+    let _module = crate::support::serial::module(module_path!());
     let _serial = FLOOD.lock().await;
     let (service, _, _) = upstream().await;
     let mut proxy = Proxy::start_with_nofile(service, &["--idle-timeout", "0.5"], 64).await;
@@ -401,6 +406,7 @@ async fn at_the_file_descriptor_limit_the_proxy_stops_accepting_and_serves_again
 /// server's first SETTINGS frame carries `--max-streams` (default 128, nginx's default).
 #[tokio::test]
 async fn an_http2_caller_is_told_the_stream_limit() {
+    let _module = crate::support::serial::module(module_path!());
     use tokio::io::AsyncReadExt;
     let (service, _, _) = upstream().await;
     for (extra, expected) in [(&[][..], 128u32), (&["--max-streams", "7"][..], 7)] {
@@ -431,6 +437,7 @@ async fn an_http2_caller_is_told_the_stream_limit() {
 /// (#46 item 3); others are served, and the closing is counted.
 #[tokio::test]
 async fn a_ping_flood_ends_its_connection() {
+    let _module = crate::support::serial::module(module_path!());
     let _serial = FLOOD.lock().await;
     let (service, _, _) = upstream().await;
     let proxy = Proxy::start(service, None, &[]).await;
@@ -461,6 +468,7 @@ async fn a_ping_flood_ends_its_connection() {
 #[cfg(unix)]
 #[tokio::test]
 async fn the_profile_reloads_on_a_changed_file_and_on_sighup_and_a_bad_one_is_refused() {
+    let _module = crate::support::serial::module(module_path!());
     let (service, _, _) = upstream().await;
     let dir = std::env::temp_dir().join(format!("hopbudget-reload-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -587,6 +595,7 @@ async fn the_profile_reloads_on_a_changed_file_and_on_sighup_and_a_bad_one_is_re
 /// closed), and the hop ends then, not when the caller finally closes.
 #[tokio::test]
 async fn a_caller_that_stops_reading_is_cut_off_at_the_deadline() {
+    let _module = crate::support::serial::module(module_path!());
     let (service, _, _) = upstream().await;
     let proxy = Proxy::start(service, None, &[]).await;
     let mut stalled = send_head(
@@ -620,6 +629,7 @@ async fn a_caller_that_stops_reading_is_cut_off_at_the_deadline() {
 /// the hop ends then, and the connection's other streams go on.
 #[tokio::test]
 async fn an_http2_stream_whose_caller_stops_reading_is_reset_at_the_deadline() {
+    let _module = crate::support::serial::module(module_path!());
     use http_body_util::{BodyExt, Empty};
     use hyper_util::rt::{TokioExecutor, TokioIo};
     let (service, _, _) = upstream().await;
@@ -673,6 +683,7 @@ async fn an_http2_stream_whose_caller_stops_reading_is_reset_at_the_deadline() {
 /// stream is answered 200 inside its budget, and the waits are counted.
 #[tokio::test]
 async fn http2_callers_share_a_bounded_number_of_connections_to_an_http1_service() {
+    let _module = crate::support::serial::module(module_path!());
     use http_body_util::Empty;
     use hyper_util::rt::{TokioExecutor, TokioIo};
     let (now, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
@@ -753,6 +764,7 @@ async fn echo(ws: &mut tokio::net::TcpStream, text: &[u8]) {
 /// `--tunnel-max`. Any other `Upgrade` (`h2c`, a smuggling route) is refused with a reason.
 #[tokio::test]
 async fn a_websocket_tunnel_outlives_its_handshakes_budget_until_the_tunnel_limit() {
+    let _module = crate::support::serial::module(module_path!());
     use tokio::io::AsyncReadExt;
     let (service, _, _) = upstream().await;
     let proxy = Proxy::start(
@@ -830,6 +842,7 @@ fn rss_kib(proxy: &Proxy) -> u64 {
 /// under the bound is passed whole.
 #[tokio::test]
 async fn a_caller_that_stalls_in_its_body_is_answered_408_at_the_body_read_timeout() {
+    let _module = crate::support::serial::module(module_path!());
     let (service, _, _) = upstream().await;
     let proxy = Proxy::start(service, None, &["--body-read-timeout", "0.5"]).await;
     let head = |length: &'static str| {
@@ -881,6 +894,7 @@ async fn a_caller_that_stalls_in_its_body_is_answered_408_at_the_body_read_timeo
 #[cfg(target_os = "linux")]
 #[tokio::test]
 async fn rounds_of_slow_clients_leave_the_proxys_memory_where_it_was() {
+    let _module = crate::support::serial::module(module_path!());
     let _serial = FLOOD.lock().await;
     use tokio::io::AsyncReadExt;
     let (service, _, _) = upstream().await;
@@ -941,6 +955,7 @@ async fn rounds_of_slow_clients_leave_the_proxys_memory_where_it_was() {
 /// is cut at the header-read timeout.
 #[tokio::test]
 async fn tls_callers_are_served_over_http1_and_http2_with_their_budget() {
+    let _module = crate::support::serial::module(module_path!());
     let (service, _, _) = upstream().await;
     let made = Certificate::new("tls", "localhost");
     let cert = &made.cert;
@@ -1062,6 +1077,7 @@ async fn python_tls_service(
 /// LISTEN=https://…` destination reached over TLS while the service calls plain HTTP.
 #[tokio::test]
 async fn the_proxy_speaks_tls_to_the_service_and_to_an_https_egress_destination() {
+    let _module = crate::support::serial::module(module_path!());
     use http_body_util::{BodyExt, Empty};
     use hyper_util::rt::{TokioExecutor, TokioIo};
     let made = Certificate::new("tls-out", "127.0.0.1");
@@ -1135,6 +1151,7 @@ async fn the_proxy_speaks_tls_to_the_service_and_to_an_https_egress_destination(
 /// 502 that would blame the service (#46 item 4).
 #[tokio::test]
 async fn a_malformed_chunked_body_is_the_callers_400() {
+    let _module = crate::support::serial::module(module_path!());
     let (service, _, _) = upstream().await;
     let proxy = Proxy::start(service, None, &[]).await;
     let mut stream = send_head(
@@ -1163,6 +1180,7 @@ async fn a_malformed_chunked_body_is_the_callers_400() {
 
 #[tokio::test]
 async fn a_spent_budget_is_a_504_and_the_service_is_never_called() {
+    let _module = crate::support::serial::module(module_path!());
     let (service, calls, _) = upstream().await;
     let proxy = Proxy::start(service, None, &[]).await;
     let answer = http_get(proxy.addr, "/tax", &[("x-request-timeout-ms", "0")])
@@ -1175,6 +1193,7 @@ async fn a_spent_budget_is_a_504_and_the_service_is_never_called() {
 
 #[tokio::test]
 async fn a_budget_below_the_routes_minimum_is_refused_per_the_profile() {
+    let _module = crate::support::serial::module(module_path!());
     let (service, calls, _) = upstream().await;
     let profile = "service: tax-sidecar\nroutes: [{path: /tax, min_budget_ms: 200}]";
     let proxy = Proxy::start(service, Some(profile), &[]).await;
@@ -1201,6 +1220,7 @@ async fn a_budget_below_the_routes_minimum_is_refused_per_the_profile() {
 
 #[tokio::test]
 async fn at_the_deadline_the_caller_gets_504_and_the_services_request_is_ended() {
+    let _module = crate::support::serial::module(module_path!());
     let (service, _, mut events) = upstream().await;
     let mut proxy = Proxy::start(service, None, &[]).await;
     let answer = http_get(
@@ -1238,6 +1258,7 @@ async fn at_the_deadline_the_caller_gets_504_and_the_services_request_is_ended()
 
 #[tokio::test]
 async fn a_caller_who_leaves_ends_the_services_request_recorded_as_cancelled() {
+    let _module = crate::support::serial::module(module_path!());
     let (service, _, mut events) = upstream().await;
     let mut proxy = Proxy::start(service, None, &[]).await;
     let stream = send_head(
@@ -1260,6 +1281,7 @@ async fn a_caller_who_leaves_ends_the_services_request_recorded_as_cancelled() {
 
 #[tokio::test]
 async fn a_refusal_reaches_an_http1_client_still_writing_its_body() {
+    let _module = crate::support::serial::module(module_path!());
     const BODY_LEN: usize = 1 << 20;
     let (service, calls, _) = upstream().await;
     let profile = "routes: [{path: /tax, min_budget_ms: 200}]";
@@ -1301,6 +1323,7 @@ async fn a_refusal_reaches_an_http1_client_still_writing_its_body() {
 #[cfg(unix)]
 #[tokio::test]
 async fn sigterm_drains_the_requests_in_flight_then_exits_cleanly() {
+    let _module = crate::support::serial::module(module_path!());
     let (service, _, mut events) = upstream().await;
     let mut proxy = Proxy::start(service, None, &[]).await;
     let addr = proxy.addr;

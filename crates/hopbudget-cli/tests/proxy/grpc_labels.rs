@@ -95,6 +95,7 @@ async fn call_path(channel: tonic::transport::Channel, path: String) -> tonic::C
 
 #[tokio::test]
 async fn a_real_methods_first_call_cancelled_before_any_answer_is_counted_under_its_name() {
+    let _module = crate::support::serial::module(module_path!());
     let file = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
         .join(format!("hop-descriptor-{}.binpb", std::process::id()));
     std::fs::write(&file, HOP_DESCRIPTOR_SET).unwrap();

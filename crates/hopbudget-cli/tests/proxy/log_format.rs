@@ -71,6 +71,7 @@ async fn hop_line(format: &str, extra: &[&str], budget: &str) -> String {
 
 #[tokio::test]
 async fn the_hop_line_has_the_same_fields_in_json_as_in_text() {
+    let _module = crate::support::serial::module(module_path!());
     // With `--otlp-endpoint` the lines are a layer beside the span exporter's: the same
     // fields there too. (Nothing listens at the endpoint; the spans are dropped.)
     let spans: &[&str] = &["--otlp-endpoint", "http://127.0.0.1:1/v1/traces"];
@@ -115,6 +116,7 @@ async fn the_hop_line_has_the_same_fields_in_json_as_in_text() {
 
 #[test]
 fn a_log_format_it_does_not_know_is_refused_naming_the_ones_it_has() {
+    let _module = crate::support::serial::module(module_path!());
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_hopbudget"))
         .args([
             "proxy",

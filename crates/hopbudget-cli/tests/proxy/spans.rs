@@ -300,6 +300,7 @@ fn find<'a>(spans: &'a [Got], side: &str, path: Option<&str>) -> Vec<&'a Got> {
 #[cfg(unix)]
 #[tokio::test]
 async fn each_hop_and_egress_call_is_a_span_in_the_callers_trace_with_what_was_told() {
+    let _module = crate::support::serial::module(module_path!());
     let (collector, got) = collector().await;
     let ways = Ways::default();
     ways.destination.set(destination().await).unwrap();
@@ -488,6 +489,7 @@ async fn serve_requests(proxy: &Proxy, count: usize) {
 
 #[tokio::test]
 async fn with_the_collector_down_the_proxy_serves_and_counts_the_spans_it_drops() {
+    let _module = crate::support::serial::module(module_path!());
     // A port nobody listens on: every export is refused.
     let down = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = down.local_addr().unwrap();
@@ -514,6 +516,7 @@ async fn with_the_collector_down_the_proxy_serves_and_counts_the_spans_it_drops(
 
 #[tokio::test]
 async fn with_the_collector_stuck_the_queue_stays_bounded_and_drops_are_counted() {
+    let _module = crate::support::serial::module(module_path!());
     // A collector that takes connections and never answers: the export in progress waits,
     // and the queue (two spans) fills.
     let stuck = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -612,6 +615,7 @@ fn assert_read_whole(report: &serde_json::Value) {
 #[cfg(unix)]
 #[tokio::test]
 async fn audit_listen_takes_the_proxys_spans() {
+    let _module = crate::support::serial::module(module_path!());
     let (audit, url) = audit_listener().await;
     two_requests_traced_to(&url).await;
     let pid = audit.id().unwrap().to_string();
@@ -635,6 +639,7 @@ async fn audit_listen_takes_the_proxys_spans() {
 #[cfg(unix)]
 #[tokio::test]
 async fn a_collector_file_of_the_proxys_spans_is_audited_as_audit_listen_does() {
+    let _module = crate::support::serial::module(module_path!());
     let (collector, (_, requests)) = collector_keeping_requests().await;
     two_requests_traced_to(&format!("http://{collector}/v1/traces")).await;
     let mut file = String::new();
@@ -691,6 +696,7 @@ fn collector_json(value: &mut serde_json::Value, key: Option<&str>) {
 #[cfg(unix)]
 #[tokio::test]
 async fn an_egress_call_the_service_abandons_is_a_cancelled_span() {
+    let _module = crate::support::serial::module(module_path!());
     let (collector, got) = collector().await;
     let ways = Ways::default();
     ways.destination.set(destination().await).unwrap();
@@ -730,6 +736,7 @@ async fn an_egress_call_the_service_abandons_is_a_cancelled_span() {
 
 #[tokio::test]
 async fn an_export_to_a_collector_that_never_answers_gives_up_at_the_timeout() {
+    let _module = crate::support::serial::module(module_path!());
     // It takes the connection and never answers: without a bound on the request, the export
     // would wait forever and no batch would ever be counted as failed.
     let stuck = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -756,6 +763,7 @@ async fn an_export_to_a_collector_that_never_answers_gives_up_at_the_timeout() {
 
 #[tokio::test]
 async fn with_spans_on_the_log_lines_inside_a_request_are_as_without_them() {
+    let _module = crate::support::serial::module(module_path!());
     // The service is down: the proxy's WARN line is written while the request runs, inside
     // the request's span for the spans, which the log lines do not show.
     let down = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -776,6 +784,7 @@ async fn with_spans_on_the_log_lines_inside_a_request_are_as_without_them() {
 #[cfg(unix)]
 #[tokio::test]
 async fn an_unsampled_request_keeps_its_callers_parent_and_exports_nothing() {
+    let _module = crate::support::serial::module(module_path!());
     let (collector, got) = collector().await;
     let service = service(Ways::default()).await;
     let endpoint = format!("http://{collector}/v1/traces");
